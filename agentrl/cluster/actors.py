@@ -1,0 +1,187 @@
+"""Ray actors: one rollout actor (vLLM engine + agent loop + sandboxes) and N trainer ranks
+(FSDP2 over gloo on CPU, NCCL on GPUs). The driver (``agentrl.cluster.controller``) wires
+them. Weight sync: rank 0 gathers the full state dict, puts it in the object store and
+returns the reference inside a list, so only the reference passes through the driver
+(platform notes); the rollout actor loads it in place and resets vLLM's prefix cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import ray
+
+from agentrl.config import Config
+from agentrl.errors import ConfigError
+from agentrl.types import Episode, SamplingRecord
+
+log = logging.getLogger(__name__)
+
+
+def sampling_of(cfg: Config) -> SamplingRecord:
+    return SamplingRecord(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k)
+
+
+def stop_token_ids(model_path: str, tokenizer: Any) -> tuple[int, ...]:
+    """Every EOS id the model declares (generation config first, then the tokenizer's);
+    each counts as a stop (design.md, invariant 2; case C07)."""
+    ids: list[int] = []
+    gen = Path(model_path) / "generation_config.json"
+    if gen.is_file():
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        if isinstance(eos, int):
+            ids.append(eos)
+        elif isinstance(eos, list):
+            ids.extend(int(x) for x in eos)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(int(tokenizer.eos_token_id))
+    if not ids:
+        raise ConfigError(f"model {model_path!r} declares no EOS token id (generation_config.json or tokenizer)")
+    return tuple(dict.fromkeys(ids))
+
+
+def env_task_ids(env_id: str, split: str) -> list[str]:
+    """Task ids of a registered environment's split (its class's ``task_ids(split)``)."""
+    import gymnasium
+
+    import environments  # noqa: F401  (registers the built-ins)
+
+    try:
+        spec = gymnasium.spec(env_id)
+    except Exception as exc:
+        raise ConfigError(f"env.id={env_id!r} is not a registered environment ({exc})") from None
+    from gymnasium.envs.registration import load_env_creator
+
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    fn = getattr(creator, "task_ids", None)
+    if fn is None:
+        raise ConfigError(f"environment {env_id!r} does not list its tasks (no task_ids(split) on {creator!r})")
+    try:
+        ids = list(fn(split))
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(f"env.split={split!r} is not a split of {env_id!r}: {exc}") from None
+    return ids
+
+
+def make_env_factory(cfg: Config, run_id: str):
+    """The factory the rollout worker calls per episode: a fresh sandbox, injected into a
+    fresh environment (the worker closes both)."""
+    import gymnasium
+
+    import environments  # noqa: F401
+    from sandboxes import SandboxSpec, make_sandbox
+
+    spec = SandboxSpec(
+        memory_mb=cfg.sandbox.memory_mb,
+        cpus=cfg.sandbox.cpus,
+        pids_limit=cfg.sandbox.pids_limit,
+        default_timeout_s=cfg.sandbox.timeout_s,
+        output_limit_bytes=cfg.sandbox.output_limit_bytes,
+        run_id=run_id,
+    )
+
+    def factory(req):
+        sandbox = make_sandbox(cfg.sandbox.backend, spec)
+        try:
+            env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **cfg.env.kwargs)
+        except BaseException:
+            sandbox.close()
+            raise
+        return env, sandbox
+
+    return factory
+
+
+@ray.remote
+class RolloutActor:
+    """Holds the vLLM engine and runs the agent loop with its sandboxes."""
+
+    def __init__(self, cfg_dict: dict, model_path: str, run_id: str) -> None:
+        from transformers import AutoTokenizer
+
+        from agentrl.rollout.chat import ChatTokenizer
+        from agentrl.rollout.engine import VLLMEngine
+        from agentrl.rollout.loop import RolloutLimits, RolloutWorker
+
+        cfg = Config.model_validate(cfg_dict)
+        self.cfg = cfg
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        chat = ChatTokenizer(tokenizer, stop_token_ids(model_path, tokenizer))
+        if cfg.rollout.check_template:
+            chat.check_incremental(tools=[{"type": "function", "function": {"name": "python", "description": "Run Python code.", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}])
+        t0 = time.perf_counter()
+        self.engine = VLLMEngine(model_path, dtype=cfg.model.dtype, max_model_len=cfg.rollout.max_context_tokens,
+                                 seed=cfg.run.seed, kv_cache_gb=cfg.rollout.kv_cache_gb, max_num_seqs=cfg.rollout.max_num_seqs)
+        self.engine_start_s = time.perf_counter() - t0
+        self.worker = RolloutWorker(
+            self.engine, chat, make_env_factory(cfg, run_id),
+            RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens),
+            sampling_of(cfg), env_workers=cfg.rollout.env_workers,
+        )
+
+    def ready(self) -> float:
+        return self.engine_start_s
+
+    def rollout(self, requests: Sequence[Any], policy_version: int) -> tuple[list[Episode], float]:
+        t0 = time.perf_counter()
+        episodes = self.worker.run(requests, policy_version)
+        return episodes, time.perf_counter() - t0
+
+    def update_weights(self, ref_in_list: list) -> float:
+        t0 = time.perf_counter()
+        state = ray.get(ref_in_list[0])
+        self.engine.update_weights(state.items())
+        return time.perf_counter() - t0
+
+    def prompt_log_probs(self, token_ids: list[int]) -> list[float]:
+        return self.engine.prompt_log_probs(token_ids)
+
+
+@ray.remote
+class TrainerActor:
+    """One FSDP2 rank of the policy trainer."""
+
+    def __init__(self, rank: int, world_size: int, master_port: int, cfg_dict: dict, model_path: str) -> None:
+        import torch.distributed as dist
+
+        from agentrl.trainer import PolicyTrainer, TrainerConfig
+
+        cfg = Config.model_validate(cfg_dict)
+        os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+                           "RANK": str(rank), "WORLD_SIZE": str(world_size)})
+        dist.init_process_group(cfg.trainer.backend, rank=rank, world_size=world_size)
+        self.rank = rank
+        t = cfg.trainer
+        self.trainer = PolicyTrainer(TrainerConfig(
+            model_path=model_path, dtype=cfg.model.dtype, lr=t.lr, weight_decay=t.weight_decay,
+            max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, ppo_epochs=t.ppo_epochs,
+            micro_batch_size=t.micro_batch_size, clip_ratio_low=t.clip_ratio_low, clip_ratio_high=t.clip_ratio_high,
+            loss_agg_mode=t.loss_agg_mode, seed=cfg.run.seed, device=t.device,
+        ))
+
+    def step(self, batch) -> dict[str, float]:
+        return self.trainer.step(batch)
+
+    def compute_log_probs(self, batch) -> Any:
+        return self.trainer.compute_log_probs(batch)
+
+    def state_dict_ref(self) -> list | None:
+        """All ranks must call (the gather is collective); rank 0 returns ``[ref]``."""
+        sd = self.trainer.full_state_dict()
+        if self.rank == 0:
+            return [ray.put(sd)]
+        return None
+
+    def save_checkpoint(self, path: str) -> None:
+        self.trainer.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        self.trainer.load_checkpoint(path)
+
+    def save_hf(self, path: str) -> None:
+        self.trainer.save_hf(path)

@@ -1,0 +1,224 @@
+"""The run configuration: pydantic models, loaded from YAML plus ``key=value`` overrides.
+
+Every field carries its default and why. Validation happens here, in one place, and a bad
+key or value raises ``ConfigError`` naming the key, the value and what was expected.
+
+Example::
+
+    cfg = load_config("examples/humaneval.yaml", ["rollout.max_turns=2", "run.iterations=5"])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentrl.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(_Section):
+    name: str = Field("humaneval-smollm2", description="Run name; the run directory is output_dir/name unless run.dir is set.")
+    output_dir: str = Field("runs", description="Parent directory of run directories.")
+    dir: str | None = Field(None, description="Explicit run directory (overrides output_dir/name).")
+    seed: int = Field(0, description="Seed of task order, sampling and trainer init. Same seed, same run (CPU).")
+    iterations: int = Field(3, ge=1, description="Number of rollout→update iterations to run in total (a resumed run continues up to this).")
+    checkpoint_every: int = Field(1, ge=1, description="Save a checkpoint every N iterations (and always at the end).")
+
+
+class ModelConfig(_Section):
+    path: str = Field(
+        "smollm2-135m-instruct",
+        description="A short name that `agentrl models prepare` knows (smollm2-135m-instruct, tiny-random-smollm2), a local HF folder, or a hub id.",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="Engine and trainer dtype. float32 on CPU: a bf16 engine silently drops most of a small AdamW update (platform notes).",
+    )
+
+
+class EnvConfig(_Section):
+    id: str = Field("agentrl/HumanEval-v0", description="Registered gymnasium id.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
+    split: str = Field("train", description="Task split the TaskSource draws from.")
+    tasks_per_iteration: int = Field(4, ge=1, description="Distinct task instances (groups) per iteration.")
+    group_size: int = Field(4, ge=1, description="Rollouts per task instance (GRPO group size).")
+
+
+class RolloutConfig(_Section):
+    max_turns: int = Field(3, ge=1, description="Hard cap on agent turns per episode (termination reason max_turns).")
+    max_new_tokens: int = Field(256, ge=1, description="Per-turn completion cap; hitting it ends the episode as truncated, reason 'length'.")
+    max_context_tokens: int = Field(2048, ge=16, description="Whole-episode token budget; a turn that cannot fit ends the episode (context_limit) without an engine call.")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature; the trainer scores at the same temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling. The trainer refuses top_p < 1 (it cannot reproduce it exactly).")
+    top_k: int = Field(-1, description="Top-k sampling (-1 = off). The trainer refuses top_k > 0.")
+    kv_cache_gb: float = Field(1.0, gt=0.0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), GiB.")
+    max_num_seqs: int = Field(64, ge=1, description="vLLM's concurrent sequence cap.")
+    env_workers: int = Field(8, ge=1, description="Threads running environment steps (sandbox execs) while the engine keeps generating.")
+    check_template: bool = Field(True, description="At start-up, prove that turn-by-turn (delta) tokenization equals the full chat-template rendering; refuse to start otherwise.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "RolloutConfig":
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError(
+                f"rollout.max_new_tokens={self.max_new_tokens} must be smaller than rollout.max_context_tokens={self.max_context_tokens}"
+            )
+        return self
+
+
+class SandboxConfig(_Section):
+    backend: Literal["auto", "docker", "bwrap"] = Field("auto", description="auto: Docker when its daemon answers, else bubblewrap.")
+    memory_mb: int = Field(1024, ge=16, description="Memory limit per sandbox, MiB.")
+    cpus: float = Field(1.0, gt=0.0, description="CPU share per sandbox, cores.")
+    pids_limit: int = Field(128, ge=8, description="Process limit per sandbox.")
+    timeout_s: float = Field(10.0, gt=0.0, description="Default per-command timeout, seconds.")
+    output_limit_bytes: int = Field(16 * 1024, ge=256, description="Cap per output stream of one command (head and tail kept).")
+
+
+class AlgorithmConfig(_Section):
+    advantage: Literal["grpo", "rloo", "drgrpo", "gigpo"] = Field(
+        "grpo",
+        description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups). Critic-based estimators arrive with the value model.",
+    )
+    norm_by_std: bool = Field(True, description="GRPO: divide by the group's std (Dr.GRPO sets False).")
+    gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount for step-level estimators (GiGPO, GAE).")
+    dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: drop groups whose rewards are all equal (their tokens are counted as discarded).")
+    error_policy: Literal["drop_episode", "drop_group"] = Field(
+        "drop_episode",
+        description="What an infra/reward error does to its group: drop only the errored episode (others keep group statistics over valid samples) or the whole group.",
+    )
+
+
+class TrainerConfig(_Section):
+    lr: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, description="Linear LR warm-up steps.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
+    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward (gradients do not depend on it).")
+    clip_ratio_low: float = Field(0.2, ge=0.0, description="PPO clip epsilon below 1.")
+    clip_ratio_high: float = Field(0.2, ge=0.0, description="PPO clip epsilon above 1 (DAPO clip-higher raises it).")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field("token-mean", description="Loss aggregation over the global batch.")
+    num_ranks: int = Field(1, ge=1, description="FSDP2 ranks (trainer actors). CPU default 1: the 2 cores are shared with the engine.")
+    backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo on CPU, nccl on GPUs.")
+    device: Literal["cpu", "cuda"] = Field("cpu", description="Trainer device.")
+
+
+class ClusterConfig(_Section):
+    address: str | None = Field(None, description="Ray address to join (None: start a local Ray instance).")
+    num_cpus: int | None = Field(None, ge=1, description="Logical CPUs for a local Ray instance (None: detected).")
+
+
+class ReplayConfig(_Section):
+    url: str | None = Field(None, description="SQLAlchemy URL of the replay store (None: sqlite file replay.db in the run directory).")
+
+
+class Config(_Section):
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "Config":
+        if self.rollout.top_p < 1.0 or self.rollout.top_k > 0:
+            raise ValueError(
+                f"rollout.top_p={self.rollout.top_p}, rollout.top_k={self.rollout.top_k}: the trainer cannot "
+                "recompute log-probs under top-p/top-k truncation; use top_p=1.0 and top_k=-1"
+            )
+        if self.trainer.device == "cpu" and self.trainer.backend == "nccl":
+            raise ValueError("trainer.backend='nccl' needs trainer.device='cuda'")
+        return self
+
+    def run_dir(self) -> Path:
+        return Path(self.run.dir) if self.run.dir else Path(self.run.output_dir) / self.run.name
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<config>"
+        val = err.get("input")
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown key '{loc}'")
+        else:
+            lines.append(f"{loc}={val!r}: {err['msg']}")
+    return "invalid config: " + "; ".join(lines)
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not p for p in key.split(".")):
+        raise ConfigError(f"override {item!r} has an empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+    return key.split("."), value
+
+
+def config_from_dict(data: dict[str, Any], overrides: Sequence[str] = ()) -> Config:
+    """Build a validated ``Config`` from a mapping plus ``key.sub=value`` overrides.
+
+    Raises:
+        ConfigError: unknown key, wrong type or out-of-range value (the message names each).
+    """
+    data = _deep_copy(data)
+    for item in overrides:
+        path, value = _parse_override(item)
+        node = data
+        for p in path[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {item!r}: '{p}' is not a section")
+            node = nxt
+        node[path[-1]] = value
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+
+
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
+    """Load YAML at ``path`` (None: built-in defaults) and apply overrides.
+
+    Raises:
+        ConfigError: the file is missing or not a YAML mapping, or validation fails.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping, got {type(loaded).__name__}")
+        data = loaded
+    return config_from_dict(data, overrides)
+
+
+def _deep_copy(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _deep_copy(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_deep_copy(v) for v in d]
+    return d

@@ -1,0 +1,109 @@
+"""From episodes to a ``TokenBatch``: credit assignment, filtering and token accounting.
+
+The controller calls ``build_batch`` once per iteration. It
+
+1. sets aside errored episodes (``infra_error`` / ``reward_error``): they are counted and
+   excluded from the loss, never scored 0; with ``error_policy="drop_group"`` their whole
+   group goes too, else the group's statistics use its valid samples only (case C12);
+2. optionally drops groups whose rewards are all equal (DAPO dynamic sampling, Yu et al.
+   2025, §3.2), counting their tokens as discarded;
+3. computes advantages with the configured estimator from ``critics`` (one value per turn),
+   broadcasts them onto each turn's sampled tokens through ``loss_mask`` (observation
+   tokens get 0), and packs rows with ``TokenBatch.pack``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+import critics
+from agentrl.config import AlgorithmConfig
+from agentrl.errors import ConfigError
+from agentrl.types import Episode, SamplingRecord, TokenBatch, TokenSequence, broadcast_turn_values
+
+
+@dataclass
+class CreditResult:
+    """What ``build_batch`` returns.
+
+    Attributes:
+        batch: the packed batch, or ``None`` when nothing is left to train on.
+        turn_advantages: ``episode_id -> [K]`` advantage per turn (for the replay store).
+        metrics: token accounting and filter counts (``tokens/...``, ``filter/...``).
+    """
+
+    batch: TokenBatch | None
+    turn_advantages: dict[str, list[float]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> list[list[float]]:
+    group_ids = [e.group_id for e in episodes]
+    if cfg.advantage in ("grpo", "rloo", "drgrpo"):
+        rewards = [e.total_reward for e in episodes]
+        adv = np.asarray(critics.grpo_advantages(
+            rewards, group_ids,
+            norm_by_std=cfg.norm_by_std and cfg.advantage != "drgrpo",
+            leave_one_out=cfg.advantage == "rloo",
+        ), dtype=np.float64)
+        return [[float(a)] * len(e.turns) for a, e in zip(adv, episodes)]
+    if cfg.advantage == "gigpo":
+        step_rewards = [[float(t.reward or 0.0) for t in e.turns] for e in episodes]
+        anchors = [[t.anchor for t in e.turns] for e in episodes]
+        out = critics.gigpo_advantages(step_rewards, anchors, group_ids, gamma=cfg.gamma)
+        return [[float(x) for x in np.asarray(a, dtype=np.float64)] for a in out]
+    raise ConfigError(f"algorithm.advantage={cfg.advantage!r} is not applicable by the controller")
+
+
+def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord) -> CreditResult:
+    """Turn an iteration's episodes into a validated ``TokenBatch``.
+
+    Raises:
+        ContractError: an episode breaks the token contract (a bug, never silenced).
+    """
+    m: dict[str, float] = defaultdict(float)
+    m["tokens/generated"] = float(sum(e.num_generated_tokens() for e in episodes))
+    errored = [e for e in episodes if e.is_error]
+    m["filter/infra_errors"] = float(sum(1 for e in errored if e.termination_reason.value == "infra_error"))
+    m["filter/reward_errors"] = float(sum(1 for e in errored if e.termination_reason.value == "reward_error"))
+    bad_groups = {e.group_id for e in errored} if cfg.error_policy == "drop_group" else set()
+    kept = [e for e in episodes if not e.is_error and e.group_id not in bad_groups and e.turns]
+    m["filter/error_dropped_episodes"] = float(len(episodes) - len(kept))
+
+    if cfg.dynamic_sampling and kept:
+        keep = np.asarray(critics.dynamic_sampling_keep([e.total_reward for e in kept], [e.group_id for e in kept]), dtype=bool)
+        m["filter/dynamic_sampling_dropped_groups"] = float(len({e.group_id for e, k in zip(kept, keep) if not k}))
+        kept = [e for e, k in zip(kept, keep) if k]
+
+    m["tokens/discarded"] = m["tokens/generated"] - float(sum(e.num_generated_tokens() for e in kept))
+    if not kept:
+        m["tokens/trained"] = 0.0
+        return CreditResult(batch=None, metrics=dict(m))
+
+    per_turn = _turn_advantages(kept, cfg)
+    rows = []
+    turn_adv: dict[str, list[float]] = {}
+    for e, adv in zip(kept, per_turn):
+        e.validate()
+        turn_adv[e.episode_id] = adv
+        rows.append(TokenSequence(
+            input_ids=e.token_ids(),
+            loss_mask=e.loss_mask(),
+            behavior_log_probs=e.behavior_log_probs(),
+            advantages=broadcast_turn_values(e, adv),
+            group_id=e.group_id,
+            policy_version=min(t.policy_version for t in e.turns),
+            episode_id=e.episode_id,
+        ))
+    batch = TokenBatch.pack(rows, sampling)
+    m["tokens/trained"] = float(batch.num_loss_tokens)
+    m["tokens/packed"] = float(batch.num_tokens)
+    flat = np.concatenate([np.asarray(a) for a in per_turn]) if per_turn else np.zeros(0)
+    m["advantages/mean"] = float(flat.mean()) if flat.size else 0.0
+    m["advantages/abs_max"] = float(np.abs(flat).max()) if flat.size else 0.0
+    m["advantages/nonzero_frac"] = float((flat != 0).mean()) if flat.size else 0.0
+    return CreditResult(batch=batch, turn_advantages=turn_adv, metrics=dict(m))

@@ -1,0 +1,365 @@
+"""ORM models and column codecs of the replay store (SQLAlchemy 2.x typed ORM).
+
+One schema for SQLite (the embedded default) and PostgreSQL: only portable column types
+(``Integer``, ``BigInteger``, ``Double``, ``Boolean``, ``Text``, ``String``, ``JSON``,
+``LargeBinary``, ``DateTime``) and no dialect-specific SQL.
+
+Storage choices:
+
+* Token ids and log-probs are packed little-endian arrays in ``LargeBinary`` columns (BLOB on
+  SQLite, BYTEA on PostgreSQL): token ids as ``int32`` (4 bytes per token; every vocabulary in
+  use is far below ``2**31``, and a larger id is refused with ``ContractError``), and
+  ``behavior_log_probs`` as ``float64`` (8 bytes per token). Python floats are IEEE doubles,
+  so the round trip is bit-exact, ``-0.0``, subnormals and values such as ``-1e-30``
+  included. Packing as float32 would be half the size but would change values that did not
+  come from a float32 engine, so it is not done. JSON lists are avoided on purpose:
+  PostgreSQL's JSON numerics lose ``-0.0`` and the text is 2-3 times larger.
+* Scalar floats (rewards, advantages, durations, metric values) are ``Double`` columns so the
+  viewer and ad-hoc SQL can sort and filter on them. SQLite stores ``-0.0`` in a REAL column
+  as ``0.0`` (equal by value, sign lost) and a NaN as NULL; the store refuses non-finite
+  rewards and advantages and maps NaN metric values to NULL explicitly (read back as NaN).
+* Free text (actions, observations, commands, stdout/stderr, anchors) goes through
+  ``SafeText``: PostgreSQL's ``text`` cannot hold U+0000 and no driver can encode a lone
+  surrogate, so such strings are stored JSON-escaped behind a marker character and decoded
+  on read. Every other string is stored verbatim.
+* ``loss_mask`` is not stored: it is 0 on ``prompt_ids`` and 1 on ``completion_ids`` by the
+  contract of ``agentrl.types``.
+
+Schema version: ``SCHEMA_VERSION`` lives in the one-row ``schema_version`` table. Tables are
+created with ``metadata.create_all`` when a store is opened; there are no migrations yet
+(no Alembic). A change to any table here must bump ``SCHEMA_VERSION``; opening a database of
+another version then fails with a ``ContractError`` naming both versions.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from datetime import datetime, timezone
+from typing import Any, Hashable, Literal, Sequence
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from agentrl.errors import ContractError
+
+SCHEMA_VERSION = 1
+"""Version of the tables below. Bump it with every schema change."""
+
+TOKEN_DTYPE = np.dtype("<i4")
+"""On-disk dtype of token ids: little-endian int32."""
+LOG_PROB_DTYPE = np.dtype("<f8")
+"""On-disk dtype of log-probs: little-endian float64 (bit-exact for Python floats)."""
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_SAFE_TEXT_MARK = "\ufdd0"  # a Unicode noncharacter: never produced by tokenizers or tools
+
+
+# ---------------------------------------------------------------------------------------
+# Codecs (pure functions; unit-tested in tests/unit/replay)
+# ---------------------------------------------------------------------------------------
+
+
+def pack_token_ids(ids: Sequence[int], *, what: str = "token ids") -> bytes:
+    """Pack token ids ``[N]`` into ``4 * N`` bytes of little-endian int32.
+
+    Raises:
+        ContractError: an id is not an integer or lies outside ``[-2**31, 2**31 - 1]``.
+    """
+    arr = np.asarray(ids)
+    if arr.size == 0:
+        return b""
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ContractError(f"{what} must be a flat list of ints; got dtype {arr.dtype}, shape {arr.shape}")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < _INT32_MIN or hi > _INT32_MAX:
+        bad = lo if lo < _INT32_MIN else hi
+        raise ContractError(f"{what} contain {bad}, outside the int32 range the replay store packs")
+    return arr.astype(TOKEN_DTYPE).tobytes()
+
+
+def unpack_token_ids(blob: bytes) -> list[int]:
+    """Inverse of ``pack_token_ids``: ``bytes`` → list of Python ints ``[len(blob) // 4]``."""
+    return np.frombuffer(blob, dtype=TOKEN_DTYPE).tolist()
+
+
+def pack_floats(values: Sequence[float], *, what: str = "values") -> bytes:
+    """Pack floats ``[N]`` into ``8 * N`` bytes of little-endian float64 (bit-exact).
+
+    Raises:
+        ContractError: ``values`` is not a flat sequence of real numbers.
+    """
+    try:
+        arr = np.asarray(values, dtype=LOG_PROB_DTYPE)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"{what} must be a flat list of floats: {exc}") from exc
+    if arr.ndim != 1:
+        raise ContractError(f"{what} must be a flat list of floats; got shape {arr.shape}")
+    return arr.tobytes()
+
+
+def unpack_floats(blob: bytes) -> list[float]:
+    """Inverse of ``pack_floats``: ``bytes`` → list of Python floats ``[len(blob) // 8]``."""
+    return np.frombuffer(blob, dtype=LOG_PROB_DTYPE).tolist()
+
+
+AnchorKind = Literal["str", "literal", "repr"]
+
+
+def encode_anchor(anchor: Hashable) -> tuple[str, AnchorKind]:
+    """Text form of a GiGPO anchor and how to read it back.
+
+    Returns ``(text, kind)``: a ``str`` anchor is stored as is (``"str"``); an anchor whose
+    ``repr`` is a Python literal that evaluates back to an equal value of the same type (ints,
+    floats, bools, ``None``, bytes and tuples of these, e.g. ``(3, 4)``) is stored as that
+    repr (``"literal"``, exact round trip); any other hashable is stored as its ``repr``
+    (``"repr"``, read back as that string: lossy, for humans only).
+    """
+    if isinstance(anchor, str):
+        return anchor, "str"
+    text = repr(anchor)
+    try:
+        back = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text, "repr"
+    if type(back) is type(anchor) and repr(back) == text:
+        return text, "literal"
+    return text, "repr"
+
+
+def decode_anchor(text: str, kind: str) -> Hashable:
+    """Inverse of ``encode_anchor``. Raises ``ContractError`` on an unknown ``kind``."""
+    if kind in ("str", "repr"):
+        return text
+    if kind == "literal":
+        return ast.literal_eval(text)
+    raise ContractError(f"anchor_kind={kind!r} in the database; expected 'str', 'literal' or 'repr'")
+
+
+def _needs_escape(value: str) -> bool:
+    if "\x00" in value or value.startswith(_SAFE_TEXT_MARK):
+        return True
+    if value.isascii():
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return True
+    return False
+
+
+def escape_text(value: str) -> str:
+    """Make ``value`` storable in any SQL text column (no U+0000, no lone surrogate).
+
+    Strings that need it become ``MARK + json.dumps(value)`` (ASCII-only); others are
+    returned unchanged. ``unescape_text(escape_text(s)) == s`` for every ``str``.
+    """
+    if _needs_escape(value):
+        return _SAFE_TEXT_MARK + json.dumps(value, ensure_ascii=True)
+    return value
+
+
+def unescape_text(stored: str) -> str:
+    """Inverse of ``escape_text``."""
+    if stored.startswith(_SAFE_TEXT_MARK):
+        return json.loads(stored[len(_SAFE_TEXT_MARK):])
+    return stored
+
+
+class SafeText(TypeDecorator[str]):
+    """``Text`` that round-trips every Python ``str`` on SQLite and PostgreSQL."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else escape_text(value)
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else unescape_text(value)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC ``datetime`` on both dialects.
+
+    SQLite keeps no zone: values are stored as naive UTC and read back with ``tzinfo=UTC``.
+    Naive input is refused (``ContractError``) rather than guessed.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ContractError(f"datetime {value!r} has no time zone; expected an aware UTC datetime")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# ---------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------
+
+_ID = String(200)
+_AUTO_ID = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements INTEGER PKs only
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersionRow(Base):
+    """One row (``id == 1``): the schema version of this database."""
+
+    __tablename__ = "schema_version"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class RunRow(Base):
+    """One training run. A resumed run keeps its row (``resume_count`` goes up)."""
+
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(32))
+    resume_count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class EpisodeRow(Base):
+    """One episode: the ``Episode`` fields plus summaries for listing without the turns."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (
+        Index("ix_episodes_run_iteration", "run_id", "iteration", "created_at", "position"),
+        Index("ix_episodes_group", "run_id", "group_id"),
+    )
+
+    episode_id: Mapped[str] = mapped_column(_ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(_ID, ForeignKey("runs.run_id", ondelete="CASCADE"))
+    iteration: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)
+    """Index of the episode in its ``add_episodes`` batch (stable listing order)."""
+    group_id: Mapped[str] = mapped_column(_ID)
+    env_id: Mapped[str] = mapped_column(_ID)
+    task_id: Mapped[str] = mapped_column(SafeText)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    terminated: Mapped[bool] = mapped_column(Boolean)
+    truncated: Mapped[bool] = mapped_column(Boolean)
+    termination_reason: Mapped[str | None] = mapped_column(String(32))
+    total_reward: Mapped[float | None] = mapped_column(Double)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    num_turns: Mapped[int] = mapped_column(Integer)
+    num_generated_tokens: Mapped[int] = mapped_column(Integer)
+    policy_version_min: Mapped[int | None] = mapped_column(Integer)
+    policy_version_max: Mapped[int | None] = mapped_column(Integer)
+    advantage_mean: Mapped[float | None] = mapped_column(Double)
+    """Mean of the per-turn advantages; NULL when none were given."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TurnRow(Base):
+    """One ``Turn``. ``loss_mask`` is implied: 0 on ``prompt_ids``, 1 on ``completion_ids``."""
+
+    __tablename__ = "turns"
+
+    episode_id: Mapped[str] = mapped_column(
+        _ID, ForeignKey("episodes.episode_id", ondelete="CASCADE"), primary_key=True
+    )
+    turn_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    """Packed ``<i4`` ids ``[P]``."""
+    completion_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    """Packed ``<i4`` ids ``[C]``."""
+    behavior_log_probs: Mapped[bytes] = mapped_column(LargeBinary)
+    """Packed ``<f8`` nats ``[C]``."""
+    temperature: Mapped[float] = mapped_column(Double)
+    top_p: Mapped[float] = mapped_column(Double)
+    top_k: Mapped[int] = mapped_column(Integer)
+    policy_version: Mapped[int] = mapped_column(Integer)
+    finish_reason: Mapped[str] = mapped_column(String(16))
+    reward: Mapped[float | None] = mapped_column(Double)
+    anchor: Mapped[str] = mapped_column(SafeText)
+    anchor_kind: Mapped[str] = mapped_column(String(8))
+    """``str`` | ``literal`` | ``repr``: see ``encode_anchor``."""
+    action_text: Mapped[str] = mapped_column(SafeText)
+    observation_text: Mapped[str] = mapped_column(SafeText)
+    invalid_action: Mapped[bool] = mapped_column(Boolean)
+    advantage: Mapped[float | None] = mapped_column(Double)
+
+
+class SandboxEventRow(Base):
+    """One ``ExecResult`` of a turn, in order (``seq``)."""
+
+    __tablename__ = "sandbox_events"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["episode_id", "turn_index"],
+            ["turns.episode_id", "turns.turn_index"],
+            ondelete="CASCADE",
+        ),
+        UniqueConstraint("episode_id", "turn_index", "seq", name="uq_sandbox_events_order"),
+    )
+
+    id: Mapped[int] = mapped_column(_AUTO_ID, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(_ID)
+    turn_index: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int] = mapped_column(Integer)
+    command: Mapped[str] = mapped_column(SafeText)
+    """The shell string, or the argv joined with ``shlex.join`` for display."""
+    argv: Mapped[list[str] | None] = mapped_column(JSON)
+    """The argv when the command was given as one (exact round trip), else NULL."""
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    stdout: Mapped[str] = mapped_column(SafeText)
+    stderr: Mapped[str] = mapped_column(SafeText)
+    duration_s: Mapped[float] = mapped_column(Double)
+    timed_out: Mapped[bool] = mapped_column(Boolean)
+    truncated_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    """When the event was recorded (``ExecResult`` carries no timestamp of its own)."""
+
+
+class MetricRow(Base):
+    """One scalar metric of one iteration. NULL ``value`` stands for NaN."""
+
+    __tablename__ = "metrics"
+
+    run_id: Mapped[str] = mapped_column(_ID, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Double)

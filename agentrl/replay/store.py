@@ -1,0 +1,701 @@
+"""``ReplayStore``: episodes, turns, sandbox events and metrics of training runs, in SQL.
+
+One code path for SQLite (``sqlite:///runs/replay.db``, the embedded default) and PostgreSQL
+(``postgresql+psycopg://user@host/db``, for clusters). What is stored and how is described in
+``agentrl.replay.models``.
+
+Semantics worth knowing:
+
+* **Idempotent writes (upsert).** ``add_episodes`` replaces an episode whose ``episode_id`` is
+  already stored *in the same run*: its row, turns and sandbox events are deleted and written
+  again in the same transaction, so replaying an iteration after a resume leaves exactly one
+  copy, holding the latest data. An ``episode_id`` stored under a *different* run, or given
+  twice in one batch, raises ``ContractError`` and nothing is written. ``add_metrics``
+  likewise replaces the value of a ``(run, iteration, key)`` it already holds.
+* **Resume.** ``start_run`` on a known ``run_id`` keeps its row (and ``created_at``), sets the
+  status back to ``running``, stores the new config and counts the resume.
+* **Transactions.** Every public method is one transaction. On SQLite the store issues its
+  own ``BEGIN`` (``BEGIN IMMEDIATE`` for writes) instead of the ``sqlite3`` module's implicit
+  transactions, so a read sees one snapshot and a second writer waits (30 s busy timeout)
+  instead of failing; the database runs in WAL mode with foreign keys on. On PostgreSQL reads
+  run at ``REPEATABLE READ`` for the same one-snapshot guarantee.
+* **Threads.** A store may be shared between threads: each call checks a connection out of
+  the engine's pool for its own duration. The intended use is one writer (the controller)
+  and any number of concurrent readers (the viewer, in this or another process).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import statistics
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Iterator, Mapping, Sequence
+
+from sqlalchemy import delete, event, func, inspect, select, union
+from sqlalchemy.engine import Connection, Engine, create_engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
+from sqlalchemy.orm import Session
+
+from agentrl.errors import ConfigError, ContractError
+from agentrl.replay.models import (
+    SCHEMA_VERSION,
+    Base,
+    EpisodeRow,
+    MetricRow,
+    RunRow,
+    SandboxEventRow,
+    SchemaVersionRow,
+    TurnRow,
+    decode_anchor,
+    encode_anchor,
+    pack_floats,
+    pack_token_ids,
+    unpack_floats,
+    unpack_token_ids,
+    utcnow,
+)
+from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+
+_WRITE = "agentrl_replay_write"  # connection execution option: begin with BEGIN IMMEDIATE
+_SQLITE_BUSY_TIMEOUT_S = 30.0
+_CHUNK = 500  # ids per IN (...) clause; far below SQLite's and PostgreSQL's parameter limits
+
+
+class RunStatus(str, Enum):
+    """Status of a run in the ``runs`` table."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    """All requested iterations ran."""
+    FAILED = "failed"
+    """The run stopped on an error."""
+    INTERRUPTED = "interrupted"
+    """Stopped by the user or a signal; it may be resumed."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One row of ``runs``."""
+
+    run_id: str
+    status: RunStatus
+    config: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+    resume_count: int
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """An episode without its turns, for listings.
+
+    ``total_reward`` is ``None`` for errored episodes and missing rewards (never 0);
+    ``advantage_mean`` is the mean per-turn advantage, ``None`` when none was stored.
+    ``created_at`` is when it was stored (UTC).
+    """
+
+    episode_id: str
+    run_id: str
+    iteration: int
+    group_id: str
+    env_id: str
+    task_id: str
+    seed: int
+    terminated: bool
+    truncated: bool
+    termination_reason: TerminationReason | None
+    total_reward: float | None
+    error: dict[str, str] | None
+    num_turns: int
+    num_generated_tokens: int
+    policy_version_min: int | None
+    policy_version_max: int | None
+    advantage_mean: float | None
+    created_at: datetime
+
+    @property
+    def is_error(self) -> bool:
+        return self.termination_reason is not None and self.termination_reason.is_error
+
+
+class ReplayStore:
+    """Stores and reads back training runs.
+
+    Args:
+        url: SQLAlchemy database URL, e.g. ``sqlite:///runs/replay.db`` (the parent folder is
+            created) or ``postgresql+psycopg://user@host/dbname``.
+
+    Raises:
+        ConfigError: the URL cannot be parsed or names a driver that is not installed.
+        ContractError: the database holds another ``schema_version`` (the message names
+            both), or holds replay tables without a version (not made by this store).
+    """
+
+    def __init__(self, url: str) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise ConfigError(
+                f"replay store url={url!r} is not a database URL; expected e.g. "
+                "'sqlite:///runs/replay.db' or 'postgresql+psycopg://user@host/db'"
+            ) from exc
+        self._url_text = parsed.render_as_string(hide_password=True)
+        self._is_sqlite = parsed.get_backend_name() == "sqlite"
+        kwargs: dict[str, Any] = {}
+        if self._is_sqlite:
+            if parsed.database in (None, "", ":memory:") or (parsed.query.get("mode") == "memory"):
+                raise ConfigError(
+                    f"replay store url={self._url_text!r} is an in-memory SQLite database; "
+                    "expected a file, e.g. 'sqlite:///runs/replay.db' (WAL needs a file)"
+                )
+            parent = os.path.dirname(os.path.abspath(parsed.database))
+            os.makedirs(parent, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
+        try:
+            self._engine = create_engine(parsed, **kwargs)
+        except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
+            raise ConfigError(
+                f"replay store url={self._url_text!r}: database driver not available ({exc}); "
+                "install it, e.g. `pip install psycopg[binary]` for postgresql+psycopg"
+            ) from exc
+        if self._is_sqlite:
+            event.listen(self._engine, "connect", _sqlite_on_connect)
+            event.listen(self._engine, "begin", _sqlite_on_begin)
+        try:
+            self._open_schema()
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for the viewer's read-only queries and for tests)."""
+        return self._engine
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        return self._url_text
+
+    def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        self._engine.dispose()
+
+    def __enter__(self) -> "ReplayStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ReplayStore({self._url_text!r})"
+
+    def _open_schema(self) -> None:
+        tables = set(inspect(self._engine).get_table_names())
+        if SchemaVersionRow.__tablename__ in tables:
+            self._check_version()
+            Base.metadata.create_all(self._engine)  # no-op unless a table was dropped
+            return
+        ours = tables & set(Base.metadata.tables)
+        if ours:
+            raise ContractError(
+                f"database {self._url_text} has replay tables {sorted(ours)} but no "
+                f"schema_version table; expected a database made by ReplayStore "
+                f"(schema_version {SCHEMA_VERSION}) or an empty one"
+            )
+        Base.metadata.create_all(self._engine)
+        try:
+            with self._write() as s:
+                if s.get(SchemaVersionRow, 1) is None:
+                    s.add(SchemaVersionRow(id=1, version=SCHEMA_VERSION, created_at=utcnow()))
+        except IntegrityError:
+            pass  # another process opening the same new database wrote the row first
+        self._check_version()
+
+    def _check_version(self) -> None:
+        with self._read() as s:
+            found = s.scalar(select(SchemaVersionRow.version).where(SchemaVersionRow.id == 1))
+        if found != SCHEMA_VERSION:
+            raise ContractError(
+                f"database {self._url_text} has replay schema_version {found}, this agentrl "
+                f"expects schema_version {SCHEMA_VERSION}; use a new database file (or an "
+                "agentrl release with that schema version) — there are no migrations yet"
+            )
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._engine.connect() as conn:
+            conn.execution_options(**{_WRITE: True})
+            with Session(bind=conn, expire_on_commit=False) as session, session.begin():
+                yield session
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._engine.connect() as conn:
+            if not self._is_sqlite:
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with Session(bind=conn, expire_on_commit=False) as session, session.begin():
+                yield session
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def start_run(self, run_id: str, config: Mapping[str, Any]) -> RunInfo:
+        """Create run ``run_id``, or resume it (same row, status back to ``running``).
+
+        Args:
+            config: the run's configuration, JSON-serializable (no NaN/inf).
+
+        Raises:
+            ContractError: empty ``run_id`` or a config that is not JSON-serializable.
+        """
+        _check_id("run_id", run_id)
+        config = _json_object("config", config)
+        now = utcnow()
+        with self._write() as s:
+            row = s.get(RunRow, run_id)
+            if row is None:
+                row = RunRow(run_id=run_id, created_at=now, finished_at=None, config=config,
+                             status=RunStatus.RUNNING.value, resume_count=0)
+                s.add(row)
+            else:
+                row.config = config
+                row.status = RunStatus.RUNNING.value
+                row.finished_at = None
+                row.resume_count += 1
+            s.flush()
+            return _run_info(row)
+
+    def finish_run(self, run_id: str, status: RunStatus | str) -> None:
+        """Set the final status of a run (``finished``, ``failed`` or ``interrupted``).
+
+        Raises:
+            ContractError: unknown ``run_id``, or a status that is not a ``RunStatus``.
+        """
+        try:
+            st = RunStatus(status)
+        except ValueError:
+            raise ContractError(
+                f"status={status!r}; expected one of {[s.value for s in RunStatus]}"
+            ) from None
+        with self._write() as s:
+            row = self._run_row(s, run_id)
+            row.status = st.value
+            row.finished_at = None if st is RunStatus.RUNNING else utcnow()
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """Raises ``ContractError`` for an unknown ``run_id``."""
+        with self._read() as s:
+            return _run_info(self._run_row(s, run_id))
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, newest first."""
+        with self._read() as s:
+            rows = s.scalars(select(RunRow).order_by(RunRow.created_at.desc(), RunRow.run_id))
+            return [_run_info(r) for r in rows]
+
+    def _run_row(self, s: Session, run_id: str) -> RunRow:
+        row = s.get(RunRow, run_id)
+        if row is None:
+            raise ContractError(f"run_id={run_id!r} is not in {self._url_text}; call start_run first")
+        return row
+
+    # -- writing episodes and metrics ---------------------------------------------------
+
+    def add_episodes(
+        self,
+        run_id: str,
+        iteration: int,
+        episodes: Sequence[Episode],
+        advantages: Mapping[str, Sequence[float]] | None = None,
+    ) -> int:
+        """Store a batch of episodes with their turns and sandbox events, in one transaction.
+
+        Args:
+            run_id: a run created with ``start_run``.
+            iteration: training iteration (>= 0) the episodes belong to.
+            episodes: valid episodes (``Episode.validate`` is applied), errored ones included.
+            advantages: optional ``{episode_id: [one float per turn]}``; finite values. Stored
+                per turn, with their mean on the episode. Episodes absent here get NULL.
+
+        Returns:
+            How many of the episodes replaced ones already stored (0 for a fresh iteration).
+
+        Raises:
+            ContractError: unknown run, negative iteration, an invalid episode, a token id
+                outside int32, a non-finite reward or advantage, advantages for an episode
+                not in the batch or of the wrong length, an ``episode_id`` repeated in the
+                batch or stored under another run. Nothing is written then.
+        """
+        _check_iteration(iteration)
+        advantages = dict(advantages or {})
+        ids = [ep.episode_id for ep in episodes]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ContractError(f"episode_ids {dup} appear more than once in one add_episodes batch")
+        unknown = sorted(set(advantages) - set(ids))
+        if unknown:
+            raise ContractError(f"advantages given for episode_ids {unknown} that are not in the batch")
+
+        now = utcnow()
+        episode_rows: list[dict[str, Any]] = []
+        turn_rows: list[dict[str, Any]] = []
+        event_rows: list[dict[str, Any]] = []
+        for position, ep in enumerate(episodes):
+            adv = advantages.get(ep.episode_id)
+            episode_rows.append(_episode_row(run_id, iteration, position, ep, adv, now))
+            for k, turn in enumerate(ep.turns):
+                turn_rows.append(_turn_row(ep, k, turn, None if adv is None else adv[k]))
+                for seq, res in enumerate(turn.exec_results):
+                    event_rows.append(_event_row(ep.episode_id, k, seq, res, now))
+
+        with self._write() as s:
+            self._run_row(s, run_id)
+            existing: dict[str, str] = {}
+            for chunk in _chunks(ids):
+                existing.update(s.execute(
+                    select(EpisodeRow.episode_id, EpisodeRow.run_id).where(EpisodeRow.episode_id.in_(chunk))
+                ).tuples().all())
+            foreign = sorted(e for e, r in existing.items() if r != run_id)
+            if foreign:
+                raise ContractError(
+                    f"episode_ids {foreign[:5]} are already stored under another run "
+                    f"({existing[foreign[0]]!r}); episode ids must be unique across runs"
+                )
+            for chunk in _chunks(sorted(existing)):
+                s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(chunk)))
+                s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(chunk)))
+                s.execute(delete(EpisodeRow).where(EpisodeRow.episode_id.in_(chunk)))
+            for model, rows in ((EpisodeRow, episode_rows), (TurnRow, turn_rows),
+                                (SandboxEventRow, event_rows)):
+                if rows:
+                    s.execute(model.__table__.insert(), rows)
+        return len(existing)
+
+    def add_metrics(self, run_id: str, iteration: int, metrics: Mapping[str, float]) -> None:
+        """Store scalar metrics of one iteration; a key already stored is overwritten.
+
+        Values are converted with ``float()`` (numpy and 0-d torch scalars work). NaN is
+        stored as NULL and read back as NaN; ±inf is kept.
+
+        Raises:
+            ContractError: unknown run, negative iteration, an empty or non-``str`` key,
+                or a value ``float()`` rejects.
+        """
+        _check_iteration(iteration)
+        rows = []
+        for key, value in metrics.items():
+            if not isinstance(key, str) or not key:
+                raise ContractError(f"metric key {key!r} must be a non-empty str")
+            try:
+                v = float(value)
+            except (TypeError, ValueError):
+                raise ContractError(f"metric {key!r}={value!r} is not a real number") from None
+            rows.append({"run_id": run_id, "iteration": iteration, "key": key,
+                         "value": None if math.isnan(v) else v})
+        with self._write() as s:
+            self._run_row(s, run_id)
+            for chunk in _chunks(sorted(metrics)):
+                s.execute(delete(MetricRow).where(
+                    MetricRow.run_id == run_id, MetricRow.iteration == iteration, MetricRow.key.in_(chunk)
+                ))
+            if rows:
+                s.execute(MetricRow.__table__.insert(), rows)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get_episode(self, episode_id: str) -> Episode:
+        """The stored episode, equal to what was added (token ids and log-probs bit-exact,
+        exec results included). ``-0.0`` rewards read back as ``0.0`` on SQLite; anchors
+        that are neither ``str`` nor simple literals read back as their ``repr``.
+
+        Raises:
+            ContractError: unknown ``episode_id``.
+        """
+        with self._read() as s:
+            row = s.get(EpisodeRow, episode_id)
+            if row is None:
+                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
+            turns = s.scalars(select(TurnRow).where(TurnRow.episode_id == episode_id)
+                              .order_by(TurnRow.turn_index)).all()
+            events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == episode_id)
+                               .order_by(SandboxEventRow.turn_index, SandboxEventRow.seq)).all()
+        by_turn: dict[int, list[ExecResult]] = {}
+        for ev in events:
+            by_turn.setdefault(ev.turn_index, []).append(ExecResult(
+                command=ev.command if ev.argv is None else tuple(ev.argv),
+                exit_code=ev.exit_code,
+                stdout=ev.stdout,
+                stderr=ev.stderr,
+                duration_s=ev.duration_s,
+                timed_out=ev.timed_out,
+                truncated_bytes=ev.truncated_bytes,
+            ))
+        return Episode(
+            episode_id=row.episode_id,
+            group_id=row.group_id,
+            env_id=row.env_id,
+            task_id=row.task_id,
+            seed=row.seed,
+            turns=[
+                Turn(
+                    prompt_ids=unpack_token_ids(t.prompt_ids),
+                    completion_ids=unpack_token_ids(t.completion_ids),
+                    behavior_log_probs=unpack_floats(t.behavior_log_probs),
+                    sampling=SamplingRecord(temperature=t.temperature, top_p=t.top_p, top_k=t.top_k),
+                    policy_version=t.policy_version,
+                    finish_reason=t.finish_reason,  # type: ignore[arg-type]
+                    reward=t.reward,
+                    anchor=decode_anchor(t.anchor, t.anchor_kind),
+                    action_text=t.action_text,
+                    observation_text=t.observation_text,
+                    invalid_action=t.invalid_action,
+                    exec_results=by_turn.get(t.turn_index, []),
+                )
+                for t in turns
+            ],
+            terminated=row.terminated,
+            truncated=row.truncated,
+            termination_reason=_reason(row.termination_reason),
+            error=row.error,
+        )
+
+    def get_advantages(self, episode_id: str) -> list[float | None]:
+        """Per-turn advantages as stored (``None`` where none was given), ``[num_turns]``.
+
+        Raises:
+            ContractError: unknown ``episode_id``.
+        """
+        with self._read() as s:
+            if s.get(EpisodeRow, episode_id) is None:
+                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
+            return list(s.scalars(select(TurnRow.advantage).where(TurnRow.episode_id == episode_id)
+                                  .order_by(TurnRow.turn_index)))
+
+    def list_episodes(
+        self, run_id: str, iteration: int | None = None, limit: int = 100, offset: int = 0
+    ) -> list[EpisodeSummary]:
+        """Summaries of a run's episodes (one iteration's, if given), in insertion order
+        (iteration, then batch, then position in the batch), ``limit`` from ``offset``.
+
+        Raises:
+            ContractError: ``limit < 0`` or ``offset < 0``.
+        """
+        if limit < 0 or offset < 0:
+            raise ContractError(f"limit={limit}, offset={offset}; expected both >= 0")
+        q = select(EpisodeRow).where(EpisodeRow.run_id == run_id)
+        if iteration is not None:
+            q = q.where(EpisodeRow.iteration == iteration)
+        q = q.order_by(EpisodeRow.iteration, EpisodeRow.created_at, EpisodeRow.position,
+                       EpisodeRow.episode_id).limit(limit).offset(offset)
+        with self._read() as s:
+            return [_summary(r) for r in s.scalars(q)]
+
+    def count_episodes(self, run_id: str, iteration: int | None = None) -> int:
+        """Number of stored episodes of a run (of one iteration, if given)."""
+        q = select(func.count()).select_from(EpisodeRow).where(EpisodeRow.run_id == run_id)
+        if iteration is not None:
+            q = q.where(EpisodeRow.iteration == iteration)
+        with self._read() as s:
+            return int(s.scalar(q) or 0)
+
+    def iterations(self, run_id: str) -> list[int]:
+        """Sorted iterations for which the run has episodes or metrics."""
+        q = union(
+            select(EpisodeRow.iteration).where(EpisodeRow.run_id == run_id),
+            select(MetricRow.iteration).where(MetricRow.run_id == run_id),
+        )
+        with self._read() as s:
+            return sorted(int(i) for i in s.scalars(q))
+
+    def metrics(self, run_id: str) -> dict[int, dict[str, float]]:
+        """``{iteration: {key: value}}`` for a run, iterations ascending, keys sorted."""
+        q = (select(MetricRow.iteration, MetricRow.key, MetricRow.value)
+             .where(MetricRow.run_id == run_id).order_by(MetricRow.iteration, MetricRow.key))
+        out: dict[int, dict[str, float]] = {}
+        with self._read() as s:
+            for it, key, value in s.execute(q):
+                out.setdefault(it, {})[key] = math.nan if value is None else value
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# SQLite connection set-up
+# ---------------------------------------------------------------------------------------
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Take transaction control away from the sqlite3 module: it would not BEGIN before a
+    # SELECT (no read snapshot) and cannot BEGIN IMMEDIATE. See SQLAlchemy's SQLite docs,
+    # "Serializable isolation / Savepoints / Transactional DDL".
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; safe in WAL mode
+    finally:
+        cur.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+
+
+# ---------------------------------------------------------------------------------------
+# Row building and checks
+# ---------------------------------------------------------------------------------------
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i:i + _CHUNK]
+
+
+def _check_id(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ContractError(f"{name}={value!r}; expected a non-empty str of at most 200 characters")
+
+
+def _check_iteration(iteration: object) -> None:
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+        raise ContractError(f"iteration={iteration!r}; expected an int >= 0")
+
+
+def _json_object(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ContractError(f"{name} must be a dict; got {type(value).__name__}")
+    try:
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"{name} is not JSON-serializable (NaN/inf not allowed): {exc}") from exc
+
+
+def _finite(what: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    if not math.isfinite(v):
+        raise ContractError(f"{what}={value!r} is not finite; record a failure as an error, not a value")
+    return v
+
+
+def _episode_row(run_id: str, iteration: int, position: int, ep: Episode,
+                 adv: Sequence[float] | None, now: datetime) -> dict[str, Any]:
+    for name in ("episode_id", "group_id", "env_id"):
+        _check_id(f"episode.{name}", getattr(ep, name))
+    if not isinstance(ep.task_id, str):
+        raise ContractError(f"episode {ep.episode_id}: task_id={ep.task_id!r}; expected a str")
+    if isinstance(ep.seed, bool) or not isinstance(ep.seed, int) or not -(2**63) <= ep.seed < 2**63:
+        raise ContractError(f"episode {ep.episode_id}: seed={ep.seed!r}; expected an int64")
+    if ep.termination_reason is not None and not isinstance(ep.termination_reason, TerminationReason):
+        raise ContractError(f"episode {ep.episode_id}: termination_reason={ep.termination_reason!r}; "
+                            "expected a TerminationReason or None")
+    ep.validate()
+    error = None if ep.error is None else _json_object(f"episode {ep.episode_id} error", ep.error)
+    adv_mean = None
+    if adv is not None:
+        if len(adv) != len(ep.turns):
+            raise ContractError(f"episode {ep.episode_id}: {len(adv)} advantages for "
+                                f"{len(ep.turns)} turns; expected one per turn")
+        for k, a in enumerate(adv):
+            _finite(f"episode {ep.episode_id} turn {k} advantage", a)
+        adv_mean = statistics.fmean(adv) if adv else None
+    versions = [t.policy_version for t in ep.turns]
+    return {
+        "episode_id": ep.episode_id,
+        "run_id": run_id,
+        "iteration": iteration,
+        "position": position,
+        "group_id": ep.group_id,
+        "env_id": ep.env_id,
+        "task_id": ep.task_id,
+        "seed": ep.seed,
+        "terminated": bool(ep.terminated),
+        "truncated": bool(ep.truncated),
+        "termination_reason": None if ep.termination_reason is None else ep.termination_reason.value,
+        "total_reward": _finite(f"episode {ep.episode_id} total_reward", ep.total_reward),
+        "error": error,
+        "num_turns": len(ep.turns),
+        "num_generated_tokens": ep.num_generated_tokens(),
+        "policy_version_min": min(versions) if versions else None,
+        "policy_version_max": max(versions) if versions else None,
+        "advantage_mean": adv_mean,
+        "created_at": now,
+    }
+
+
+def _turn_row(ep: Episode, k: int, t: Turn, advantage: float | None) -> dict[str, Any]:
+    where = f"episode {ep.episode_id} turn {k}"
+    anchor, anchor_kind = encode_anchor(t.anchor)
+    return {
+        "episode_id": ep.episode_id,
+        "turn_index": k,
+        "prompt_ids": pack_token_ids(t.prompt_ids, what=f"{where} prompt_ids"),
+        "completion_ids": pack_token_ids(t.completion_ids, what=f"{where} completion_ids"),
+        "behavior_log_probs": pack_floats(t.behavior_log_probs, what=f"{where} behavior_log_probs"),
+        "temperature": float(t.sampling.temperature),
+        "top_p": float(t.sampling.top_p),
+        "top_k": int(t.sampling.top_k),
+        "policy_version": int(t.policy_version),
+        "finish_reason": t.finish_reason,
+        "reward": _finite(f"{where} reward", t.reward),
+        "anchor": anchor,
+        "anchor_kind": anchor_kind,
+        "action_text": t.action_text,
+        "observation_text": t.observation_text,
+        "invalid_action": bool(t.invalid_action),
+        "advantage": None if advantage is None else float(advantage),
+    }
+
+
+def _event_row(episode_id: str, k: int, seq: int, r: ExecResult, now: datetime) -> dict[str, Any]:
+    where = f"episode {episode_id} turn {k} exec result {seq}"
+    if isinstance(r.command, str):
+        command, argv = r.command, None
+    else:
+        argv = [str(a) for a in r.command]
+        command = shlex.join(argv)
+    return {
+        "episode_id": episode_id,
+        "turn_index": k,
+        "seq": seq,
+        "command": command,
+        "argv": argv,
+        "exit_code": r.exit_code,
+        "stdout": r.stdout,
+        "stderr": r.stderr,
+        "duration_s": _finite(f"{where} duration_s", r.duration_s),
+        "timed_out": bool(r.timed_out),
+        "truncated_bytes": int(r.truncated_bytes),
+        "created_at": now,
+    }
+
+
+def _reason(value: str | None) -> TerminationReason | None:
+    return None if value is None else TerminationReason(value)
+
+
+def _run_info(row: RunRow) -> RunInfo:
+    return RunInfo(run_id=row.run_id, status=RunStatus(row.status), config=row.config,
+                   created_at=row.created_at, finished_at=row.finished_at,
+                   resume_count=row.resume_count)
+
+
+def _summary(r: EpisodeRow) -> EpisodeSummary:
+    return EpisodeSummary(
+        episode_id=r.episode_id, run_id=r.run_id, iteration=r.iteration, group_id=r.group_id,
+        env_id=r.env_id, task_id=r.task_id, seed=r.seed, terminated=r.terminated,
+        truncated=r.truncated, termination_reason=_reason(r.termination_reason),
+        total_reward=r.total_reward, error=r.error, num_turns=r.num_turns,
+        num_generated_tokens=r.num_generated_tokens, policy_version_min=r.policy_version_min,
+        policy_version_max=r.policy_version_max, advantage_mean=r.advantage_mean,
+        created_at=r.created_at,
+    )

@@ -1,0 +1,154 @@
+"""The inference engine: vLLM in-process, token ids in and out.
+
+``VLLMEngine`` wraps ``vllm.LLM``'s engine for continuous batching: requests are added
+one at a time (``add``) and ``step`` returns those that finished, so an episode's next turn
+can be queued while others still generate.
+
+Log-probs: vLLM is started with ``logprobs_mode="processed_logprobs"`` so the log-prob of
+each sampled token is taken from the distribution it was *sampled* from (after
+temperature), which is what ``behavior_log_probs`` means and what the trainer recomputes
+(design.md, invariant 4; case C04). vLLM's default (``raw_logprobs``) would ignore the
+temperature.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from agentrl.errors import EngineError
+from agentrl.types import FinishReason, SamplingRecord
+
+
+def configure_vllm_env(kv_cache_gb: float, num_threads: int | None = None) -> None:
+    """Environment variables vLLM's CPU build reads at import (platform notes): in-process
+    engine, KV cache size in GiB, no reserved core. Must run before ``import vllm``."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(round(kv_cache_gb))))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    if num_threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(num_threads)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request.
+
+    Attributes:
+        request_id: as given to ``add``.
+        token_ids: sampled ids ``[n]`` (the stop token included when one was sampled).
+        log_probs: ``[n]`` nats, log-prob of each sampled id under the sampling transform.
+        finish_reason: ``stop`` | ``length`` | ``abort``.
+        stop_token_id: the stop id that ended it, if any.
+    """
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...]
+    finish_reason: FinishReason
+    stop_token_id: int | None
+
+
+class VLLMEngine:
+    """vLLM in this process.
+
+    Args:
+        model_path: local HF folder.
+        dtype: ``float32`` (CPU default; keeps small updates) or ``bfloat16``.
+        max_model_len: context window in tokens.
+        seed: engine seed (requests also carry their own seeds).
+        kv_cache_gb: CPU KV cache, GiB.
+        max_num_seqs: concurrent sequences.
+
+    Raises:
+        EngineError: vLLM failed to start.
+    """
+
+    def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
+                 kv_cache_gb: float = 1.0, max_num_seqs: int = 64) -> None:
+        configure_vllm_env(kv_cache_gb)
+        try:
+            from vllm import LLM
+
+            self.llm = LLM(
+                model=model_path,
+                dtype=dtype,
+                enforce_eager=True,
+                max_model_len=max_model_len,
+                seed=seed,
+                max_num_seqs=max_num_seqs,
+                logprobs_mode="processed_logprobs",
+                enable_prefix_caching=True,
+            )
+        except Exception as exc:  # vLLM raises many types on start-up failure
+            raise EngineError(f"vLLM failed to start on model {model_path!r}: {type(exc).__name__}: {exc}") from exc
+        self.engine = self.llm.llm_engine
+        self.max_model_len = max_model_len
+
+    def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
+            stop_token_ids: Sequence[int], seed: int | None = None) -> None:
+        """Queue one request. ``prompt_ids`` ``[P]`` with ``P + max_tokens <= max_model_len``."""
+        from vllm import SamplingParams
+
+        if len(prompt_ids) + max_tokens > self.max_model_len:
+            raise EngineError(
+                f"request {request_id}: prompt of {len(prompt_ids)} tokens + max_tokens={max_tokens} "
+                f"exceeds max_model_len={self.max_model_len}"
+            )
+        params = SamplingParams(
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            max_tokens=max_tokens,
+            stop_token_ids=list(stop_token_ids),
+            logprobs=0,
+            seed=seed,
+            skip_special_tokens=False,
+        )
+        self.engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def step(self) -> list[Completion]:
+        """Run one engine step; return the requests that finished in it."""
+        done: list[Completion] = []
+        for out in self.engine.step():
+            if not out.finished:
+                continue
+            o = out.outputs[0]
+            ids = tuple(int(t) for t in o.token_ids)
+            if o.logprobs is None or len(o.logprobs) != len(ids):
+                raise EngineError(
+                    f"request {out.request_id}: engine returned {len(ids)} ids but "
+                    f"{0 if o.logprobs is None else len(o.logprobs)} log-prob entries"
+                )
+            lps = tuple(float(step_lp[tid].logprob) for step_lp, tid in zip(o.logprobs, ids))
+            reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
+            stop_id = o.stop_reason if isinstance(o.stop_reason, int) else None
+            if reason == "stop" and stop_id is None and ids:
+                stop_id = ids[-1]
+            done.append(Completion(out.request_id, ids, lps, reason, stop_id))
+        return done
+
+    def abort(self, request_ids: Iterable[str]) -> None:
+        self.engine.abort_request(list(request_ids))
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Load new weights in place (HF parameter names) and drop the prefix cache, whose
+        KV entries were computed with the old weights (platform notes)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+        self.llm.reset_prefix_cache()
+
+    def prompt_log_probs(self, token_ids: Sequence[int]) -> list[float]:
+        """Log-probs (temperature 1, nats) of ``token_ids[1:]`` given their prefixes, as the
+        engine computes them; ``[len(token_ids) - 1]``. Used to prove weight sync."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
+        plp = out.prompt_logprobs
+        return [float(plp[i][token_ids[i]].logprob) for i in range(1, len(token_ids))]

@@ -1,0 +1,348 @@
+"""The multi-turn agent loop, over many episodes at once.
+
+Continuous batching: every episode's next turn is queued in the engine as soon as its
+environment step returns, while other episodes are still generating; environment steps
+(sandbox commands, reward checks) run in a thread pool so the engine never waits on them.
+
+Per turn the loop records exactly what design.md's ``Turn`` says. Termination:
+
+* the environment's ``terminated`` / ``truncated`` → ``env_terminated`` / ``env_truncated``;
+* ``max_turns`` reached → truncated, ``max_turns``;
+* a completion stopped by ``max_new_tokens`` → truncated, ``length``; the action is not
+  executed and not scored as a format failure (case C08a);
+* the next observation leaves no room for a turn in ``max_context_tokens`` → truncated,
+  ``context_limit``, and no engine call is made (case C08b);
+* an infrastructure fault (sandbox, env contract violation) → ``infra_error``; a reward
+  function fault → ``reward_error``. Both keep the turns recorded so far, carry the error,
+  and are excluded from the loss by the controller; never a reward of 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Protocol, Sequence
+
+from agentrl.errors import EnvError, InfraError, RewardError
+from agentrl.rollout.chat import ChatTokenizer
+from agentrl.rollout.engine import Completion
+from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to roll out.
+
+    Attributes:
+        env_id, task_id, seed: passed to the environment's ``reset(seed=..., options={"task_id": ...})``.
+        group_id: shared by all rollouts of one task instance and seed.
+        sample_seed: base seed of the engine's sampling for this episode (turn k uses
+            ``sample_seed * 1009 + k``), so a resumed run samples the same tokens.
+    """
+
+    env_id: str
+    task_id: str
+    seed: int
+    group_id: str
+    sample_seed: int
+
+
+class EngineLike(Protocol):
+    def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
+            stop_token_ids: Sequence[int], seed: int | None = None) -> None: ...
+    def has_unfinished(self) -> bool: ...
+    def step(self) -> list[Completion]: ...
+    def abort(self, request_ids: Any) -> None: ...
+
+
+EnvHandle = tuple[Any, Any]  # (gymnasium env, sandbox or None)
+EnvFactory = Callable[[EpisodeRequest], EnvHandle]
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    """Rollout limits (see ``agentrl.config.RolloutConfig`` for their meaning)."""
+
+    max_turns: int
+    max_new_tokens: int
+    max_context_tokens: int
+
+
+@dataclass
+class _Active:
+    req: EpisodeRequest
+    episode: Episode
+    env: Any = None
+    sandbox: Any = None
+    stream_len: int = 0
+    pending_prompt: list[int] = field(default_factory=list)
+    anchor: Hashable = ""
+    execs: list[ExecResult] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    listener: Any = None
+    max_tokens: int = 0
+
+
+def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, dict]:
+    if not isinstance(out, tuple) or len(out) != 5:
+        raise EnvError(f"{env_id}.step returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}; expected (observation, reward, terminated, truncated, info)")
+    obs, reward, terminated, truncated, info = out
+    if not isinstance(obs, str):
+        raise EnvError(f"{env_id}.step returned observation of type {type(obs).__name__}; expected str")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(float(reward)):
+        raise RewardError(f"{env_id}.step returned reward={reward!r}; expected a finite number")
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise EnvError(f"{env_id}.step returned terminated={terminated!r}, truncated={truncated!r}; expected bools")
+    if not isinstance(info, dict):
+        raise EnvError(f"{env_id}.step returned info of type {type(info).__name__}; expected dict")
+    return obs, float(reward), terminated, truncated, info
+
+
+def _anchor_of(info: dict, obs: str, env_id: str) -> Hashable:
+    anchor = info.get("anchor", obs)
+    try:
+        hash(anchor)
+    except TypeError:
+        raise EnvError(f"{env_id}: info['anchor']={anchor!r} is not hashable; GiGPO needs a hashable state key") from None
+    return anchor
+
+
+class RolloutWorker:
+    """Runs episodes against one engine.
+
+    Args:
+        engine: a ``VLLMEngine`` (or anything with its ``add/step/has_unfinished/abort``).
+        chat: delta tokenizer for the policy's chat template.
+        env_factory: makes ``(env, sandbox)`` for a request; the worker closes both.
+        limits: turn and token limits.
+        sampling: the sampling transform (temperature, top_p, top_k).
+        env_workers: threads for environment resets and steps.
+    """
+
+    def __init__(self, engine: EngineLike, chat: ChatTokenizer, env_factory: EnvFactory, limits: RolloutLimits,
+                 sampling: SamplingRecord, env_workers: int = 8) -> None:
+        self.engine = engine
+        self.chat = chat
+        self.env_factory = env_factory
+        self.limits = limits
+        self.sampling = sampling
+        self.env_workers = env_workers
+        self.tokenizer = chat.tokenizer
+
+    # ------------------------------------------------------------------------------
+    def run(self, requests: Sequence[EpisodeRequest], policy_version: int) -> list[Episode]:
+        """Roll out every request; returns episodes in request order. Never raises for an
+        environment's or sandbox's fault (those episodes carry ``infra_error``)."""
+        states = [
+            _Active(req=r, episode=Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed))
+            for r in requests
+        ]
+        by_request: dict[str, _Active] = {}
+        futures: dict[Future, tuple[str, _Active]] = {}
+        remaining = len(states)
+        pool = ThreadPoolExecutor(max_workers=self.env_workers, thread_name_prefix="agentrl-env")
+        try:
+            for st in states:
+                futures[pool.submit(self._reset, st)] = ("reset", st)
+            while remaining:
+                # Harvest environment work that is done.
+                ready = [f for f in futures if f.done()]
+                if not ready and not self.engine.has_unfinished():
+                    if not futures:
+                        raise RuntimeError(f"rollout stalled: {remaining} episodes neither generating nor stepping")
+                    ready = list(wait(list(futures), return_when=FIRST_COMPLETED)[0])
+                for fut in ready:
+                    kind, st = futures.pop(fut)
+                    if kind == "close":
+                        continue
+                    finished = self._after_env(kind, fut, st, policy_version, by_request)
+                    if finished:
+                        remaining -= 1
+                        futures[pool.submit(self._close, st)] = ("close", st)
+                if self.engine.has_unfinished():
+                    for comp in self.engine.step():
+                        st = by_request.pop(comp.request_id)
+                        finished = self._after_completion(comp, st, policy_version)
+                        if finished:
+                            remaining -= 1
+                            futures[pool.submit(self._close, st)] = ("close", st)
+                        else:
+                            futures[pool.submit(self._step, st)] = ("step", st)
+            wait(list(futures))
+        except BaseException:
+            # Cancelled or crashed: abort engine requests and release every sandbox.
+            if by_request:
+                try:
+                    self.engine.abort(list(by_request))
+                except Exception:  # pragma: no cover - best effort
+                    log.exception("abort failed")
+            for st in states:
+                self._close(st)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        for st in states:
+            st.episode.validate()
+        return [st.episode for st in states]
+
+    # --- environment side (thread pool) ------------------------------------------------
+    def _reset(self, st: _Active) -> tuple[str, dict]:
+        env, sandbox = self.env_factory(st.req)
+        st.env, st.sandbox = env, sandbox
+        if sandbox is not None and hasattr(sandbox, "add_listener"):
+            def listener(res: ExecResult, st: _Active = st) -> None:
+                with st.lock:
+                    st.execs.append(res)
+            st.listener = listener
+            sandbox.add_listener(listener)
+        out = env.reset(seed=st.req.seed, options={"task_id": st.req.task_id})
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise EnvError(f"{st.req.env_id}.reset returned {type(out).__name__}; expected (observation, info)")
+        obs, info = out
+        if not isinstance(obs, str):
+            raise EnvError(f"{st.req.env_id}.reset returned observation of type {type(obs).__name__}; expected str")
+        if not isinstance(info, dict):
+            raise EnvError(f"{st.req.env_id}.reset returned info of type {type(info).__name__}; expected dict")
+        return obs, info
+
+    def _step(self, st: _Active) -> tuple[str, float, bool, bool, dict]:
+        return _check_step_output(st.env.step(st.episode.turns[-1].action_text), st.req.env_id)
+
+    def _close(self, st: _Active) -> None:
+        for obj in (st.env, st.sandbox):
+            if obj is None:
+                continue
+            try:
+                obj.close()
+            except Exception:
+                log.exception("closing %s of episode %s failed", type(obj).__name__, st.episode.episode_id)
+        st.env = st.sandbox = None
+
+    # --- controller side (this thread) ------------------------------------------------
+    def _fail(self, st: _Active, reason: TerminationReason, exc: BaseException) -> bool:
+        ep = st.episode
+        ep.termination_reason = reason
+        ep.terminated = False
+        ep.truncated = False
+        ep.error = {"type": type(exc).__name__, "message": str(exc)[:2000],
+                    "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+        if ep.turns:
+            with st.lock:
+                ep.turns[-1].exec_results.extend(st.execs)
+                st.execs.clear()
+        return True
+
+    def _finish(self, st: _Active, reason: TerminationReason) -> bool:
+        ep = st.episode
+        ep.termination_reason = reason
+        ep.terminated = reason == TerminationReason.ENV_TERMINATED
+        ep.truncated = not ep.terminated
+        return True
+
+    def _queue_turn(self, st: _Active, prompt: list[int], policy_version: int, by_request: dict[str, _Active]) -> bool:
+        room = self.limits.max_context_tokens - st.stream_len - len(prompt)
+        if room < 1:
+            return self._finish(st, TerminationReason.CONTEXT_LIMIT)
+        st.pending_prompt = prompt
+        st.max_tokens = min(self.limits.max_new_tokens, room)
+        turn_idx = len(st.episode.turns)
+        rid = f"{st.episode.episode_id}:{turn_idx}"
+        by_request[rid] = st
+        self.engine.add(rid, st.episode.token_ids() + prompt, sampling=self.sampling, max_tokens=st.max_tokens,
+                        stop_token_ids=self.chat.stop_token_ids, seed=st.req.sample_seed * 1009 + turn_idx)
+        return False
+
+    def _after_env(self, kind: str, fut: Future, st: _Active, policy_version: int, by_request: dict[str, _Active]) -> bool:
+        env_id = st.req.env_id
+        try:
+            result = fut.result()
+        except RewardError as exc:
+            return self._fail(st, TerminationReason.REWARD_ERROR, exc)
+        except (InfraError, EnvError) as exc:
+            return self._fail(st, TerminationReason.INFRA_ERROR, exc)
+        except Exception as exc:  # an environment bug is not the model's fault either
+            return self._fail(st, TerminationReason.INFRA_ERROR, exc)
+        try:
+            if kind == "reset":
+                obs, info = result
+                st.anchor = _anchor_of(info, obs, env_id)
+                tools = info.get("tools") or None
+                msgs = self.chat.initial_messages(info.get("system_prompt"), obs, tools)
+                return self._queue_turn(st, self.chat.prompt_ids(msgs, tools), policy_version, by_request)
+            obs, reward, terminated, truncated, info = result
+            turn = st.episode.turns[-1]
+            turn.reward = reward
+            turn.observation_text = obs
+            turn.invalid_action = bool(info.get("invalid_action", False))
+            with st.lock:
+                turn.exec_results.extend(st.execs)
+                st.execs.clear()
+            if terminated:
+                return self._finish(st, TerminationReason.ENV_TERMINATED)
+            if truncated:
+                return self._finish(st, TerminationReason.ENV_TRUNCATED)
+            if len(st.episode.turns) >= self.limits.max_turns:
+                return self._finish(st, TerminationReason.MAX_TURNS)
+            st.anchor = _anchor_of(info, obs, env_id)
+            role = info.get("observation_role", "user")
+            delta = self.chat.delta_ids([{"role": role, "content": obs}])
+            return self._queue_turn(st, delta, policy_version, by_request)
+        except (EnvError, InfraError) as exc:
+            return self._fail(st, TerminationReason.INFRA_ERROR, exc)
+        except RewardError as exc:
+            return self._fail(st, TerminationReason.REWARD_ERROR, exc)
+
+    def _after_completion(self, comp: Completion, st: _Active, policy_version: int) -> bool:
+        turn = Turn(
+            prompt_ids=st.pending_prompt,
+            completion_ids=list(comp.token_ids),
+            behavior_log_probs=list(comp.log_probs),
+            sampling=self.sampling,
+            policy_version=policy_version,
+            finish_reason=comp.finish_reason,
+            anchor=st.anchor,
+            action_text=self.tokenizer.decode(list(comp.token_ids), skip_special_tokens=True),
+        )
+        st.episode.turns.append(turn)
+        st.stream_len += len(st.pending_prompt) + len(comp.token_ids)
+        st.pending_prompt = []
+        if comp.finish_reason == "abort":
+            return self._fail(st, TerminationReason.INFRA_ERROR, InfraError("the engine aborted the request"))
+        if comp.finish_reason == "length":
+            # Not executed, not a format failure: the answer was cut (case C08a).
+            turn.reward = 0.0
+            cut_by_context = st.max_tokens < self.limits.max_new_tokens
+            return self._finish(st, TerminationReason.CONTEXT_LIMIT if cut_by_context else TerminationReason.LENGTH)
+        return False
+
+
+def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Per-iteration rollout metrics with fixed names (``rollout/...``)."""
+    n = len(episodes)
+    valid = [e for e in episodes if not e.is_error]
+    rewards = [e.total_reward for e in valid if e.total_reward is not None]
+    turns = [len(e.turns) for e in episodes]
+    resp = [len(t.completion_ids) for e in episodes for t in e.turns]
+    m: dict[str, float] = {
+        "rollout/episodes": float(n),
+        "rollout/reward_mean": float(sum(rewards) / len(rewards)) if rewards else float("nan"),
+        "rollout/success_rate": float(sum(1 for r in rewards if r >= 1.0) / len(rewards)) if rewards else float("nan"),
+        "rollout/turns_mean": float(sum(turns) / n) if n else 0.0,
+        "rollout/response_length_mean": float(sum(resp) / len(resp)) if resp else 0.0,
+        "rollout/response_length_max": float(max(resp)) if resp else 0.0,
+        "rollout/generated_tokens": float(sum(e.num_generated_tokens() for e in episodes)),
+        "rollout/invalid_action_rate": float(sum(t.invalid_action for e in episodes for t in e.turns) / max(1, len(resp))),
+        "rollout/sandbox_execs": float(sum(len(t.exec_results) for e in episodes for t in e.turns)),
+    }
+    for reason in TerminationReason:
+        m[f"rollout/termination/{reason.value}"] = float(sum(1 for e in episodes if e.termination_reason == reason))
+    for fr in ("stop", "length", "abort"):
+        m[f"rollout/finish_reason/{fr}"] = float(sum(1 for e in episodes for t in e.turns if t.finish_reason == fr))
+    return m
+

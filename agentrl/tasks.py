@@ -1,0 +1,88 @@
+"""TaskSource: which task instances each iteration rolls out, resumable from a cursor.
+
+Order: epoch ``e`` visits the split's task ids in a permutation drawn from
+``numpy.random.default_rng([seed, e])``; an iteration takes the next
+``tasks_per_iteration`` ids, crossing into the next epoch when one runs out. The state is
+one integer (``cursor`` = tasks handed out so far), saved in every checkpoint, so a
+resumed run continues with exactly the tasks an uninterrupted run would have seen, and no
+batch is repeated or skipped (case C11), on an epoch boundary too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from agentrl.errors import ConfigError
+from agentrl.rollout.loop import EpisodeRequest
+
+
+@dataclass
+class TaskSource:
+    """Deterministic, resumable task order.
+
+    Args:
+        env_id: gymnasium id of the environment.
+        task_ids: the split's task ids (non-empty, unique).
+        seed: run seed.
+        group_size: rollouts per task instance (one ``group_id`` each).
+        cursor: tasks handed out so far (0 for a new run).
+    """
+
+    env_id: str
+    task_ids: Sequence[str]
+    seed: int
+    group_size: int
+    cursor: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.task_ids:
+            raise ConfigError(f"environment {self.env_id!r} has no tasks in the chosen split")
+        if len(set(self.task_ids)) != len(self.task_ids):
+            raise ConfigError(f"environment {self.env_id!r} lists duplicate task ids")
+        self.task_ids = list(self.task_ids)
+        self._perm_cache: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perm_cache:
+            self._perm_cache = {epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.task_ids))}
+        return self._perm_cache[epoch]
+
+    def task_at(self, position: int) -> tuple[str, int]:
+        """(task id, epoch) of the ``position``-th task handed out."""
+        n = len(self.task_ids)
+        epoch, k = divmod(position, n)
+        return self.task_ids[int(self._perm(epoch)[k])], epoch
+
+    def next_requests(self, num_tasks: int) -> list[EpisodeRequest]:
+        """The next ``num_tasks`` task instances × ``group_size`` rollouts; advances the cursor.
+
+        Group ids are ``"{task_id}@{position}"``: unique per task instance, shared by its
+        rollouts. The env seed is the instance's position (same task, new instance, new
+        seed); sampling seeds differ per rollout.
+        """
+        out: list[EpisodeRequest] = []
+        for i in range(num_tasks):
+            pos = self.cursor + i
+            task_id, _epoch = self.task_at(pos)
+            group_id = f"{task_id}@{pos}"
+            for g in range(self.group_size):
+                out.append(EpisodeRequest(
+                    env_id=self.env_id, task_id=task_id, seed=pos, group_id=group_id,
+                    sample_seed=(self.seed * 1_000_003 + pos * 131 + g) % (2**31 - 1),
+                ))
+        self.cursor += num_tasks
+        return out
+
+    def state_dict(self) -> dict:
+        return {"cursor": self.cursor, "seed": self.seed, "num_tasks": len(self.task_ids)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("seed") != self.seed or state.get("num_tasks") != len(self.task_ids):
+            raise ConfigError(
+                f"checkpoint's task source (seed={state.get('seed')}, {state.get('num_tasks')} tasks) does not "
+                f"match this run (seed={self.seed}, {len(self.task_ids)} tasks)"
+            )
+        self.cursor = int(state["cursor"])

@@ -1,0 +1,426 @@
+"""The data contract of agentrl: ``Turn``, ``Episode``, ``TokenBatch`` (and the sandbox's
+``ExecResult``). Nothing else defines these (design.md).
+
+Token bookkeeping rules enforced here:
+
+1. Token-in, token-out: an episode's token stream is
+   ``turns[0].prompt_ids + turns[0].completion_ids + turns[1].prompt_ids + ...``; the
+   completion ids are exactly what the engine sampled, never re-encoded text.
+2. ``loss_mask`` is 1 exactly on ``completion_ids`` (the stop token the engine produced
+   included), 0 on ``prompt_ids`` (prompt, observations, chat-template glue).
+3. ``sum(loss_mask) == len(behavior_log_probs)`` per episode.
+
+This module imports only ``agentrl.errors`` of ours, the standard library, and torch
+(lazily, for ``TokenBatch``).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Hashable, Literal, Sequence
+
+from agentrl.errors import ContractError
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class TerminationReason(str, Enum):
+    """Why an episode ended (design.md, "Episode")."""
+
+    ENV_TERMINATED = "env_terminated"
+    """The environment said ``terminated=True`` (task solved, failed or submitted)."""
+    ENV_TRUNCATED = "env_truncated"
+    """The environment said ``truncated=True`` (its own step limit)."""
+    MAX_TURNS = "max_turns"
+    """The rollout's ``max_turns`` was reached."""
+    CONTEXT_LIMIT = "context_limit"
+    """The next turn would not fit in ``max_context_tokens``; no engine call was made."""
+    LENGTH = "length"
+    """A completion hit ``max_new_tokens`` (``finish_reason == "length"``)."""
+    INFRA_ERROR = "infra_error"
+    """Sandbox, engine or environment infrastructure failed. Excluded from the loss."""
+    REWARD_ERROR = "reward_error"
+    """The reward function failed. Excluded from the loss."""
+
+    @property
+    def is_error(self) -> bool:
+        return self in (TerminationReason.INFRA_ERROR, TerminationReason.REWARD_ERROR)
+
+
+@dataclass(frozen=True)
+class SamplingRecord:
+    """The sampling transform that produced ``behavior_log_probs``.
+
+    The trainer recomputes log-probs under the same transform (design.md, invariant 4):
+    ``log_softmax(logits / temperature)``. ``top_p < 1`` or ``top_k > 0`` change the
+    sampling distribution; the trainer refuses them rather than silently mis-scoring.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Result of one command run in a sandbox.
+
+    Attributes:
+        command: argv list or shell string as given.
+        exit_code: process exit status; ``-9``/``137`` style values when killed. ``None``
+            only when the command never started.
+        stdout, stderr: decoded output (invalid UTF-8 replaced by U+FFFD, never raising),
+            capped at the sandbox's output cap; ``truncated_bytes`` counts what was cut.
+        duration_s: wall time in seconds.
+        timed_out: the command was killed at its ``timeout_s``.
+        truncated_bytes: bytes dropped from stdout+stderr by the output cap.
+    """
+
+    command: str | tuple[str, ...]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated_bytes: int = 0
+
+
+@dataclass
+class Turn:
+    """One agent turn: the tokens appended before the completion, then the completion.
+
+    Attributes:
+        prompt_ids: ids appended since the previous turn's completion: the initial prompt
+            (turn 0) or the observation plus chat-template glue. ``loss_mask`` 0.
+        completion_ids: ids exactly as the engine sampled them, the stop token included
+            when the engine emitted one. ``loss_mask`` 1.
+        behavior_log_probs: log-prob (nats) of each completion id under the engine's
+            sampling distribution (``sampling`` transform applied). ``len ==
+            len(completion_ids)``.
+        sampling: the transform used (temperature, top_p, top_k).
+        policy_version: weight version that sampled this turn (0 = initial weights).
+        finish_reason: ``stop`` (a stop id or stop string), ``length`` (max new tokens)
+            or ``abort``.
+        reward: environment reward after this turn's action; ``None`` until known or when
+            the reward failed (see ``Episode.error``).
+        anchor: hashable state key *before* this turn's action, for GiGPO
+            (``info["anchor"]`` or else the observation text).
+        action_text: decoded completion (for humans, parsers and the replay viewer).
+        observation_text: the environment's observation after the action ("" if none).
+        invalid_action: the completion could not be parsed into a valid action
+            (the model's fault; it may be penalised).
+        exec_results: sandbox commands run while executing this turn's action.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    behavior_log_probs: list[float]
+    sampling: SamplingRecord = field(default_factory=SamplingRecord)
+    policy_version: int = 0
+    finish_reason: FinishReason = "stop"
+    reward: float | None = None
+    anchor: Hashable = ""
+    action_text: str = ""
+    observation_text: str = ""
+    invalid_action: bool = False
+    exec_results: list[ExecResult] = field(default_factory=list)
+
+    def validate(self) -> None:
+        """Raise ``ContractError`` if this turn breaks the token contract."""
+        if len(self.completion_ids) != len(self.behavior_log_probs):
+            raise ContractError(
+                f"turn has {len(self.completion_ids)} completion ids but "
+                f"{len(self.behavior_log_probs)} behavior_log_probs; expected equal counts"
+            )
+        for lp in self.behavior_log_probs:
+            if not (math.isfinite(lp) and lp <= 1e-4):
+                raise ContractError(
+                    f"behavior_log_prob={lp!r} is not a finite log-probability (<= 0)"
+                )
+        if self.finish_reason not in ("stop", "length", "abort"):
+            raise ContractError(
+                f"finish_reason={self.finish_reason!r}; expected 'stop', 'length' or 'abort'"
+            )
+        try:
+            hash(self.anchor)
+        except TypeError as exc:
+            raise ContractError(f"anchor={self.anchor!r} is not hashable") from exc
+
+
+@dataclass
+class Episode:
+    """One rollout of one task instance.
+
+    Attributes:
+        episode_id: unique id (uuid4 hex by default).
+        group_id: shared by all rollouts of one task instance and seed (the GRPO group).
+        env_id, task_id, seed: what was rolled out.
+        turns: in order.
+        terminated, truncated: Gymnasium semantics for the whole episode.
+        termination_reason: why it ended.
+        error: ``None``, or ``{"type": ..., "message": ...}`` for infra/reward errors.
+    """
+
+    group_id: str
+    env_id: str
+    task_id: str
+    seed: int
+    turns: list[Turn] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    termination_reason: TerminationReason | None = None
+    error: dict[str, str] | None = None
+    episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def total_reward(self) -> float | None:
+        """Sum of turn rewards; ``None`` for an errored episode or a missing reward."""
+        if self.is_error:
+            return None
+        rewards = [t.reward for t in self.turns]
+        if any(r is None for r in rewards):
+            return None
+        return float(sum(rewards))  # type: ignore[arg-type]
+
+    @property
+    def is_error(self) -> bool:
+        """True for infra or reward errors: excluded from the loss, never scored 0."""
+        return self.termination_reason is not None and self.termination_reason.is_error
+
+    def token_ids(self) -> list[int]:
+        """The full stream: prompt/observation ids and sampled ids interleaved. ``[L]``."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend(t.prompt_ids)
+            out.extend(t.completion_ids)
+        return out
+
+    def loss_mask(self) -> list[int]:
+        """``[L]`` of 0/1: 1 exactly on sampled ids."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend([0] * len(t.prompt_ids))
+            out.extend([1] * len(t.completion_ids))
+        return out
+
+    def behavior_log_probs(self) -> list[float]:
+        """Log-probs of the sampled ids, in stream order. ``[sum(loss_mask)]``."""
+        out: list[float] = []
+        for t in self.turns:
+            out.extend(t.behavior_log_probs)
+        return out
+
+    def num_generated_tokens(self) -> int:
+        return sum(len(t.completion_ids) for t in self.turns)
+
+    def validate(self) -> None:
+        """Raise ``ContractError`` if the episode breaks invariants 2–3 of design.md."""
+        if not self.turns and self.termination_reason is None:
+            raise ContractError(f"episode {self.episode_id} has no turns and no termination reason")
+        for t in self.turns:
+            t.validate()
+        n_mask = sum(self.loss_mask())
+        n_lp = len(self.behavior_log_probs())
+        if n_mask != n_lp:
+            raise ContractError(
+                f"episode {self.episode_id}: sum(loss_mask)={n_mask} != "
+                f"len(behavior_log_probs)={n_lp}"
+            )
+        if self.terminated and self.truncated:
+            raise ContractError(
+                f"episode {self.episode_id} is both terminated and truncated"
+            )
+
+
+def broadcast_turn_values(episode: Episode, per_turn: Sequence[float]) -> list[float]:
+    """Spread one value per turn onto that turn's tokens.
+
+    Returns ``[L]`` floats: ``per_turn[k]`` on turn k's completion ids, 0.0 on every
+    prompt/observation id, so an observation token never carries an advantage.
+
+    Raises:
+        ContractError: ``len(per_turn) != len(episode.turns)``.
+    """
+    if len(per_turn) != len(episode.turns):
+        raise ContractError(
+            f"got {len(per_turn)} per-turn values for an episode of {len(episode.turns)} turns"
+        )
+    out: list[float] = []
+    for t, v in zip(episode.turns, per_turn):
+        out.extend([0.0] * len(t.prompt_ids))
+        out.extend([float(v)] * len(t.completion_ids))
+    return out
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One trainer row before packing (what ``TokenBatch.pack`` takes).
+
+    Attributes:
+        input_ids: ``[L]`` token ids.
+        loss_mask: ``[L]`` 0/1.
+        behavior_log_probs: ``[sum(loss_mask)]`` engine log-probs of the masked tokens.
+        advantages: ``[L]`` per-token advantages (0 where ``loss_mask`` is 0).
+        returns: ``[L]`` value targets, or ``None`` when no critic is trained.
+        group_id, policy_version, episode_id: metadata.
+    """
+
+    input_ids: Sequence[int]
+    loss_mask: Sequence[int]
+    behavior_log_probs: Sequence[float]
+    advantages: Sequence[float]
+    group_id: str
+    policy_version: int
+    episode_id: str = ""
+    returns: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """What the trainer sees, and nothing more: packed sequences without padding.
+
+    All per-token tensors are 1-D over the concatenation of the rows (``T`` = total
+    tokens). Build it only with ``TokenBatch.pack`` (the one validating constructor).
+
+    Attributes:
+        input_ids: ``[T]`` int64.
+        position_ids: ``[T]`` int64, restarting at 0 for every row.
+        loss_mask: ``[T]`` float32 of 0.0/1.0.
+        behavior_log_probs: ``[T]`` float32, engine log-probs on masked tokens, 0 elsewhere.
+        advantages: ``[T]`` float32, 0 where ``loss_mask`` is 0.
+        returns: ``[T]`` float32 value targets, or ``None``.
+        seq_lens: ``[B]`` int64 row lengths, ``sum(seq_lens) == T``.
+        group_ids: ``B`` strings. policy_versions: ``[B]`` int64. episode_ids: ``B``.
+        sampling: the transform every row was sampled with (must be uniform).
+    """
+
+    input_ids: Any
+    position_ids: Any
+    loss_mask: Any
+    behavior_log_probs: Any
+    advantages: Any
+    seq_lens: Any
+    policy_versions: Any
+    group_ids: tuple[str, ...]
+    episode_ids: tuple[str, ...]
+    sampling: SamplingRecord
+    returns: Any = None
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.group_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return int(self.loss_mask.sum().item())
+
+    def row_slices(self) -> list[slice]:
+        """Token-range slice of each row in the packed tensors."""
+        out, start = [], 0
+        for n in self.seq_lens.tolist():
+            out.append(slice(start, start + n))
+            start += n
+        return out
+
+    def select_rows(self, rows: Sequence[int]) -> "TokenBatch":
+        """A new batch holding only ``rows`` (in that order); used for micro-batching."""
+        import torch
+
+        slices = self.row_slices()
+        idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]) if rows else torch.zeros(0, dtype=torch.long)
+
+        def take(t: Any) -> Any:
+            return None if t is None else t[idx]
+
+        return TokenBatch(
+            input_ids=take(self.input_ids),
+            position_ids=take(self.position_ids),
+            loss_mask=take(self.loss_mask),
+            behavior_log_probs=take(self.behavior_log_probs),
+            advantages=take(self.advantages),
+            returns=take(self.returns),
+            seq_lens=self.seq_lens[list(rows)] if rows else self.seq_lens[:0],
+            policy_versions=self.policy_versions[list(rows)] if rows else self.policy_versions[:0],
+            group_ids=tuple(self.group_ids[r] for r in rows),
+            episode_ids=tuple(self.episode_ids[r] for r in rows),
+            sampling=self.sampling,
+        )
+
+    @classmethod
+    def pack(cls, rows: Sequence[TokenSequence], sampling: SamplingRecord) -> "TokenBatch":
+        """Validate and pack rows into one batch.
+
+        Raises:
+            ContractError: empty input, mismatched lengths, ``sum(loss_mask) !=
+                len(behavior_log_probs)``, a non-finite advantage, or a non-zero
+                advantage on an unmasked token.
+        """
+        import torch
+
+        if not rows:
+            raise ContractError("TokenBatch.pack got no rows")
+        ids, pos, mask, blp, adv, ret, lens = [], [], [], [], [], [], []
+        with_returns = rows[0].returns is not None
+        for i, r in enumerate(rows):
+            n = len(r.input_ids)
+            if n == 0:
+                raise ContractError(f"row {i} ({r.episode_id}) has no tokens")
+            if len(r.loss_mask) != n or len(r.advantages) != n:
+                raise ContractError(
+                    f"row {i} ({r.episode_id}): input_ids has {n} tokens, loss_mask "
+                    f"{len(r.loss_mask)}, advantages {len(r.advantages)}; expected equal"
+                )
+            if (r.returns is not None) != with_returns:
+                raise ContractError("either every row carries returns or none does")
+            if r.returns is not None and len(r.returns) != n:
+                raise ContractError(f"row {i}: returns has {len(r.returns)} values, expected {n}")
+            m = [int(x) for x in r.loss_mask]
+            if any(x not in (0, 1) for x in m):
+                raise ContractError(f"row {i}: loss_mask must be 0/1")
+            if sum(m) != len(r.behavior_log_probs):
+                raise ContractError(
+                    f"row {i} ({r.episode_id}): sum(loss_mask)={sum(m)} != "
+                    f"len(behavior_log_probs)={len(r.behavior_log_probs)}"
+                )
+            a = [float(x) for x in r.advantages]
+            for k, (x, mk) in enumerate(zip(a, m)):
+                if not math.isfinite(x):
+                    raise ContractError(f"row {i} ({r.episode_id}): advantage {x} at token {k} is not finite")
+                if mk == 0 and x != 0.0:
+                    raise ContractError(
+                        f"row {i} ({r.episode_id}): advantage {x} on unmasked token {k}; "
+                        "observation tokens never get an advantage"
+                    )
+            full_lp = [0.0] * n
+            it = iter(r.behavior_log_probs)
+            for k in range(n):
+                if m[k]:
+                    full_lp[k] = float(next(it))
+            ids.extend(int(x) for x in r.input_ids)
+            pos.extend(range(n))
+            mask.extend(m)
+            blp.extend(full_lp)
+            adv.extend(a)
+            if with_returns:
+                ret.extend(float(x) for x in r.returns)  # type: ignore[union-attr]
+            lens.append(n)
+        return cls(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            position_ids=torch.tensor(pos, dtype=torch.long),
+            loss_mask=torch.tensor(mask, dtype=torch.float32),
+            behavior_log_probs=torch.tensor(blp, dtype=torch.float32),
+            advantages=torch.tensor(adv, dtype=torch.float32),
+            returns=torch.tensor(ret, dtype=torch.float32) if with_returns else None,
+            seq_lens=torch.tensor(lens, dtype=torch.long),
+            policy_versions=torch.tensor([r.policy_version for r in rows], dtype=torch.long),
+            group_ids=tuple(r.group_id for r in rows),
+            episode_ids=tuple(r.episode_id for r in rows),
+            sampling=sampling,
+        )

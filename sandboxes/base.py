@@ -1,0 +1,105 @@
+"""The sandbox interface every backend implements (bubblewrap, Docker, ...).
+
+An environment receives a ``Sandbox`` (``HumanEvalEnv(sandbox=...)``) and never imports a
+backend. Backends import only ``agentrl.types`` and ``agentrl.errors`` of ours
+(design.md); ``docker`` is imported only by the Docker backend.
+
+Contract (each backend's tests check it):
+
+* ``exec`` never raises for what the *command* did (non-zero exit, timeout, huge or
+  non-UTF-8 output): that is reported in the ``ExecResult``. It raises ``SandboxError``
+  (an ``InfraError``) only when the sandbox itself failed (did not start, died, backend
+  gone).
+* No process started by ``exec`` outlives its ``timeout_s`` (the whole process tree is
+  killed, ``setsid`` escapees included), nor the sandbox's ``close()``.
+* Output is decoded as UTF-8 with U+FFFD for invalid bytes, incrementally, so a multi-byte
+  character split across reads arrives intact; it is capped at ``output_limit_bytes``
+  per stream, keeping a head and a tail with a marker saying how many bytes were dropped,
+  and memory stays bounded whatever the command prints.
+* Every exec result is passed to each listener added with ``add_listener`` (the rollout
+  records them into the current turn, and the replay store persists them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+from agentrl.types import ExecResult
+
+ExecListener = Callable[[ExecResult], None]
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Limits and layout of one sandbox.
+
+    Attributes:
+        image: container image (Docker backend only; bubblewrap uses the host's read-only
+            ``/usr``).
+        cpus: CPU share (cores, may be fractional).
+        memory_mb: memory limit in MiB for everything running in the sandbox.
+        pids_limit: maximum number of processes/threads.
+        network: ``"none"`` (default: no network at all) or ``"host"``.
+        workdir: the private writable working directory, as seen inside the sandbox.
+        output_limit_bytes: cap per stream (stdout, stderr) of one exec.
+        default_timeout_s: timeout of an exec that passes none.
+        run_id: label put on every container / process tree, so a reaper can remove what
+            a crashed run left behind.
+    """
+
+    image: str = "agentrl-base:latest"
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids_limit: int = 256
+    network: Literal["none", "host"] = "none"
+    workdir: str = "/work"
+    output_limit_bytes: int = 64 * 1024
+    default_timeout_s: float = 30.0
+    run_id: str = "default"
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """What an environment may do with its sandbox."""
+
+    spec: SandboxSpec
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (a shell string run by ``/bin/sh -c``, or an argv list).
+
+        ``cwd`` defaults to ``spec.workdir``; ``timeout_s`` to ``spec.default_timeout_s``.
+
+        Raises:
+            SandboxError: the sandbox itself failed (never for the command's own failure).
+        """
+        ...
+
+    def write_file(self, path: str, content: bytes | str) -> None:
+        """Write a file (relative paths are under ``spec.workdir``). Raises SandboxError."""
+        ...
+
+    def read_file(self, path: str) -> bytes:
+        """Read a file (relative paths are under ``spec.workdir``). Raises SandboxError
+        (FileNotFoundError's message in it) when missing."""
+        ...
+
+    def add_listener(self, listener: ExecListener) -> None:
+        """Call ``listener(result)`` after every exec."""
+        ...
+
+    def remove_listener(self, listener: ExecListener) -> None:
+        ...
+
+    def close(self) -> None:
+        """Kill everything still running and delete the sandbox. Idempotent."""
+        ...

