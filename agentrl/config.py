@@ -86,7 +86,7 @@ class AlgorithmConfig(_Section):
         "grpo",
         description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups). Critic-based estimators arrive with the value model.",
     )
-    norm_by_std: bool = Field(True, description="GRPO: divide by the group's std (Dr.GRPO sets False).")
+    norm_by_std: bool = Field(True, description="grpo only: divide by the group's std (rloo and drgrpo never do).")
     gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount for step-level estimators (GiGPO, GAE).")
     dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: drop groups whose rewards are all equal (their tokens are counted as discarded).")
     error_policy: Literal["drop_episode", "drop_group"] = Field(

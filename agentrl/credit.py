@@ -45,14 +45,15 @@ def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> list[
     group_ids = [e.group_id for e in episodes]
     if cfg.advantage in ("grpo", "rloo", "drgrpo"):
         rewards = [e.total_reward for e in episodes]
+        # rloo: leave-one-out mean, no std (Ahmadian et al. 2024); drgrpo: no std (Liu et al. 2025).
         adv = np.asarray(critics.grpo_advantages(
             rewards, group_ids,
-            norm_by_std=cfg.norm_by_std and cfg.advantage != "drgrpo",
+            norm_by_std=cfg.norm_by_std and cfg.advantage == "grpo",
             leave_one_out=cfg.advantage == "rloo",
         ), dtype=np.float64)
         return [[float(a)] * len(e.turns) for a, e in zip(adv, episodes)]
     if cfg.advantage == "gigpo":
-        step_rewards = [[float(t.reward or 0.0) for t in e.turns] for e in episodes]
+        step_rewards = [[t.reward for t in e.turns] for e in episodes]
         anchors = [[t.anchor for t in e.turns] for e in episodes]
         out = critics.gigpo_advantages(step_rewards, anchors, group_ids, gamma=cfg.gamma)
         return [[float(x) for x in np.asarray(a, dtype=np.float64)] for a in out]

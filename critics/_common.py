@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Hashable, Sequence
+from typing import Any, Hashable
 
 import numpy as np
 
@@ -42,6 +42,9 @@ def _element_to_float(v: Any, name: str, index: Any) -> float:
         return math.nan
     if isinstance(v, (bool, np.bool_, numbers.Real)):
         return float(v)
+    v_np = to_numpy(v)  # a 0-d torch tensor
+    if isinstance(v_np, np.ndarray) and v_np.ndim == 0 and v_np.dtype.kind in "biuf":
+        return float(v_np)
     raise ContractError(
         f"{name}[{index}]={v!r} (type {type(v).__name__}) is not a number; expected a real "
         "number, or None/NaN for a failed sample"
@@ -87,7 +90,7 @@ def as_float_vector(x: Any, name: str, *, allow_missing: bool) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
             raise ContractError(
-                f"{name}[{int(bad[0])}]={arr[bad[0]]!r} is not finite; expected finite values"
+                f"{name}[{int(bad[0])}]={float(arr[bad[0]])!r} is not finite; expected finite values"
             )
     return arr
 

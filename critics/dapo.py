@@ -99,7 +99,7 @@ def overlong_penalty(
     bad = np.flatnonzero((n < 0) | (n != np.round(n)))
     if bad.size:
         raise ContractError(
-            f"lengths[{int(bad[0])}]={n[bad[0]]!r}; expected a non-negative integer token count"
+            f"lengths[{int(bad[0])}]={float(n[bad[0]]):g}; expected a non-negative integer token count"
         )
     soft = max_len - cache_len
     out = np.zeros_like(n)

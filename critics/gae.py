@@ -134,18 +134,18 @@ def gae(
         )
     if not np.all((m == 0) | (m == 1)):
         bad = np.argwhere((m != 0) & (m != 1))[0]
-        raise ContractError(f"mask[{bad[0]}, {bad[1]}]={m[tuple(bad)]!r}; expected 0 or 1")
+        raise ContractError(f"mask[{bad[0]}, {bad[1]}]={float(m[tuple(bad)])!r}; expected 0 or 1")
     on = m == 1  # [B, T] bool
     for name, arr in (("rewards", r), ("values", v)):
         bad_pos = np.argwhere(on & ~np.isfinite(arr))
         if bad_pos.size:
             b, t = bad_pos[0]
-            raise ContractError(f"{name}[{b}, {t}]={arr[b, t]!r} is not finite at a sampled position")
+            raise ContractError(f"{name}[{b}, {t}]={float(arr[b, t])!r} is not finite at a sampled position")
     off_reward = np.argwhere(~on & (r != 0))
     if off_reward.size:
         b, t = off_reward[0]
         raise ContractError(
-            f"rewards[{b}, {t}]={r[b, t]!r} lies on a mask==0 position (observation or "
+            f"rewards[{b}, {t}]={float(r[b, t])!r} lies on a mask==0 position (observation or "
             "padding); put rewards on sampled tokens (e.g. the turn's last one)"
         )
     bsz, seq_len = r.shape

@@ -30,13 +30,12 @@ def _normalize(values: list[float], use_std: bool, eps: float, loo: bool = False
     lo, hi = min(values), max(values)
     if hi - lo <= _RTOL * max(abs(lo), abs(hi)):
         return [0.0] * n
-    mean = sum(values) / n
+    total = sum(values)
+    mean = total / n
     out = []
     for v in values:
-        a = v - mean
-        if loo:
-            a = v - (sum(values) - v) / (n - 1)
-        out.append(a)
+        # RLOO baseline: mean of the other n - 1 samples
+        out.append(v - (total - v) / (n - 1) if loo else v - mean)
     if use_std:
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
         if std + eps <= 0:
@@ -107,10 +106,7 @@ def gigpo_advantages_loop(
             ret[t] = running
         returns.append(ret)
 
-    # Anchor groups (Eq. 6).
-    def anchor_key(g: Hashable, a: Hashable) -> tuple[Hashable, Hashable]:
-        return (g, a)
-
+    # Anchor groups (Eq. 6): key (episode group, anchor), or (group, cluster's first member).
     cluster_of: dict[tuple[Hashable, Hashable], Hashable] = {}
     if similarity_threshold is not None:
         by_group: dict[Hashable, set] = {}
@@ -123,18 +119,18 @@ def gigpo_advantages_loop(
             for a in sorted(distinct):
                 for rep in firsts:
                     if difflib.SequenceMatcher(None, a, rep).ratio() >= similarity_threshold:
-                        cluster_of[anchor_key(g, a)] = (g, rep)
+                        cluster_of[(g, a)] = (g, rep)
                         break
                 else:
                     firsts.append(a)
-                    cluster_of[anchor_key(g, a)] = (g, a)
+                    cluster_of[(g, a)] = (g, a)
 
     step_members: dict[Hashable, list[tuple[int, int]]] = {}
     for i in range(n):
         if not valid[i]:
             continue
         for t, a in enumerate(anchors[i]):
-            key = anchor_key(group_ids[i], a)
+            key = (group_ids[i], a)
             key = cluster_of.get(key, key)
             step_members.setdefault(key, []).append((i, t))
     a_step = [[0.0] * len(rows[i]) for i in range(n)]

@@ -22,12 +22,16 @@ Semantics worth knowing:
 * **Threads.** A store may be shared between threads: each call checks a connection out of
   the engine's pool for its own duration. The intended use is one writer (the controller)
   and any number of concurrent readers (the viewer, in this or another process).
+* **PostgreSQL** needs a driver: ``pip install "psycopg[binary]"`` for ``postgresql+psycopg``.
+  Two writers replacing the same episode at once are serialized by row locks; the store does
+  not retry on a deadlock, since it is designed for one writer.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import shlex
 import statistics
@@ -35,14 +39,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import delete, event, func, inspect, select, union
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, ProgrammingError
 from sqlalchemy.orm import Session
 
-from agentrl.errors import ConfigError, ContractError
+from agentrl.errors import ConfigError, ContractError, InfraError
 from agentrl.replay.models import (
     SCHEMA_VERSION,
     Base,
@@ -133,6 +138,7 @@ class ReplayStore:
 
     Raises:
         ConfigError: the URL cannot be parsed or names a driver that is not installed.
+        InfraError: the database cannot be reached or opened (server down, unwritable file).
         ContractError: the database holds another ``schema_version`` (the message names
             both), or holds replay tables without a version (not made by this store).
     """
@@ -199,36 +205,44 @@ class ReplayStore:
         return f"ReplayStore({self._url_text!r})"
 
     def _open_schema(self) -> None:
-        tables = set(inspect(self._engine).get_table_names())
-        if SchemaVersionRow.__tablename__ in tables:
-            self._check_version()
-            Base.metadata.create_all(self._engine)  # no-op unless a table was dropped
-            return
-        ours = tables & set(Base.metadata.tables)
-        if ours:
-            raise ContractError(
-                f"database {self._url_text} has replay tables {sorted(ours)} but no "
-                f"schema_version table; expected a database made by ReplayStore "
-                f"(schema_version {SCHEMA_VERSION}) or an empty one"
-            )
-        Base.metadata.create_all(self._engine)
-        try:
-            with self._write() as s:
-                if s.get(SchemaVersionRow, 1) is None:
-                    s.add(SchemaVersionRow(id=1, version=SCHEMA_VERSION, created_at=utcnow()))
-        except IntegrityError:
-            pass  # another process opening the same new database wrote the row first
-        self._check_version()
-
-    def _check_version(self) -> None:
-        with self._read() as s:
-            found = s.scalar(select(SchemaVersionRow.version).where(SchemaVersionRow.id == 1))
-        if found != SCHEMA_VERSION:
-            raise ContractError(
-                f"database {self._url_text} has replay schema_version {found}, this agentrl "
-                f"expects schema_version {SCHEMA_VERSION}; use a new database file (or an "
-                "agentrl release with that schema version) — there are no migrations yet"
-            )
+        """Check the schema version, creating the tables and the version row in an empty
+        database. Runs as one write transaction (on SQLite under the write lock), so two
+        processes opening a new database at once do not both create it."""
+        for attempt in (1, 2):
+            try:
+                with self._write() as s:
+                    conn = s.connection()
+                    tables = set(inspect(conn).get_table_names())
+                    if SchemaVersionRow.__tablename__ not in tables:
+                        ours = tables & set(Base.metadata.tables)
+                        if ours:
+                            raise ContractError(
+                                f"database {self._url_text} has replay tables {sorted(ours)} but "
+                                "no schema_version table; expected a database made by "
+                                f"ReplayStore (schema_version {SCHEMA_VERSION}) or an empty one"
+                            )
+                        Base.metadata.create_all(conn)
+                        s.add(SchemaVersionRow(id=1, version=SCHEMA_VERSION, created_at=utcnow()))
+                    found = s.scalar(select(SchemaVersionRow.version).where(SchemaVersionRow.id == 1))
+                    if found != SCHEMA_VERSION:
+                        raise ContractError(
+                            f"database {self._url_text} has replay schema_version {found}, this "
+                            f"agentrl expects schema_version {SCHEMA_VERSION}; use a new database "
+                            "(or an agentrl release with that schema version): there are no "
+                            "migrations yet"
+                        )
+                return
+            except (IntegrityError, ProgrammingError) as exc:
+                # PostgreSQL: a concurrent opener of the new database created the tables
+                # first ("already exists"); the second attempt finds them.
+                if attempt == 2:
+                    raise InfraError(
+                        f"cannot set up the replay database {self._url_text}: {exc.orig}"
+                    ) from exc
+            except DBAPIError as exc:
+                raise InfraError(
+                    f"cannot open the replay database {self._url_text}: {exc.orig}"
+                ) from exc
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
@@ -334,7 +348,7 @@ class ReplayStore:
                 not in the batch or of the wrong length, an ``episode_id`` repeated in the
                 batch or stored under another run. Nothing is written then.
         """
-        _check_iteration(iteration)
+        iteration = _check_iteration(iteration)
         advantages = dict(advantages or {})
         ids = [ep.episode_id for ep in episodes]
         if len(set(ids)) != len(ids):
@@ -389,7 +403,7 @@ class ReplayStore:
             ContractError: unknown run, negative iteration, an empty or non-``str`` key,
                 or a value ``float()`` rejects.
         """
-        _check_iteration(iteration)
+        iteration = _check_iteration(iteration)
         rows = []
         for key, value in metrics.items():
             if not isinstance(key, str) or not key:
@@ -564,9 +578,19 @@ def _check_id(name: str, value: object) -> None:
         raise ContractError(f"{name}={value!r}; expected a non-empty str of at most 200 characters")
 
 
-def _check_iteration(iteration: object) -> None:
-    if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
-        raise ContractError(f"iteration={iteration!r}; expected an int >= 0")
+def _as_int(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as a Python int in ``[lo, hi]`` (numpy integers accepted, bools not)."""
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        v = None
+    if isinstance(value, bool) or v is None or not lo <= v <= hi:
+        raise ContractError(f"{name}={value!r}; expected an int in [{lo}, {hi}]")
+    return v
+
+
+def _check_iteration(iteration: object) -> int:
+    return _as_int("iteration", iteration, 0, 2**31 - 1)
 
 
 def _json_object(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
@@ -593,8 +617,7 @@ def _episode_row(run_id: str, iteration: int, position: int, ep: Episode,
         _check_id(f"episode.{name}", getattr(ep, name))
     if not isinstance(ep.task_id, str):
         raise ContractError(f"episode {ep.episode_id}: task_id={ep.task_id!r}; expected a str")
-    if isinstance(ep.seed, bool) or not isinstance(ep.seed, int) or not -(2**63) <= ep.seed < 2**63:
-        raise ContractError(f"episode {ep.episode_id}: seed={ep.seed!r}; expected an int64")
+    seed = _as_int(f"episode {ep.episode_id} seed", ep.seed, -(2**63), 2**63 - 1)
     if ep.termination_reason is not None and not isinstance(ep.termination_reason, TerminationReason):
         raise ContractError(f"episode {ep.episode_id}: termination_reason={ep.termination_reason!r}; "
                             "expected a TerminationReason or None")
@@ -617,7 +640,7 @@ def _episode_row(run_id: str, iteration: int, position: int, ep: Episode,
         "group_id": ep.group_id,
         "env_id": ep.env_id,
         "task_id": ep.task_id,
-        "seed": ep.seed,
+        "seed": seed,
         "terminated": bool(ep.terminated),
         "truncated": bool(ep.truncated),
         "termination_reason": None if ep.termination_reason is None else ep.termination_reason.value,

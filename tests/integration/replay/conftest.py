@@ -16,12 +16,6 @@ from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason
 POSTGRES_ENV = "AGENTRL_TEST_POSTGRES_URL"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", f"postgres: needs a PostgreSQL server named by ${POSTGRES_ENV}"
-    )
-
-
 def _drop_all(url: str) -> None:
     engine = create_engine(url)
     try:

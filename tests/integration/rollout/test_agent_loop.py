@@ -1,0 +1,163 @@
+"""The multi-turn agent loop on a real vLLM engine (tiny random model with SmolLM2's real
+tokenizer and chat template): invariants 1-3, termination cases C07 and C08, and faults
+that are not the model's (infra and reward errors)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+from agentrl.errors import RewardError, SandboxError
+from agentrl.rollout.chat import ChatTokenizer
+from agentrl.rollout.loop import EpisodeRequest, RolloutLimits, RolloutWorker
+from agentrl.types import SamplingRecord, TerminationReason
+
+pytestmark = pytest.mark.slow
+
+# The tiny random model rarely samples <|im_end|>. Declaring many ids as stop ids makes its
+# turns end by "stop" after a few tokens, so multi-turn paths are exercised for real.
+HALF_STOP = (2,) + tuple(range(3, 25000))
+ALL_STOP = (2, 0) + tuple(range(3, 49152))
+
+
+class ToolEchoEnv(gym.Env):
+    """Answers every action with a tool observation; ends after ``episode_len`` steps."""
+
+    def __init__(self, episode_len=3, obs_text="result: ok", fail_at=None, fail_with=None):
+        self.episode_len, self.obs_text, self.fail_at, self.fail_with = episode_len, obs_text, fail_at, fail_with
+        self.steps = 0
+        self.actions: list[str] = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return f"Task {options['task_id']}: call the tool.", {"anchor": ("start",), "system_prompt": "You are a test agent."}
+
+    def step(self, action):
+        self.actions.append(action)
+        self.steps += 1
+        if self.fail_at == self.steps:
+            raise self.fail_with
+        done = self.steps >= self.episode_len
+        return self.obs_text, float(done), done, False, {"anchor": ("step", self.steps), "observation_role": "tool"}
+
+
+class RecordingEngine:
+    """The real engine, plus a record of what it returned (a spy beside the real thing)."""
+
+    def __init__(self, engine):
+        self.engine, self.completions, self.adds = engine, {}, []
+
+    def add(self, request_id, prompt_ids, **kw):
+        self.adds.append((request_id, list(prompt_ids), kw))
+        self.engine.add(request_id, prompt_ids, **kw)
+
+    def has_unfinished(self):
+        return self.engine.has_unfinished()
+
+    def step(self):
+        out = self.engine.step()
+        for c in out:
+            self.completions[c.request_id] = c
+        return out
+
+    def abort(self, ids):
+        self.engine.abort(ids)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    from agentrl.rollout.engine import VLLMEngine
+
+    return VLLMEngine(tiny_model_path, dtype="float32", max_model_len=1024, seed=0, max_num_seqs=16)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+def _worker(engine, tokenizer, envs, *, stop_ids=(2, 0), limits=RolloutLimits(3, 24, 1024), temperature=1.0):
+    chat = ChatTokenizer(tokenizer, tuple(stop_ids))
+    it = iter(envs)
+
+    def factory(req):
+        return next(it), None
+
+    spy = RecordingEngine(engine)
+    return RolloutWorker(spy, chat, factory, limits, SamplingRecord(temperature=temperature), env_workers=4), spy
+
+
+def _requests(n):
+    return [EpisodeRequest("test/Echo", f"t{i}", seed=i, group_id=f"g{i // 2}", sample_seed=100 + i) for i in range(n)]
+
+
+def test_multi_turn_stream_is_prompt_plus_sampled_plus_observation_ids(engine, tokenizer):
+    envs = [ToolEchoEnv(episode_len=3) for _ in range(4)]
+    worker, spy = _worker(engine, tokenizer, envs, stop_ids=HALF_STOP, limits=RolloutLimits(3, 16, 1024))
+    episodes = worker.run(_requests(4), policy_version=7)
+    assert len(episodes) == 4
+    assert max(len(ep.turns) for ep in episodes) == 3  # multi-turn for real
+    for ep in episodes:
+        ep.validate()
+        assert sum(ep.loss_mask()) == len(ep.behavior_log_probs())  # invariant 3
+        for k, turn in enumerate(ep.turns):
+            comp = spy.completions[f"{ep.episode_id}:{k}"]
+            assert turn.completion_ids == list(comp.token_ids)  # exactly what the engine sampled
+            assert turn.behavior_log_probs == list(comp.log_probs)
+            assert turn.policy_version == 7
+            # the engine was prompted with exactly the stream so far (token-in)
+            rid, prompt, _ = next(a for a in spy.adds if a[0] == f"{ep.episode_id}:{k}")
+            assert prompt == [t for tt in ep.turns[:k] for t in tt.prompt_ids + tt.completion_ids] + turn.prompt_ids
+        if ep.turns[0].finish_reason == "length":
+            assert ep.termination_reason == TerminationReason.LENGTH and ep.truncated and len(ep.turns) == 1
+
+
+def test_C07_second_declared_stop_id_ends_the_turn_and_is_in_the_mask(engine, tokenizer):
+    # Find the token the model samples first (greedy), then declare it as the *second* stop id.
+    probe_env = ToolEchoEnv(episode_len=1)
+    worker, spy = _worker(engine, tokenizer, [probe_env], limits=RolloutLimits(1, 4, 1024), temperature=1e-3)
+    first = worker.run(_requests(1), 0)[0].turns[0].completion_ids[0]
+    assert first not in (0, 2)
+    env = ToolEchoEnv(episode_len=1)
+    worker, spy = _worker(engine, tokenizer, [env], stop_ids=(2, first), limits=RolloutLimits(1, 16, 1024), temperature=1e-3)
+    ep = worker.run(_requests(1), 0)[0]
+    turn = ep.turns[0]
+    assert turn.finish_reason == "stop"
+    assert turn.completion_ids == [first]  # the stop token is kept, nothing after it
+    assert ep.loss_mask()[-1] == 1 and sum(ep.loss_mask()) == 1
+    assert ep.termination_reason == TerminationReason.ENV_TERMINATED and not ep.truncated
+
+
+def test_C08a_length_stop_truncates_without_executing_or_penalising(engine, tokenizer):
+    env = ToolEchoEnv(episode_len=3)
+    worker, _ = _worker(engine, tokenizer, [env], stop_ids=(2,), limits=RolloutLimits(3, 3, 1024), temperature=1e-3)
+    ep = worker.run(_requests(1), 0)[0]
+    assert ep.turns[-1].finish_reason == "length"
+    assert ep.truncated and not ep.terminated and ep.termination_reason == TerminationReason.LENGTH
+    assert len(ep.turns) == 1 and env.actions == []  # never handed to the env: not a format failure
+    assert ep.turns[-1].invalid_action is False
+
+
+def test_C08b_observation_that_leaves_no_room_ends_with_context_limit_and_no_engine_call(engine, tokenizer):
+    env = ToolEchoEnv(episode_len=3, obs_text="word " * 400)
+    worker, spy = _worker(engine, tokenizer, [env], stop_ids=ALL_STOP, limits=RolloutLimits(3, 4, 300), temperature=1.0)
+    ep = worker.run(_requests(1), 0)[0]
+    assert ep.turns[0].finish_reason == "stop" and env.actions  # the observation did arrive
+    assert ep.termination_reason == TerminationReason.CONTEXT_LIMIT and ep.truncated
+    assert len(spy.adds) == 1  # no call that would overflow
+    assert all(len(p) + kw["max_tokens"] <= 300 for _, p, kw in spy.adds)
+
+
+@pytest.mark.parametrize("exc, reason", [(SandboxError("sandbox died"), TerminationReason.INFRA_ERROR),
+                                         (RewardError("verifier crashed"), TerminationReason.REWARD_ERROR)])
+def test_faults_are_flagged_never_scored(engine, tokenizer, exc, reason):
+    envs = [ToolEchoEnv(episode_len=2, fail_at=1, fail_with=exc), ToolEchoEnv(episode_len=1)]
+    worker, _ = _worker(engine, tokenizer, envs, stop_ids=ALL_STOP, limits=RolloutLimits(2, 4, 1024))
+    bad, good = worker.run(_requests(2), 0)
+    assert bad.termination_reason == reason and bad.is_error and bad.total_reward is None
+    assert bad.error["type"] == type(exc).__name__ and str(exc) in bad.error["message"]
+    assert good.termination_reason == TerminationReason.ENV_TERMINATED
+    assert not good.is_error and good.total_reward == 1.0
