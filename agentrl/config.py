@@ -47,6 +47,7 @@ class EnvConfig(_Section):
     id: str = Field("agentrl/HumanEval-v0", description="Registered gymnasium id.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
     split: str = Field("train", description="Task split the TaskSource draws from.")
+    task_ids: list[str] | None = Field(None, description="Train on these task ids only (each must belong to the split); None: the whole split.")
     tasks_per_iteration: int = Field(4, ge=1, description="Distinct task instances (groups) per iteration.")
     group_size: int = Field(4, ge=1, description="Rollouts per task instance (GRPO group size).")
 

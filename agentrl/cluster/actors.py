@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -140,6 +141,18 @@ class RolloutActor:
 
     def prompt_log_probs(self, token_ids: list[int]) -> list[float]:
         return self.engine.prompt_log_probs(token_ids)
+
+    def sample(self, prompt_ids: list[int], temperature: float, max_tokens: int, seed: int) -> tuple[list[int], list[float]]:
+        """Sample one completion of ``prompt_ids`` (for evaluation and checks): ``(ids,
+        behavior_log_probs)`` at ``temperature``."""
+        rid = f"sample-{uuid.uuid4().hex}"
+        self.engine.add(rid, prompt_ids, sampling=SamplingRecord(temperature=temperature), max_tokens=max_tokens,
+                        stop_token_ids=self.worker.chat.stop_token_ids, seed=seed)
+        while self.engine.has_unfinished():
+            for comp in self.engine.step():
+                if comp.request_id == rid:
+                    return list(comp.token_ids), list(comp.log_probs)
+        raise RuntimeError(f"request {rid} vanished from the engine")
 
 
 @ray.remote

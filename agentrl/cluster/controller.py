@@ -145,6 +145,11 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         log.warning("removed %d sandbox processes left behind by earlier runs", reaped)
 
     task_ids = env_task_ids(cfg.env.id, cfg.env.split)
+    if cfg.env.task_ids is not None:
+        unknown = [t for t in cfg.env.task_ids if t not in set(task_ids)]
+        if unknown:
+            raise ConfigError(f"env.task_ids: {unknown[:5]} not in split {cfg.env.split!r} of {cfg.env.id!r}")
+        task_ids = list(cfg.env.task_ids)
     tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size)
     model_path = resolve_model_path(cfg.model.path)
     cfg_dict = cfg.model_dump(mode="json")

@@ -17,33 +17,16 @@ be extended turn by turn (for example, templates that rewrite earlier turns).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from agentrl.errors import TemplateError
+from environments.tools import render_tools_for_prompt
 
 Message = dict[str, Any]
 
 _PROBE_USER = "Probe question: what is 2 + 3?"
 _PROBE_ASSISTANT = "Probe answer."
-
-
-def render_tools_as_text(tools: Sequence[dict[str, Any]]) -> str:
-    """Plain-text description of OpenAI-style JSON-schema tools, for chat templates that do
-    not render ``tools=`` themselves (SmolLM2's ChatML template ignores them)."""
-    if not tools:
-        return ""
-    lines = [
-        "You can call tools. To call one, write exactly:",
-        '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>',
-        "Available tools:",
-    ]
-    for tool in tools:
-        fn = tool.get("function", tool)
-        params = fn.get("parameters", {})
-        lines.append(f"- {fn.get('name')}: {fn.get('description', '').strip()} Arguments (JSON schema): {json.dumps(params, sort_keys=True)}")
-    return "\n".join(lines)
 
 
 @dataclass
@@ -114,12 +97,14 @@ class ChatTokenizer:
         """Whether the template renders ``tools=`` itself (else they go into the system prompt)."""
         return self._tools_rendered
 
-    def initial_messages(self, system_prompt: str | None, user: str, tools: Sequence[dict] | None = None) -> list[Message]:
-        """The first messages of an episode; tool descriptions go into the system prompt
-        when the template does not render tools."""
+    def initial_messages(self, system_prompt: str | None, user: str, tools: Sequence[dict] | None = None,
+                         *, prompt_describes_tools: bool = False) -> list[Message]:
+        """The first messages of an episode. When the template does not render ``tools=``,
+        a plain-text description of the tools is appended to the system prompt, unless the
+        environment says its system prompt already describes them."""
         system = system_prompt or ""
-        if tools and not self._tools_rendered:
-            system = (system + "\n\n" + render_tools_as_text(tools)).strip()
+        if tools and not self._tools_rendered and not prompt_describes_tools:
+            system = (system + "\n\n" + render_tools_for_prompt(tools)).strip()
         msgs: list[Message] = []
         if system:
             msgs.append({"role": "system", "content": system})

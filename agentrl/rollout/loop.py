@@ -6,6 +6,9 @@ environment step returns, while other episodes are still generating; environment
 
 Per turn the loop records exactly what design.md's ``Turn`` says. Termination:
 
+Observations become chat messages of ``info["observation_role"]`` (``user`` by default);
+with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool message.
+
 * the environment's ``terminated`` / ``truncated`` → ``env_terminated`` / ``env_truncated``;
 * ``max_turns`` reached → truncated, ``max_turns``;
 * a completion stopped by ``max_new_tokens`` → truncated, ``length``; the action is not
@@ -111,6 +114,21 @@ def _anchor_of(info: dict, obs: str, env_id: str) -> Hashable:
     except TypeError:
         raise EnvError(f"{env_id}: info['anchor']={anchor!r} is not hashable; GiGPO needs a hashable state key") from None
     return anchor
+
+
+def _observation_messages(obs: str, info: dict, env_id: str) -> list[dict[str, str]]:
+    """Chat messages for an observation: ``info["observation_role"]`` (default ``user``);
+    with role ``tool`` and ``info["tool_outputs"]`` (one string per tool call), one tool
+    message per call, as chat templates expect after several calls (case C02)."""
+    role = info.get("observation_role", "user")
+    if role not in ("user", "tool", "system"):
+        raise EnvError(f"{env_id}: info['observation_role']={role!r}; expected 'user', 'tool' or 'system'")
+    outputs = info.get("tool_outputs")
+    if role == "tool" and outputs:
+        if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, str) for o in outputs):
+            raise EnvError(f"{env_id}: info['tool_outputs'] must be a list of str, got {outputs!r:.200}")
+        return [{"role": "tool", "content": o} for o in outputs]
+    return [{"role": role, "content": obs}]
 
 
 class RolloutWorker:
@@ -273,7 +291,8 @@ class RolloutWorker:
                 obs, info = result
                 st.anchor = _anchor_of(info, obs, env_id)
                 tools = info.get("tools") or None
-                msgs = self.chat.initial_messages(info.get("system_prompt"), obs, tools)
+                msgs = self.chat.initial_messages(info.get("system_prompt"), obs, tools,
+                                                  prompt_describes_tools=bool(info.get("system_prompt_describes_tools")))
                 return self._queue_turn(st, self.chat.prompt_ids(msgs, tools), policy_version, by_request)
             obs, reward, terminated, truncated, info = result
             turn = st.episode.turns[-1]
@@ -290,8 +309,7 @@ class RolloutWorker:
             if len(st.episode.turns) >= self.limits.max_turns:
                 return self._finish(st, TerminationReason.MAX_TURNS)
             st.anchor = _anchor_of(info, obs, env_id)
-            role = info.get("observation_role", "user")
-            delta = self.chat.delta_ids([{"role": role, "content": obs}])
+            delta = self.chat.delta_ids(_observation_messages(obs, info, env_id))
             return self._queue_turn(st, delta, policy_version, by_request)
         except (EnvError, InfraError) as exc:
             return self._fail(st, TerminationReason.INFRA_ERROR, exc)

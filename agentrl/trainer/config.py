@@ -55,9 +55,9 @@ class TrainerConfig:
     disables clipping (the norm is still reported as ``train/grad_norm``). A step whose
     gradient norm is not finite is skipped (``train/skipped_step`` = 1)."""
 
-    lr_warmup_steps: int = 0
+    warmup_steps: int = 0
     """Linear warmup over this many optimizer steps, then constant: the learning-rate
-    factor of optimizer step ``k`` (0-based) is ``min(1, (k + 1) / lr_warmup_steps)``."""
+    factor of optimizer step ``k`` (0-based) is ``min(1, (k + 1) / warmup_steps)``."""
 
     micro_batch_size: int = 4
     """Rows per forward/backward pass on one rank (gradient accumulation over the rest).
@@ -117,8 +117,8 @@ class TrainerConfig:
             raise ConfigError(f"eps={self.eps}; expected > 0")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ConfigError(f"max_grad_norm={self.max_grad_norm}; expected > 0 or None")
-        if not (isinstance(self.lr_warmup_steps, int) and self.lr_warmup_steps >= 0):
-            raise ConfigError(f"lr_warmup_steps={self.lr_warmup_steps!r}; expected an int >= 0")
+        if not (isinstance(self.warmup_steps, int) and self.warmup_steps >= 0):
+            raise ConfigError(f"warmup_steps={self.warmup_steps!r}; expected an int >= 0")
         if not (isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1):
             raise ConfigError(f"micro_batch_size={self.micro_batch_size!r}; expected an int >= 1")
         if self.micro_batch_tokens is not None and not (

@@ -1,0 +1,146 @@
+"""Small real inputs for trainer tests: a tiny random Llama folder, synthetic batches, and
+a runner that compares trainer set-ups (micro-batch sizes, 1 vs N ranks).
+
+Used by this package's tests and by anyone who needs a ``PolicyTrainer`` in seconds (e.g.
+cluster wiring tests). Nothing here is a fake: the model is a real (random) Llama and the
+batches go through ``TokenBatch.pack``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from agentrl.types import SamplingRecord, TokenBatch, TokenSequence
+
+if TYPE_CHECKING:
+    from agentrl.trainer.trainer import PolicyTrainer
+
+TINY_VOCAB = 256
+
+
+def make_tiny_llama(path: str | os.PathLike[str], *, seed: int = 0, tie_word_embeddings: bool = False) -> str:
+    """Write a random 2-layer Llama (vocab 256, hidden 64, head_dim 32, about 0.1 M
+    parameters) with ``save_pretrained`` to ``path``; no tokenizer. Deterministic for a
+    given ``seed`` (torch CPU RNG). Returns ``str(path)``."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=TINY_VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        tie_word_embeddings=tie_word_embeddings,
+    )
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(cfg)
+    finally:
+        torch.set_rng_state(state)
+    Path(path).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    return str(path)
+
+
+def make_batch(
+    *,
+    num_rows: int = 6,
+    seed: int = 0,
+    temperature: float = 1.0,
+    vocab_size: int = TINY_VOCAB,
+    min_len: int = 5,
+    max_len: int = 14,
+    multi_turn: bool = True,
+) -> TokenBatch:
+    """A packed batch of ``num_rows`` rows of varied lengths, in groups of two.
+
+    Each row: a prompt (``loss_mask`` 0), a completion (1), and when ``multi_turn`` an
+    observation (0) and a second completion (1). Advantages are a per-row constant on
+    loss tokens (mixed signs); behavior log-probs are plausible negative numbers (not the
+    model's: the trainer reports the gap). Deterministic in ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(num_rows):
+        n = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
+        ids = torch.randint(0, vocab_size, (n,), generator=g).tolist()
+        n_prompt = max(1, n // 4)
+        mask = [0] * n_prompt + [1] * (n - n_prompt)
+        if multi_turn and n - n_prompt >= 4:
+            a = n_prompt + (n - n_prompt) // 2
+            mask[a : a + 2] = [0, 0]  # an observation between two completions
+        n_loss = sum(mask)
+        adv_value = float(torch.randn((), generator=g))
+        advantages = [adv_value if m else 0.0 for m in mask]
+        blp = (-torch.rand(n_loss, generator=g) * 6.0).tolist()
+        rows.append(
+            TokenSequence(
+                input_ids=ids,
+                loss_mask=mask,
+                behavior_log_probs=blp,
+                advantages=advantages,
+                group_id=f"g{i // 2}",
+                policy_version=0,
+                episode_id=f"ep{i}",
+            )
+        )
+    return TokenBatch.pack(rows, SamplingRecord(temperature=temperature))
+
+
+def full_grads(trainer: "PolicyTrainer") -> dict[str, torch.Tensor]:
+    """Unsharded copy of every parameter's current gradient, by HF name. Collective."""
+    out = {}
+    for name, p in trainer.model.named_parameters():
+        g = p.grad
+        if g is None:
+            continue
+        out[name] = (g.full_tensor() if hasattr(g, "full_tensor") else g).detach().cpu().clone()
+    return out
+
+
+def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict]:
+    """For each case ``{"batch": make_batch kwargs, "config": TrainerConfig kwargs}``:
+    build a fresh ``PolicyTrainer``, score the batch, take one ``step``, and collect
+    ``log_probs``, ``metrics``, ``grads`` (after the step's last backward, clipped) and
+    ``weights`` (after the update). Collective; rank 0 gets the results, other ranks
+    ``{}``. Used to compare set-ups that must agree (micro-batch sizes, world sizes)."""
+    import torch.distributed as dist
+
+    from agentrl.trainer.config import TrainerConfig
+    from agentrl.trainer.trainer import PolicyTrainer
+
+    results: dict[str, dict] = {}
+    for name, case in cases.items():
+        trainer = PolicyTrainer(TrainerConfig(model_path=model_path, **case.get("config", {})))
+        batch = make_batch(**case.get("batch", {}))
+        log_probs = trainer.compute_log_probs(batch)
+        metrics = trainer.step(batch)
+        grads = full_grads(trainer)
+        weights = trainer.full_state_dict()
+        if dist.get_rank() == 0:
+            results[name] = {"log_probs": log_probs, "metrics": metrics, "grads": grads, "weights": weights}
+    return results
+
+
+def two_rank_worker(rank: int, world_size: int, port: int, model_path: str, cases: dict, out_file: str) -> None:
+    """``torch.multiprocessing.spawn`` target: join a gloo group on 127.0.0.1:``port``,
+    run ``run_trainer_cases``, and have rank 0 ``torch.save`` the results to ``out_file``."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
+    try:
+        results = run_trainer_cases(model_path, cases)
+        if rank == 0:
+            torch.save(results, out_file)
+    finally:
+        dist.destroy_process_group()

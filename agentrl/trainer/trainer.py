@@ -1,0 +1,663 @@
+"""``PolicyTrainer``: PPO-clip / GRPO policy updates of a Hugging Face causal LM under
+FSDP2, one instance per rank.
+
+Reading order: ``__init__`` (load, shard, optimizer) → ``compute_log_probs`` → ``step`` →
+state (``full_state_dict``, ``save_checkpoint``/``load_checkpoint``, ``save_hf``).
+
+Distributed contract: the caller initialises the default process group (gloo on CPU,
+nccl on CUDA; a group of one for a single process, see
+``agentrl.trainer.distributed.init_single_process_group``) before constructing the
+trainer, and then calls every public method on every rank with the same arguments (the
+same full ``TokenBatch``): they are collective. Rank ``r`` works on rows
+``r, r + W, r + 2W, ...`` of the batch. A rank left with no rows (or with fewer
+micro-batches than another rank) runs dummy one-token forwards/backwards with zero
+weight so that FSDP's all-gathers and reduce-scatters still line up.
+
+Scoring layout: the batch is packed (``TokenBatch``), but rows are scored by right-padding
+each micro-batch's rows to its longest row with an ``attention_mask`` (and the batch's
+``position_ids``, restarting per row). That is exact for every HF attention kernel;
+packing several rows into one unpadded sequence would need kernel-specific
+variable-length attention and is left for later.
+
+Dropout is switched off at load (every ``*dropout*`` float of the HF config set to 0,
+every ``nn.Dropout`` to ``p=0``): the trainer must score tokens with the same
+deterministic function the engine sampled from, and ``old_log_probs`` must equal the
+first PPO epoch's log-probs exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from agentrl.errors import CheckpointError, ConfigError, ContractError
+from agentrl.trainer.config import TrainerConfig
+from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, policy_loss
+from agentrl.types import TokenBatch
+
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+_COMPLETE_MARKER = "COMPLETE"
+
+
+class PolicyTrainer:
+    """Policy-gradient trainer for one rank of an FSDP2 data-parallel group.
+
+    Attributes:
+        config: the validated ``TrainerConfig``.
+        rank, world_size: this process's place in the default process group.
+        device: where the model computes.
+        global_step: number of completed ``step()`` calls (restored by
+            ``load_checkpoint``).
+        model: the FSDP2-wrapped HF model (parameters are sharded ``DTensor``s); exposed
+            for inspection, e.g. gradients in tests.
+
+    Raises (constructor):
+        ConfigError: invalid config, no process group, CUDA requested but absent, or a
+            model folder that cannot be loaded.
+    """
+
+    def __init__(self, config: TrainerConfig) -> None:
+        config.validate()
+        self.config = config
+        if not dist.is_available() or not dist.is_initialized():
+            raise ConfigError(
+                "PolicyTrainer needs an initialised torch.distributed process group "
+                "(gloo on CPU, nccl on CUDA); call torch.distributed.init_process_group(...) "
+                "first, or agentrl.trainer.init_single_process_group() for one process"
+            )
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.device = self._pick_device(config.device)
+        self.global_step = 0
+        _seed_everything(config.seed)
+
+        model = _load_model(config)
+        self._vocab_size = int(model.get_input_embeddings().num_embeddings)
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()  # dropout is already 0; train mode keeps gradient checkpointing active
+
+        mesh = init_device_mesh(self.device.type, (self.world_size,), mesh_dim_names=("fsdp",))
+        if config.dtype == "bfloat16":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        else:
+            mp = MixedPrecisionPolicy()
+        layers = _decoder_layers(model)
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        # The loss is already divided by the global token/sequence count of the step, so
+        # ranks' gradients must be summed, not averaged (FSDP's default divides by W).
+        # Factor 1 with plain SUM collectives (no PREMUL_SUM, which gloo lacks).
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.set_gradient_divide_factor(1.0)
+                m.set_force_sum_reduction_for_comms(True)
+        self.model = model
+
+        self._optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=config.lr,
+            betas=tuple(config.betas),
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+        )
+        warmup = config.warmup_steps
+        self._scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self._optimizer, lr_lambda=lambda k: min(1.0, (k + 1) / warmup) if warmup > 0 else 1.0
+        )
+
+    # ------------------------------------------------------------------ scoring
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: TokenBatch) -> torch.Tensor:
+        """Per-token log-probs of ``batch.input_ids`` under the current weights.
+
+        Collective: call on every rank with the same batch; every rank gets the full result.
+
+        Args:
+            batch: packed rows; ``batch.sampling`` gives the temperature (logits are divided
+                by it before the softmax).
+
+        Returns:
+            ``[T]`` float32 on CPU: position ``t`` holds ``log p(input_ids[t] |
+            input_ids[row_start:t])``; 0 at each row's first token (nothing to condition on).
+
+        Raises:
+            ConfigError: ``top_p < 1`` or ``top_k > 0`` (cannot be reproduced), or a
+                temperature that contradicts ``config.temperature``.
+            ContractError: a token id outside the vocabulary.
+        """
+        temperature = self._check_batch(batch, for_training=False)
+        groups = self._aligned_micro_batches(self._my_rows(batch), batch)
+        out = torch.zeros(batch.num_tokens, dtype=torch.float32, device=self.device)  # (T,)
+        slices = batch.row_slices()
+        for rows in groups:
+            if not rows:
+                self._dummy_forward(with_grad=False)
+                continue
+            lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False)
+            idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]).to(self.device)
+            out[idx] = lp
+        if self.world_size > 1:
+            # Rows are disjoint across ranks and 0 elsewhere, so the sum is exact.
+            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out.cpu()
+
+    # ------------------------------------------------------------------ training
+
+    def step(self, batch: TokenBatch) -> dict[str, float]:
+        """One training step on ``batch``: ``config.ppo_epochs`` optimizer steps.
+
+        1. Global loss-token / sequence counts are all-reduced across ranks.
+        2. ``old_log_probs`` at the current weights (no grad); the gap to
+           ``behavior_log_probs`` on loss tokens is reported (design.md, invariant 4).
+        3. Per epoch: forward/backward over this rank's micro-batches (gradient
+           accumulation, loss normalised by the global counts), gradient clipping,
+           AdamW step, scheduler step.
+
+        Collective: call on every rank with the same batch.
+
+        Returns:
+            Metrics (floats, identical on every rank): ``losses/policy_loss``,
+            ``losses/approx_kl``, ``losses/clipfrac``, ``losses/entropy``,
+            ``losses/ratio_mean`` (means over epochs; token means over the batch's loss
+            tokens, the loss itself as aggregated), ``train/grad_norm`` (pre-clip, mean over
+            epochs), ``train/lr`` (of the last optimizer step), ``train/num_loss_tokens``,
+            ``train/num_loss_seqs``, ``train/behavior_logprob_gap_mean_abs``,
+            ``train/behavior_logprob_gap_max_abs``, ``train/skipped_step`` (optimizer steps
+            skipped for a non-finite gradient norm), ``train/global_step``,
+            ``perf/tokens_per_s`` (batch tokens / step time), ``perf/step_s``.
+
+        Raises:
+            ConfigError, ContractError: as ``compute_log_probs``; also a loss token at a
+                row's first position, or ranks holding different batches.
+        """
+        t0 = time.perf_counter()
+        cfg = self.config
+        temperature = self._check_batch(batch, for_training=True)
+        my_rows = self._my_rows(batch)
+        groups = self._aligned_micro_batches(my_rows, batch)
+        dev = self.device
+
+        # 1. global loss-token / sequence counts: the normalisers of the loss.
+        my_slices = _row_slices(batch, my_rows)
+        row_tokens = [float(batch.loss_mask[s].sum()) for s in my_slices]
+        counts = torch.tensor([sum(row_tokens), float(sum(n > 0 for n in row_tokens))], dtype=torch.float64, device=dev)
+        self._all_reduce(counts, dist.ReduceOp.SUM)
+        global_tokens, global_seqs = (float(x) for x in counts.tolist())
+        if global_tokens == 0:
+            raise ContractError("batch has no loss tokens (sum(loss_mask) == 0); nothing to train on")
+
+        # 2. old log-probs at the current weights, and their gap to the engine's.
+        old_lps: list[torch.Tensor | None] = []
+        gap_sum = torch.zeros(1, dtype=torch.float64, device=dev)
+        gap_max = torch.zeros(1, dtype=torch.float32, device=dev)
+        with torch.no_grad():
+            for rows in groups:
+                if not rows:
+                    self._dummy_forward(with_grad=False)
+                    old_lps.append(None)
+                    continue
+                lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False)
+                old_lps.append(lp)
+                sub = batch.select_rows(rows)
+                mask = sub.loss_mask.to(dev) > 0  # (Tm,)
+                gap = (lp - sub.behavior_log_probs.to(dev)).abs()[mask]  # (n_loss,)
+                if gap.numel():
+                    gap_sum += gap.double().sum()
+                    gap_max = torch.maximum(gap_max, gap.max())
+        self._all_reduce(gap_sum, dist.ReduceOp.SUM)
+        self._all_reduce(gap_max, dist.ReduceOp.MAX)
+
+        # 3. PPO epochs.
+        metric_names = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean")
+        totals = {k: 0.0 for k in metric_names}
+        grad_norm_total, skipped, lr_used = 0.0, 0, 0.0
+        for _epoch in range(cfg.ppo_epochs):
+            self._optimizer.zero_grad(set_to_none=True)
+            # [loss, kl*n, clipfrac*n, entropy*n, ratio*n] summed over micro-batches
+            acc = torch.zeros(len(metric_names), dtype=torch.float64, device=dev)
+            for rows, old in zip(groups, old_lps):
+                if not rows:
+                    self._dummy_forward(with_grad=True)
+                    continue
+                sub = batch.select_rows(rows)
+                lp, ent = self._score_rows(batch, rows, temperature, with_grad=True, with_entropy=True)
+                mask = sub.loss_mask.to(dev)
+                seq_ids = torch.repeat_interleave(torch.arange(len(rows)), sub.seq_lens).to(dev)
+                loss, m = policy_loss(
+                    lp,
+                    old,
+                    sub.advantages.to(dev),
+                    mask,
+                    clip_ratio_low=cfg.clip_ratio_low,
+                    clip_ratio_high=cfg.clip_ratio_high,
+                    loss_agg_mode=cfg.loss_agg_mode,
+                    global_num_tokens=global_tokens,
+                    global_num_seqs=max(global_seqs, 1.0),
+                    seq_ids=seq_ids,
+                    entropy=ent,
+                )
+                loss.backward()
+                n = mask.sum().double()
+                acc += torch.stack(
+                    [m["losses/policy_loss"].double()] + [m[k].double() * n for k in metric_names[1:]]
+                )
+            self._all_reduce(acc, dist.ReduceOp.SUM)
+            vals = acc.tolist()
+            totals[metric_names[0]] += vals[0]
+            for k, v in zip(metric_names[1:], vals[1:]):
+                totals[k] += v / global_tokens
+
+            grad_norm = self._clip_grad_norm()
+            grad_norm_total += grad_norm
+            lr_used = float(self._scheduler.get_last_lr()[0])
+            if np.isfinite(grad_norm):
+                self._optimizer.step()
+            else:
+                skipped += 1
+                self._optimizer.zero_grad(set_to_none=True)
+            self._scheduler.step()
+
+        self.global_step += 1
+        step_s = time.perf_counter() - t0
+        n_ep = float(cfg.ppo_epochs)
+        out = {k: v / n_ep for k, v in totals.items()}
+        out.update(
+            {
+                "train/grad_norm": grad_norm_total / n_ep,
+                "train/lr": lr_used,
+                "train/num_loss_tokens": global_tokens,
+                "train/num_loss_seqs": global_seqs,
+                "train/behavior_logprob_gap_mean_abs": float(gap_sum) / global_tokens,
+                "train/behavior_logprob_gap_max_abs": float(gap_max),
+                "train/skipped_step": float(skipped),
+                "train/global_step": float(self.global_step),
+                "perf/tokens_per_s": batch.num_tokens / step_s if step_s > 0 else 0.0,
+                "perf/step_s": step_s,
+            }
+        )
+        return out
+
+    # ------------------------------------------------------------------ state
+
+    def full_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The full (unsharded) model weights with HF parameter names, on CPU.
+
+        What vLLM's ``reload_weights`` takes (platform-notes.md). Collective: every rank
+        must call it; rank 0 gets the dict, other ranks get ``{}``.
+
+        Args:
+            dtype: cast floating-point tensors to this dtype (e.g. ``torch.bfloat16`` for a
+                bf16 engine; note the precision warning in platform-notes.md); ``None``
+                keeps fp32.
+
+        Returns:
+            ``{hf_name: tensor}`` on rank 0 (never sharing memory with the live
+            parameters), ``{}`` elsewhere.
+        """
+        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.rank != 0:
+            return {}
+        # On CPU with one rank the "gathered" tensors are the live parameters themselves;
+        # copy those, or the caller's dict would change with the next optimizer step.
+        live = {_storage_ptr(p) for p in self.model.parameters()}
+        out = {}
+        for k, v in sd.items():
+            if _storage_ptr(v) in live:
+                v = v.clone()
+            if dtype is not None and v.is_floating_point():
+                v = v.to(dtype)
+            out[k] = v
+        return out
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Write model, optimizer, scheduler, RNG states and the step counter to ``path``.
+
+        Layout (collective: every rank must call):
+
+        - ``dcp/``: model and optimizer state, sharded, with ``torch.distributed.checkpoint``
+          (each rank writes its own shards; loadable on another world size).
+        - ``trainer_state.pt`` (rank 0): ``global_step``, scheduler state, world size, config.
+        - ``rng_rank{r}.pt`` (each rank): torch (and CUDA), numpy and ``random`` states.
+        - ``COMPLETE`` (rank 0, last, after a barrier): marks the checkpoint as whole.
+
+        Raises:
+            CheckpointError: ``path`` exists and already holds a checkpoint.
+        """
+        path = Path(path)
+        if (path / _COMPLETE_MARKER).exists():
+            raise CheckpointError(f"{path} already holds a checkpoint; refusing to overwrite it")
+        path.mkdir(parents=True, exist_ok=True)
+        msd, osd = get_state_dict(self.model, self._optimizer)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path / "dcp"))
+        torch.save(_rng_state(), path / f"rng_rank{self.rank}.pt")
+        if self.rank == 0:
+            torch.save(
+                {
+                    "global_step": self.global_step,
+                    "scheduler": self._scheduler.state_dict(),
+                    "world_size": self.world_size,
+                    "config": asdict(self.config),
+                },
+                path / "trainer_state.pt",
+            )
+        dist.barrier()
+        if self.rank == 0:
+            (path / _COMPLETE_MARKER).write_text("ok\n")
+        dist.barrier()
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore what ``save_checkpoint`` wrote. Collective.
+
+        RNG states are per rank: when resuming on a different world size, ranks without
+        a saved state keep their current one (with a warning); model and optimizer
+        re-shard to the new world size.
+
+        Raises:
+            CheckpointError: ``path`` is not a complete checkpoint, or its tensors do not
+                match this model.
+        """
+        path = Path(path)
+        if not (path / _COMPLETE_MARKER).exists() or not (path / "trainer_state.pt").exists():
+            raise CheckpointError(
+                f"{path} is not a complete trainer checkpoint (missing {_COMPLETE_MARKER} or "
+                "trainer_state.pt); it was never written or its writer crashed"
+            )
+        msd, osd = get_state_dict(self.model, self._optimizer)
+        state = {"model": msd, "optim": osd}
+        try:
+            dcp.load(state, checkpoint_id=str(path / "dcp"))
+        except Exception as exc:  # DCP raises several types for mismatched/corrupt data
+            raise CheckpointError(f"could not load model/optimizer state from {path / 'dcp'}: {exc}") from exc
+        set_state_dict(self.model, self._optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        meta = torch.load(path / "trainer_state.pt", weights_only=True)
+        self._scheduler.load_state_dict(meta["scheduler"])
+        self.global_step = int(meta["global_step"])
+        rng_file = path / f"rng_rank{self.rank}.pt"
+        if rng_file.exists():
+            _set_rng_state(torch.load(rng_file, weights_only=True))
+        else:
+            warnings.warn(
+                f"{rng_file} missing (checkpoint written by {meta['world_size']} ranks, now "
+                f"{self.world_size}); rank {self.rank} keeps its current RNG state",
+                stacklevel=2,
+            )
+        dist.barrier()
+
+    def save_hf(self, path: str | os.PathLike[str], dtype: torch.dtype | None = None) -> None:
+        """Write a Hugging Face model folder (``config.json``, ``generation_config.json``
+        where present, ``*.safetensors``) for users and for engines that load from disk;
+        tokenizer files found in ``config.model_path`` are copied along. Collective; rank 0
+        writes.
+
+        Args:
+            path: target folder (created).
+            dtype: weight dtype written (``None``: fp32).
+        """
+        sd = self.full_state_dict(dtype)
+        if self.rank == 0:
+            path = Path(path)
+            path.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(path, state_dict=sd)
+            src = Path(self.config.model_path)
+            for name in _TOKENIZER_FILES:
+                if (src / name).is_file():
+                    shutil.copy2(src / name, path / name)
+        dist.barrier()
+
+    # ------------------------------------------------------------------ internals
+
+    def _pick_device(self, kind: str) -> torch.device:
+        if kind == "cpu":
+            return torch.device("cpu")
+        if not torch.cuda.is_available():
+            raise ConfigError("device='cuda' but torch.cuda.is_available() is False; use device='cpu'")
+        index = int(os.environ.get("LOCAL_RANK", self.rank % torch.cuda.device_count()))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+
+    def _check_batch(self, batch: TokenBatch, *, for_training: bool) -> float:
+        """Validate what only the trainer can check; return the temperature to use."""
+        s = batch.sampling
+        if s.top_p < 1.0 or s.top_k > 0:
+            raise ConfigError(
+                f"batch sampled with top_p={s.top_p}, top_k={s.top_k}; the trainer can only "
+                "reproduce temperature sampling (top_p=1.0, top_k<=0). Sample without "
+                "truncation or the recomputed log-probs would not match the engine's"
+            )
+        t = float(s.temperature)
+        if not (0.0 < t < float("inf")):
+            raise ConfigError(f"batch.sampling.temperature={t}; expected a finite float > 0")
+        if self.config.temperature is not None and t != self.config.temperature:
+            raise ConfigError(
+                f"batch.sampling.temperature={t} but TrainerConfig.temperature="
+                f"{self.config.temperature}; the rollout and the trainer must agree"
+            )
+        ids = batch.input_ids
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._vocab_size):
+            bad = int(ids.max()) if int(ids.max()) >= self._vocab_size else int(ids.min())
+            raise ContractError(f"token id {bad} outside the model's vocabulary [0, {self._vocab_size})")
+        if for_training:
+            starts = torch.cumsum(batch.seq_lens, 0) - batch.seq_lens  # (B,)
+            first = batch.loss_mask[starts] > 0
+            if bool(first.any()):
+                row = int(first.nonzero()[0])
+                raise ContractError(
+                    f"row {row} ({batch.episode_ids[row]}) has loss_mask 1 on its first token, "
+                    "which has no prefix to be scored from; a row must start with a prompt"
+                )
+            fp = torch.tensor(
+                [float(batch.num_tokens), float(batch.num_rows), float((batch.input_ids % 9973).sum())],
+                dtype=torch.float64,
+                device=self.device,
+            )
+            hi, lo = fp.clone(), -fp
+            self._all_reduce(hi, dist.ReduceOp.MAX)
+            self._all_reduce(lo, dist.ReduceOp.MAX)
+            if not torch.equal(hi, -lo):
+                raise ContractError(
+                    "ranks hold different batches (token count, row count or id checksum "
+                    "differ); every rank must get the same full TokenBatch"
+                )
+        return t
+
+    def _my_rows(self, batch: TokenBatch) -> list[int]:
+        return list(range(self.rank, batch.num_rows, self.world_size))
+
+    def _micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
+        """Group rows in order: at most ``micro_batch_size`` rows and (if set) at most
+        ``micro_batch_tokens`` padded tokens per group."""
+        lens = batch.seq_lens.tolist()
+        cap = self.config.micro_batch_tokens
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        cur_max = 0
+        for r in rows:
+            new_max = max(cur_max, lens[r])
+            too_many = len(cur) >= self.config.micro_batch_size
+            too_big = cap is not None and cur and (len(cur) + 1) * new_max > cap
+            if cur and (too_many or too_big):
+                groups.append(cur)
+                cur, new_max = [], lens[r]
+            cur.append(r)
+            cur_max = new_max
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def _aligned_micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
+        """This rank's micro-batches, padded with empty groups (dummy passes) to the
+        largest count of any rank, so every rank runs the same number of FSDP passes."""
+        groups = self._micro_batches(rows, batch)
+        n = torch.tensor([len(groups)], dtype=torch.int64, device=self.device)
+        self._all_reduce(n, dist.ReduceOp.MAX)
+        return groups + [[] for _ in range(int(n.item()) - len(groups))]
+
+    def _score_rows(
+        self, batch: TokenBatch, rows: Sequence[int], temperature: float, *, with_grad: bool, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Forward ``rows`` right-padded; return their packed ``[Tm]`` log-probs (and
+        entropies of the distribution that predicted each token), 0 at row starts."""
+        dev = self.device
+        slices = batch.row_slices()
+        lens = [slices[r].stop - slices[r].start for r in rows]
+        n_rows, width = len(rows), max(lens)
+        ids = torch.zeros(n_rows, width, dtype=torch.long)  # (B, L), pad id 0 (masked out)
+        pos = torch.zeros(n_rows, width, dtype=torch.long)  # (B, L)
+        attn = torch.zeros(n_rows, width, dtype=torch.long)  # (B, L)
+        for b, (r, n) in enumerate(zip(rows, lens)):
+            ids[b, :n] = batch.input_ids[slices[r]]
+            pos[b, :n] = batch.position_ids[slices[r]]
+            attn[b, :n] = 1
+        ids, pos, attn = ids.to(dev), pos.to(dev), attn.to(dev)
+        with torch.set_grad_enabled(with_grad):
+            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits  # (B, L, V)
+            flat = logits.reshape(n_rows * width, logits.shape[-1])  # (B*L, V), a view
+            labels = torch.zeros_like(ids)  # (B, L): labels[b, t] = ids[b, t + 1]
+            labels[:, :-1] = ids[:, 1:]
+            lp_next = logprobs_from_logits(
+                flat, labels.reshape(-1), temperature, chunk_tokens=self.config.logprob_chunk_tokens
+            ).reshape(n_rows, width)  # (B, L): log p(ids[b, t+1] | ids[b, :t+1])
+            zeros = torch.zeros(n_rows, 1, dtype=torch.float32, device=dev)
+            lp = torch.cat([zeros, lp_next[:, :-1]], dim=1)  # (B, L): log p(ids[b, t] | prefix)
+        valid = attn.bool()  # (B, L)
+        ent = None
+        if with_entropy:
+            with torch.no_grad():
+                e_next = entropy_from_logits(
+                    flat.detach(), temperature, chunk_tokens=self.config.logprob_chunk_tokens
+                ).reshape(n_rows, width)  # (B, L)
+                ent = torch.cat([zeros, e_next[:, :-1]], dim=1)[valid]  # (Tm,)
+        return lp[valid], ent  # (Tm,) in row order, matching batch.select_rows(rows)
+
+    def _dummy_forward(self, *, with_grad: bool) -> None:
+        """A one-token pass with zero loss weight, so a rank without rows still joins the
+        FSDP all-gathers (forward) and reduce-scatters (backward)."""
+        ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        with torch.set_grad_enabled(with_grad):
+            logits = self.model(input_ids=ids, use_cache=False).logits  # (1, 1, V)
+            if with_grad:
+                (logits.float().sum() * 0.0).backward()
+
+    def _clip_grad_norm(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    def _all_reduce(self, t: torch.Tensor, op: Any) -> None:
+        if self.world_size > 1:
+            dist.all_reduce(t, op=op)
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.untyped_storage().data_ptr()
+
+
+def _row_slices(batch: TokenBatch, rows: Sequence[int]) -> list[slice]:
+    slices = batch.row_slices()
+    return [slices[r] for r in rows]
+
+
+def _load_model(config: TrainerConfig) -> torch.nn.Module:
+    """The HF causal LM in fp32 (master weights), dropout off, on CPU (FSDP moves shards)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        hf_config = AutoConfig.from_pretrained(config.model_path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"model_path={config.model_path!r} is not a Hugging Face model folder "
+            f"(config.json + weights): {exc}"
+        ) from exc
+    for key, value in hf_config.to_dict().items():
+        if "dropout" in key and isinstance(value, float):
+            setattr(hf_config, key, 0.0)
+    hf_config.use_cache = False
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            config.model_path,
+            config=hf_config,
+            dtype=torch.float32,
+            attn_implementation=config.attn_implementation,
+        )
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"could not load a causal LM from model_path={config.model_path!r}: {exc}") from exc
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks to shard one by one: modules whose class HF lists in
+    ``_no_split_modules`` (e.g. ``LlamaDecoderLayer``)."""
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ConfigError(
+            f"{type(model).__name__} declares no decoder layer class (_no_split_modules="
+            f"{sorted(names)}); cannot shard it layer by layer"
+        )
+    return layers
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,355 @@
+"""Parsing the policy's completion text into actions: tool calls and fenced code answers.
+
+Two named parsers and a registry:
+
+* ``HermesToolParser`` ("hermes"): Hermes / Qwen-style tool calls,
+  ``<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>``, any
+  number per completion, validated against OpenAI-style JSON-schema tool definitions.
+* ``FencedCodeParser`` ("fenced_code"): the last Markdown code block tagged as Python.
+
+``get_parser(name, **kwargs)`` builds one by name; ``render_tools_for_prompt(tools)``
+describes JSON-schema tools in plain text for chat templates that do not render ``tools=``.
+
+A malformed tool call is the *model's* fault: it raises ``agentrl.errors.ToolParseError``
+(a ``ModelOutputError``) whose message says what is wrong and what was expected, so an
+environment can show it to the model as feedback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import jsonschema
+
+from agentrl.errors import ConfigError, ToolParseError
+
+__all__ = [
+    "ToolCall",
+    "HermesToolParser",
+    "FencedCodeParser",
+    "PARSERS",
+    "get_parser",
+    "render_tools_for_prompt",
+    "python_tool_schema",
+]
+
+_SNIPPET_CHARS = 120
+
+
+def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
+    """``text`` shortened for an error message (repr, so whitespace shows)."""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return repr(text)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call.
+
+    Attributes:
+        name: the tool's name, e.g. ``"python"``.
+        arguments: the call's arguments, already validated against the tool's JSON schema.
+    """
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def to_openai(self, call_id: str) -> dict[str, Any]:
+        """The call as an OpenAI / Hugging Face chat-message ``tool_calls`` entry."""
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": dict(self.arguments)},
+        }
+
+
+def python_tool_schema(description: str | None = None) -> dict[str, Any]:
+    """The OpenAI-style schema of the ``python`` tool (one required string ``code``)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": description
+            or (
+                "Run a Python 3 program in a sandbox with no network and return its "
+                "stdout, stderr and exit code. Print what you want to see."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "code": {
+                        "type": "string",
+                        "description": "The complete Python program to run.",
+                    }
+                },
+                "required": ["code"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def _function_of(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``function`` part of an OpenAI tool schema (or the schema itself if flat)."""
+    fn = tool.get("function", tool)
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise ConfigError(
+            f"tool schema {tool!r} has no function name; expected "
+            '{"type": "function", "function": {"name": ..., "parameters": {...}}}'
+        )
+    return fn
+
+
+class HermesToolParser:
+    """Parse Hermes-style tool calls: ``<tool_call>{json}</tool_call>``, several per turn.
+
+    The JSON object must have a string ``name`` naming one of ``tools`` and an ``arguments``
+    object (``parameters`` is accepted as a synonym, as Llama-3-style models write it; a
+    JSON *string* holding an object is decoded). Arguments are validated with the tool's
+    JSON schema (``jsonschema``, draft 2020-12): required keys, types, no unknown keys
+    when the schema says ``additionalProperties: false``.
+
+    Lenient on purpose, where the intent is unambiguous:
+
+    * raw newlines and tabs inside JSON strings (models write code that way) are accepted
+      (``json.loads(strict=False)``);
+    * a final ``<tool_call>`` without ``</tool_call>`` is accepted when the rest of the text
+      is exactly one JSON object (generation stopped on the ``</tool_call>`` stop string).
+
+    Args:
+        tools: OpenAI-style tool schemas (``{"type": "function", "function": {...}}``).
+
+    Raises:
+        ConfigError: a tool schema has no name, two tools share a name, or a parameters
+            schema is not a valid JSON schema.
+    """
+
+    name = "hermes"
+    open_tag = "<tool_call>"
+    close_tag = "</tool_call>"
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        for tool in tools:
+            fn = _function_of(tool)
+            tool_name = fn["name"]
+            if tool_name in self._validators:
+                raise ConfigError(f"two tools are named {tool_name!r}; tool names must be unique")
+            schema = fn.get("parameters") or {"type": "object"}
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ConfigError(
+                    f"tool {tool_name!r} has an invalid parameters schema: {exc.message}"
+                ) from exc
+            self._validators[tool_name] = jsonschema.Draft202012Validator(schema)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return list(self._validators)
+
+    def has_tool_call(self, text: str) -> bool:
+        """Whether ``text`` contains an opening ``<tool_call>`` tag at all."""
+        return self.open_tag in text
+
+    def parse(self, text: str) -> list[ToolCall]:
+        """All tool calls in ``text``, in order; ``[]`` when it has no ``<tool_call>`` tag.
+
+        Raises:
+            ToolParseError: a call is not valid JSON, not an object, names an unknown tool,
+                or its arguments do not match the tool's schema. The message says which
+                call (1-based), what is wrong, and what was expected.
+        """
+        calls: list[ToolCall] = []
+        pos = 0
+        index = 0
+        while True:
+            start = text.find(self.open_tag, pos)
+            if start < 0:
+                break
+            index += 1
+            body_start = start + len(self.open_tag)
+            end = text.find(self.close_tag, body_start)
+            if end < 0:
+                body = text[body_start:]
+                if self.open_tag in body:
+                    raise ToolParseError(
+                        f"tool call {index}: <tool_call> is never closed (a new <tool_call> "
+                        f"starts before any </tool_call>); write each call as "
+                        f"<tool_call>{{...}}</tool_call>"
+                    )
+                calls.append(self._parse_body(body, index, unclosed=True))
+                break
+            calls.append(self._parse_body(text[body_start:end], index, unclosed=False))
+            pos = end + len(self.close_tag)
+        if not calls and self.close_tag in text:
+            raise ToolParseError(
+                "found </tool_call> without an opening <tool_call>; write each call as "
+                '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+            )
+        return calls
+
+    def _parse_body(self, body: str, index: int, *, unclosed: bool) -> ToolCall:
+        stripped = body.strip()
+        where = f"tool call {index}"
+        if not stripped:
+            raise ToolParseError(
+                f"{where} is empty; expected a JSON object like "
+                '{"name": "python", "arguments": {"code": "print(1)"}} between the tags'
+            )
+        try:
+            obj = json.loads(stripped, strict=False)
+        except json.JSONDecodeError as exc:
+            if unclosed:
+                raise ToolParseError(
+                    f"{where}: <tool_call> is never closed with </tool_call> and the text "
+                    f"after it is not one JSON object ({exc.msg} at line {exc.lineno} "
+                    f"column {exc.colno}): {_snippet(stripped)}"
+                ) from exc
+            raise ToolParseError(
+                f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column "
+                f"{exc.colno}): {_snippet(stripped)}"
+            ) from exc
+        if not isinstance(obj, dict):
+            raise ToolParseError(
+                f"{where} is a JSON {type(obj).__name__}, expected an object with keys "
+                '"name" and "arguments"'
+            )
+        tool_name = obj.get("name")
+        if not isinstance(tool_name, str):
+            raise ToolParseError(
+                f'{where} has no string "name" (got {tool_name!r}); expected one of '
+                f"{self.tool_names}"
+            )
+        if tool_name not in self._validators:
+            raise ToolParseError(
+                f"{where} names unknown tool {tool_name!r}; available tools: {self.tool_names}"
+            )
+        key = "arguments" if "arguments" in obj else "parameters" if "parameters" in obj else None
+        if key is None:
+            raise ToolParseError(
+                f'{where} ({tool_name}) has no "arguments" object; expected '
+                f'{{"name": "{tool_name}", "arguments": {{...}}}}'
+            )
+        args = obj[key]
+        if isinstance(args, str):
+            try:
+                args = json.loads(args, strict=False)
+            except json.JSONDecodeError as exc:
+                raise ToolParseError(
+                    f'{where} ({tool_name}): "{key}" is a string that is not valid JSON '
+                    f"({exc.msg}); expected a JSON object"
+                ) from exc
+        if not isinstance(args, dict):
+            raise ToolParseError(
+                f'{where} ({tool_name}): "{key}" is a JSON {type(args).__name__}, expected '
+                "an object"
+            )
+        errors = sorted(self._validators[tool_name].iter_errors(args), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            path = "".join(f"[{p!r}]" for p in first.path)
+            raise ToolParseError(
+                f"{where} ({tool_name}) has invalid arguments{' at ' + path if path else ''}: "
+                f"{first.message}"
+            )
+        return ToolCall(name=tool_name, arguments=args)
+
+
+class FencedCodeParser:
+    """Extract the code of the last fenced Markdown code block tagged as Python.
+
+    A block is ````` ```python ````` (or ``py``, ``python3``; case-insensitive) up to the next
+    ````` ``` `````. Only closed blocks count. With ``allow_untagged=True`` a block with no
+    language tag is accepted when no tagged block exists.
+    """
+
+    name = "fenced_code"
+    _TAGGED = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+    _UNTAGGED = re.compile(r"```[ \t]*\r?\n(.*?)```", re.DOTALL)
+
+    def __init__(self, allow_untagged: bool = False) -> None:
+        self.allow_untagged = allow_untagged
+
+    def find_all(self, text: str) -> list[str]:
+        """Code of every Python-tagged block, in order (untagged ones as the fallback)."""
+        blocks = self._TAGGED.findall(text)
+        if not blocks and self.allow_untagged:
+            blocks = self._UNTAGGED.findall(text)
+        return blocks
+
+    def parse(self, text: str) -> str | None:
+        """The code of the last block, or ``None`` when there is none."""
+        blocks = self.find_all(text)
+        return blocks[-1] if blocks else None
+
+
+PARSERS: dict[str, Callable[..., Any]] = {
+    HermesToolParser.name: HermesToolParser,
+    FencedCodeParser.name: FencedCodeParser,
+}
+"""Parser classes by name (``get_parser`` builds them)."""
+
+
+def get_parser(name: str, **kwargs: Any) -> Any:
+    """Build the parser registered as ``name`` with ``kwargs`` (e.g. ``tools=[...]``).
+
+    Raises:
+        ConfigError: no parser is registered under ``name``.
+    """
+    try:
+        cls = PARSERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown parser {name!r}; expected one of {sorted(PARSERS)}") from None
+    return cls(**kwargs)
+
+
+def render_tools_for_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
+    """Describe JSON-schema tools in plain text, with the exact call format to use.
+
+    For chat templates that do not render ``tools=`` themselves (small models' templates
+    often do not). Example output for the python tool::
+
+        Tool `python`: Run a Python 3 program ...
+          Arguments:
+          - code (string, required): The complete Python program to run.
+        To call a tool, write:
+        <tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>
+
+    Returns ``""`` for no tools.
+
+    Raises:
+        ConfigError: a tool schema has no function name.
+    """
+    if not tools:
+        return ""
+    lines: list[str] = []
+    example: str | None = None
+    for tool in tools:
+        fn = _function_of(tool)
+        desc = str(fn.get("description", "")).strip()
+        lines.append(f"Tool `{fn['name']}`: {desc}" if desc else f"Tool `{fn['name']}`.")
+        params = fn.get("parameters") or {}
+        props: Mapping[str, Any] = params.get("properties") or {}
+        required = set(params.get("required") or [])
+        if props:
+            lines.append("  Arguments:")
+            for pname, pschema in props.items():
+                ptype = pschema.get("type", "any")
+                if isinstance(ptype, list):
+                    ptype = " or ".join(map(str, ptype))
+                flag = "required" if pname in required else "optional"
+                pdesc = str(pschema.get("description", "")).strip()
+                lines.append(f"  - {pname} ({ptype}, {flag}){': ' + pdesc if pdesc else ''}")
+        else:
+            lines.append("  Arguments: none.")
+        if example is None:
+            example_args = {p: "..." for p in props if p in required}
+            example = json.dumps({"name": fn["name"], "arguments": example_args})
+    lines.append("To call a tool, write:")
+    lines.append(f"<tool_call>{example}</tool_call>")
+    return "\n".join(lines)
