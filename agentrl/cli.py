@@ -20,7 +20,9 @@ app = typer.Typer(help="agentrl: multi-turn agentic RL with vLLM, sandboxes, GRP
 models_app = typer.Typer(help="Prepare models that need no hub.", no_args_is_help=True)
 envs_app = typer.Typer(help="Registered environments.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
 app.add_typer(envs_app, name="envs")
+app.add_typer(sandbox_app, name="sandbox")
 console = Console(stderr=True)
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "humaneval.yaml"
@@ -119,6 +121,22 @@ def models_prepare(
         _fail(exc, debug)
         return
     typer.echo(str(path))
+
+
+@sandbox_app.command("gc")
+def sandbox_gc(
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Only this run's sandboxes."),
+    all_of_run: bool = typer.Option(False, "--all", help="With --run-id: also sandboxes whose owner process still runs."),
+) -> None:
+    """Remove sandboxes (process trees, cgroups, work dirs) left behind by runs that are gone."""
+    from sandboxes import reap_orphans
+
+    try:
+        n = reap_orphans(run_id, include_live_owners=all_of_run)
+    except AgentRLError as exc:
+        _fail(exc, False)
+        return
+    typer.echo(f"removed {n} sandbox processes")
 
 
 @envs_app.command("list")

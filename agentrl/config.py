@@ -24,7 +24,8 @@ class _Section(BaseModel):
 
 
 class RunConfig(_Section):
-    name: str = Field("humaneval-smollm2", description="Run name; the run directory is output_dir/name unless run.dir is set.")
+    name: str = Field("humaneval-smollm2", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,100}$",
+                      description="Run name (letters, digits, '_', '.', '-'); the run directory is output_dir/name unless run.dir is set. It also labels the run's sandboxes.")
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     dir: str | None = Field(None, description="Explicit run directory (overrides output_dir/name).")
     seed: int = Field(0, description="Seed of task order, sampling and trainer init. Same seed, same run (CPU).")

@@ -283,4 +283,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                     pass
         if started_ray:
             ray.shutdown()
-        reap_orphans(run_id)
+        # The run is over: nothing of it may outlive it (design.md, invariant 8).
+        left = reap_orphans(run_id, include_live_owners=True)
+        if left:
+            log.warning("removed %d sandbox processes of run %s at exit", left, run_id)

@@ -81,6 +81,12 @@ class VLLMEngine:
                 max_num_seqs=max_num_seqs,
                 logprobs_mode="processed_logprobs",
                 enable_prefix_caching=True,
+                # Per-request seeds make sampling reproducible (resume replays the same
+                # tokens); vLLM's CPU generators cannot rewind the draw of a partially
+                # prefilled prompt ("CPU Generator does not use offset"), so prompts are
+                # never split across steps.
+                enable_chunked_prefill=False,
+                max_num_batched_tokens=max(max_model_len, 8192),
             )
         except Exception as exc:  # vLLM raises many types on start-up failure
             raise EngineError(f"vLLM failed to start on model {model_path!r}: {type(exc).__name__}: {exc}") from exc

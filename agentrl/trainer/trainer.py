@@ -179,8 +179,9 @@ class PolicyTrainer:
         """One training step on ``batch``: ``config.ppo_epochs`` optimizer steps.
 
         1. Global loss-token / sequence counts are all-reduced across ranks.
-        2. ``old_log_probs`` at the current weights (no grad); the gap to
-           ``behavior_log_probs`` on loss tokens is reported (design.md, invariant 4).
+        2. ``old_log_probs`` at the current weights, taken (detached) from epoch 0's
+           forward passes; the gap to ``behavior_log_probs`` on loss tokens is reported
+           (design.md, invariant 4).
         3. Per epoch: forward/backward over this rank's micro-batches (gradient
            accumulation, loss normalised by the global counts), gradient clipping,
            AdamW step, scheduler step.
@@ -218,26 +219,13 @@ class PolicyTrainer:
         if global_tokens == 0:
             raise ContractError("batch has no loss tokens (sum(loss_mask) == 0); nothing to train on")
 
-        # 2. old log-probs at the current weights, and their gap to the engine's.
-        old_lps: list[torch.Tensor | None] = []
+        # 2. old log-probs at the current weights, and their gap to the engine's, are taken
+        # from epoch 0's own forward passes (detached): the weights do not change until the
+        # optimizer step at the end of an epoch, so this equals a separate no-grad pass
+        # and saves a full forward over the batch.
+        old_lps: list[torch.Tensor | None] = [None] * len(groups)
         gap_sum = torch.zeros(1, dtype=torch.float64, device=dev)
         gap_max = torch.zeros(1, dtype=torch.float32, device=dev)
-        with torch.no_grad():
-            for rows in groups:
-                if not rows:
-                    self._dummy_forward(with_grad=False)
-                    old_lps.append(None)
-                    continue
-                lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False)
-                old_lps.append(lp)
-                sub = batch.select_rows(rows)
-                mask = sub.loss_mask.to(dev) > 0  # (Tm,)
-                gap = (lp - sub.behavior_log_probs.to(dev)).abs()[mask]  # (n_loss,)
-                if gap.numel():
-                    gap_sum += gap.double().sum()
-                    gap_max = torch.maximum(gap_max, gap.max())
-        self._all_reduce(gap_sum, dist.ReduceOp.SUM)
-        self._all_reduce(gap_max, dist.ReduceOp.MAX)
 
         # 3. PPO epochs.
         metric_names = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean")
@@ -247,13 +235,20 @@ class PolicyTrainer:
             self._optimizer.zero_grad(set_to_none=True)
             # [loss, kl*n, clipfrac*n, entropy*n, ratio*n] summed over micro-batches
             acc = torch.zeros(len(metric_names), dtype=torch.float64, device=dev)
-            for rows, old in zip(groups, old_lps):
+            for g, rows in enumerate(groups):
                 if not rows:
                     self._dummy_forward(with_grad=True)
                     continue
                 sub = batch.select_rows(rows)
                 lp, ent = self._score_rows(batch, rows, temperature, with_grad=True, with_entropy=True)
                 mask = sub.loss_mask.to(dev)
+                if _epoch == 0:
+                    old_lps[g] = lp.detach()
+                    gap = (old_lps[g] - sub.behavior_log_probs.to(dev)).abs()[mask > 0]  # (n_loss,)
+                    if gap.numel():
+                        gap_sum += gap.double().sum()
+                        gap_max = torch.maximum(gap_max, gap.max())
+                old = old_lps[g]
                 seq_ids = torch.repeat_interleave(torch.arange(len(rows)), sub.seq_lens).to(dev)
                 loss, m = policy_loss(
                     lp,
@@ -274,6 +269,9 @@ class PolicyTrainer:
                     [m["losses/policy_loss"].double()] + [m[k].double() * n for k in metric_names[1:]]
                 )
             self._all_reduce(acc, dist.ReduceOp.SUM)
+            if _epoch == 0:
+                self._all_reduce(gap_sum, dist.ReduceOp.SUM)
+                self._all_reduce(gap_max, dist.ReduceOp.MAX)
             vals = acc.tolist()
             totals[metric_names[0]] += vals[0]
             for k, v in zip(metric_names[1:], vals[1:]):
