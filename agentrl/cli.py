@@ -54,12 +54,13 @@ class _Progress:
 
 
 def _summary_table(summary: Any) -> Table:
-    t = Table(title=f"agentrl run {summary.run_id} — {summary.status}", show_lines=False)
-    cols = [("iter", "iteration", "{:.0f}"), ("reward", "rollout/reward_mean", "{:.3f}"),
-            ("success", "rollout/success_rate", "{:.2f}"), ("gen tok", "tokens/generated", "{:.0f}"),
-            ("trained tok", "tokens/trained", "{:.0f}"), ("rollout s", "time/rollout_s", "{:.1f}"),
-            ("update s", "time/update_s", "{:.1f}"), ("sync s", "time/sync_s", "{:.1f}"),
-            ("lp gap", "train/behavior_logprob_gap_mean_abs", "{:.2e}")]
+    t = Table(title=f"run {summary.run_id}: {summary.status}", show_lines=False,
+              caption="gen/train: tokens generated/trained; lp gap: mean |engine - trainer| log-prob")
+    cols = [("it", "iteration", "{:.0f}"), ("reward", "rollout/reward_mean", "{:.3f}"),
+            ("succ", "rollout/success_rate", "{:.2f}"), ("gen", "tokens/generated", "{:.0f}"),
+            ("train", "tokens/trained", "{:.0f}"), ("roll s", "time/rollout_s", "{:.0f}"),
+            ("upd s", "time/update_s", "{:.0f}"), ("sync s", "time/sync_s", "{:.1f}"),
+            ("lp gap", "train/behavior_logprob_gap_mean_abs", "{:.0e}")]
     for name, _, _ in cols:
         t.add_column(name, justify="right")
     for row in summary.history:

@@ -161,3 +161,27 @@ def test_faults_are_flagged_never_scored(engine, tokenizer, exc, reason):
     assert bad.error["type"] == type(exc).__name__ and str(exc) in bad.error["message"]
     assert good.termination_reason == TerminationReason.ENV_TERMINATED
     assert not good.is_error and good.total_reward == 1.0
+
+
+class PaysFor42Env(ToolEchoEnv):
+    """A verifier that pays for "42" in the policy's own text; the tool prints ANSWER=42."""
+
+    def step(self, action):
+        self.actions.append(action)
+        self.steps += 1
+        if self.steps == 1:
+            return "ANSWER=42", 0.0, False, False, {"observation_role": "tool"}
+        return "", float("42" in action), True, False, {}
+
+
+def test_C03_reward_sees_only_the_policys_text_and_masks_hide_observations(engine, tokenizer):
+    env = PaysFor42Env()
+    worker, _ = _worker(engine, tokenizer, [env], stop_ids=ALL_STOP, limits=RolloutLimits(3, 4, 1024))
+    ep = worker.run(_requests(1), 0)[0]
+    assert len(ep.turns) == 2 and ep.termination_reason == TerminationReason.ENV_TERMINATED
+    assert all("42" not in a for a in env.actions)  # the actions are the policy's decoded text only
+    assert ep.total_reward == 0.0
+    # the tool's "42" is in the stream, but only under loss_mask 0
+    ids, mask = ep.token_ids(), ep.loss_mask()
+    masked_text = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert "ANSWER=42" in tokenizer.decode(ids) and "ANSWER=42" not in masked_text
