@@ -384,6 +384,11 @@ class TokenBatch:
             m = [int(x) for x in r.loss_mask]
             if any(x not in (0, 1) for x in m):
                 raise ContractError(f"row {i}: loss_mask must be 0/1")
+            if m[0] == 1:
+                raise ContractError(
+                    f"row {i} ({r.episode_id}): loss_mask is 1 on the first token, which has no "
+                    "prefix to be scored from; a row starts with prompt tokens"
+                )
             if sum(m) != len(r.behavior_log_probs):
                 raise ContractError(
                     f"row {i} ({r.episode_id}): sum(loss_mask)={sum(m)} != "

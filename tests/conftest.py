@@ -31,3 +31,26 @@ def smollm2_tokenizer(smollm2_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def process_group():
+    """A torch.distributed process group of one (gloo) for in-process trainer tests."""
+    import torch.distributed as dist
+
+    from agentrl.trainer import init_single_process_group
+
+    created = not dist.is_initialized()
+    if created:
+        init_single_process_group("gloo")
+    yield
+    if created and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_path(tmp_path_factory) -> str:
+    """A tiny random Llama (vocab 256, no tokenizer) for trainer tests."""
+    from agentrl.trainer.testing import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), seed=0)

@@ -44,13 +44,13 @@ def _assert_same(a: dict, b: dict, what: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
-def test_C06_gradients_equal_for_micro_batch_sizes_1_2_4(tiny_model_path: str, mode: str) -> None:
+def test_C06_gradients_equal_for_micro_batch_sizes_1_2_4(tiny_llama_path: str, mode: str) -> None:
     batch = {"num_rows": 4, "seed": 7, "temperature": 0.8}
     cases = {
         f"mbs{m}": {"batch": batch, "config": {**BASE, "micro_batch_size": m, "loss_agg_mode": mode}}
         for m in (1, 2, 4)
     }
-    res = run_trainer_cases(tiny_model_path, cases)
+    res = run_trainer_cases(tiny_llama_path, cases)
     # the gradient is not trivially zero, and the step moved the weights
     assert res["mbs4"]["metrics"]["train/grad_norm"] > 1e-3
     _assert_same(res["mbs1"], res["mbs4"], "micro-batch size 1 vs 4")
@@ -77,16 +77,16 @@ TWO_RANK_CASES = {
 }
 
 
-def test_C06_gradients_equal_for_one_and_two_ranks(tiny_model_path: str, tmp_path) -> None:
+def test_C06_gradients_equal_for_one_and_two_ranks(tiny_llama_path: str, tmp_path) -> None:
     out_file = tmp_path / "two_rank.pt"
     mp.spawn(
         two_rank_worker,
-        args=(2, _free_port(), tiny_model_path, TWO_RANK_CASES, str(out_file)),
+        args=(2, _free_port(), tiny_llama_path, TWO_RANK_CASES, str(out_file)),
         nprocs=2,
         join=True,
     )
     two = torch.load(out_file, weights_only=False)
-    one = run_trainer_cases(tiny_model_path, TWO_RANK_CASES)
+    one = run_trainer_cases(tiny_llama_path, TWO_RANK_CASES)
     assert two.keys() == one.keys() == TWO_RANK_CASES.keys()
     for name in TWO_RANK_CASES:
         assert one[name]["metrics"]["train/grad_norm"] > 1e-3, name
@@ -107,10 +107,10 @@ PINNED_CURVE = [
 ]
 
 
-def test_pinned_loss_curve(tiny_model_path: str) -> None:
+def test_pinned_loss_curve(tiny_llama_path: str) -> None:
     trainer = PolicyTrainer(
         TrainerConfig(
-            model_path=tiny_model_path,
+            model_path=tiny_llama_path,
             lr=1e-3,
             warmup_steps=4,
             ppo_epochs=2,

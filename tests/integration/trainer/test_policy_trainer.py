@@ -65,42 +65,42 @@ def _with_behavior(batch: TokenBatch, per_token: torch.Tensor) -> TokenBatch:
 
 
 @pytest.mark.parametrize("temperature", [0.6, 1.0, 1.5])
-def test_C04_recomputed_log_probs_equal_reference_at_temperature(tiny_model_path: str, temperature: float) -> None:
+def test_C04_recomputed_log_probs_equal_reference_at_temperature(tiny_llama_path: str, temperature: float) -> None:
     batch = make_batch(num_rows=5, seed=3, temperature=temperature)
-    trainer = _trainer(tiny_model_path, micro_batch_size=3)  # padded micro-batches
+    trainer = _trainer(tiny_llama_path, micro_batch_size=3)  # padded micro-batches
     got = trainer.compute_log_probs(batch)
     assert got.shape == (batch.num_tokens,) and got.dtype == torch.float32
-    ref = _reference_log_probs(tiny_model_path, batch, temperature)
+    ref = _reference_log_probs(tiny_llama_path, batch, temperature)
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
     starts = [s.start for s in batch.row_slices()]
     assert torch.equal(got[starts], torch.zeros(len(starts)))
     # and the temperature really matters
-    other = _reference_log_probs(tiny_model_path, batch, temperature * 1.3)
+    other = _reference_log_probs(tiny_llama_path, batch, temperature * 1.3)
     assert (got - other).abs().max() > 1e-2
 
 
-def test_behavior_gap_is_zero_at_equal_weights_and_measures_an_offset(tiny_model_path: str) -> None:
+def test_behavior_gap_is_zero_at_equal_weights_and_measures_an_offset(tiny_llama_path: str) -> None:
     base = make_batch(num_rows=4, seed=5, temperature=0.8)
-    lp = _trainer(tiny_model_path).compute_log_probs(base)
+    lp = _trainer(tiny_llama_path).compute_log_probs(base)
 
-    m = _trainer(tiny_model_path).step(_with_behavior(base, lp))
+    m = _trainer(tiny_llama_path).step(_with_behavior(base, lp))
     assert m["train/behavior_logprob_gap_mean_abs"] < 1e-6
     assert m["train/behavior_logprob_gap_max_abs"] < 1e-5
 
-    m = _trainer(tiny_model_path).step(_with_behavior(base, lp - 0.25))
+    m = _trainer(tiny_llama_path).step(_with_behavior(base, lp - 0.25))
     assert m["train/behavior_logprob_gap_mean_abs"] == pytest.approx(0.25, abs=1e-5)
     assert m["train/behavior_logprob_gap_max_abs"] == pytest.approx(0.25, abs=1e-5)
 
 
-def test_C03_garbage_behavior_log_probs_at_observation_positions_change_nothing(tiny_model_path: str) -> None:
+def test_C03_garbage_behavior_log_probs_at_observation_positions_change_nothing(tiny_llama_path: str) -> None:
     clean = make_batch(num_rows=4, seed=6)
     off = clean.loss_mask == 0
     for garbage in (float("nan"), 1e9):
         dirty = dataclasses.replace(
             clean, behavior_log_probs=torch.where(off, torch.full_like(clean.behavior_log_probs, garbage), clean.behavior_log_probs)
         )
-        m_clean = _trainer(tiny_model_path, ppo_epochs=2).step(clean)
-        m_dirty = _trainer(tiny_model_path, ppo_epochs=2).step(dirty)
+        m_clean = _trainer(tiny_llama_path, ppo_epochs=2).step(clean)
+        m_dirty = _trainer(tiny_llama_path, ppo_epochs=2).step(dirty)
         for k in m_clean:
             if not k.startswith("perf/"):
                 assert m_dirty[k] == m_clean[k], (garbage, k)
@@ -110,35 +110,35 @@ def test_C03_garbage_behavior_log_probs_at_observation_positions_change_nothing(
 
 
 @pytest.mark.parametrize("sampling", [SamplingRecord(top_p=0.9), SamplingRecord(top_k=50)])
-def test_truncated_sampling_is_refused(tiny_model_path: str, sampling: SamplingRecord) -> None:
+def test_truncated_sampling_is_refused(tiny_llama_path: str, sampling: SamplingRecord) -> None:
     batch = dataclasses.replace(make_batch(num_rows=2), sampling=sampling)
-    trainer = _trainer(tiny_model_path)
+    trainer = _trainer(tiny_llama_path)
     with pytest.raises(ConfigError, match="top_p=.*top_k="):
         trainer.step(batch)
     with pytest.raises(ConfigError, match="top_p=.*top_k="):
         trainer.compute_log_probs(batch)
 
 
-def test_top_k_disabled_values_are_accepted(tiny_model_path: str) -> None:
+def test_top_k_disabled_values_are_accepted(tiny_llama_path: str) -> None:
     for top_k in (-1, 0):
         batch = dataclasses.replace(make_batch(num_rows=2), sampling=SamplingRecord(temperature=1.0, top_k=top_k))
-        assert torch.isfinite(_trainer(tiny_model_path).compute_log_probs(batch)).all()
+        assert torch.isfinite(_trainer(tiny_llama_path).compute_log_probs(batch)).all()
 
 
-def test_temperature_must_match_config_when_pinned(tiny_model_path: str) -> None:
-    trainer = _trainer(tiny_model_path, temperature=1.0)
+def test_temperature_must_match_config_when_pinned(tiny_llama_path: str) -> None:
+    trainer = _trainer(tiny_llama_path, temperature=1.0)
     with pytest.raises(ConfigError, match=r"batch.sampling.temperature=0.7 but TrainerConfig.temperature=1.0"):
         trainer.step(make_batch(num_rows=2, temperature=0.7))
     assert trainer.step(make_batch(num_rows=2, temperature=1.0))["train/num_loss_tokens"] > 0
 
 
-def test_bad_batches_are_refused_with_clear_errors(tiny_model_path: str) -> None:
-    trainer = _trainer(tiny_model_path)
-    first_token_loss = TokenBatch.pack(
-        [TokenSequence([1, 2, 3], [1, 1, 1], [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0], "g", 0, "ep-x")], SamplingRecord()
-    )
-    with pytest.raises(ContractError, match=r"row 0 \(ep-x\) has loss_mask 1 on its first token"):
-        trainer.step(first_token_loss)
+def test_bad_batches_are_refused_with_clear_errors(tiny_llama_path: str) -> None:
+    trainer = _trainer(tiny_llama_path)
+    # The one validating constructor already refuses a loss token with no prefix.
+    with pytest.raises(ContractError, match=r"row 0 \(ep-x\): loss_mask is 1 on the first token"):
+        TokenBatch.pack(
+            [TokenSequence([1, 2, 3], [1, 1, 1], [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0], "g", 0, "ep-x")], SamplingRecord()
+        )
     out_of_vocab = TokenBatch.pack([TokenSequence([1, 300, 3], [0, 1, 1], [-1.0, -1.0], [0.0, 1.0, 1.0], "g", 0)], SamplingRecord())
     with pytest.raises(ContractError, match=r"token id 300 outside the model's vocabulary \[0, 256\)"):
         trainer.compute_log_probs(out_of_vocab)
@@ -147,24 +147,24 @@ def test_bad_batches_are_refused_with_clear_errors(tiny_model_path: str) -> None
         trainer.step(no_loss)
 
 
-def test_construction_errors(tiny_model_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_construction_errors(tiny_llama_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match="model_path=.* is not a Hugging Face model folder"):
         PolicyTrainer(TrainerConfig(model_path=str(tmp_path)))
     with pytest.raises(ConfigError, match="micro_batch_size=0"):
-        PolicyTrainer(TrainerConfig(model_path=tiny_model_path, micro_batch_size=0))
+        PolicyTrainer(TrainerConfig(model_path=tiny_llama_path, micro_batch_size=0))
     with pytest.raises(ConfigError, match="already exists"):
         init_single_process_group()
     # beside the real group used everywhere else: what a caller without one is told
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     with pytest.raises(ConfigError, match="init_process_group"):
-        PolicyTrainer(TrainerConfig(model_path=tiny_model_path))
+        PolicyTrainer(TrainerConfig(model_path=tiny_llama_path))
 
 
 # ---------------------------------------------------------------- training variants
 
 
-def test_micro_batch_tokens_caps_padded_size_and_keeps_gradients(tiny_model_path: str) -> None:
-    trainer = _trainer(tiny_model_path, micro_batch_size=4, micro_batch_tokens=20)
+def test_micro_batch_tokens_caps_padded_size_and_keeps_gradients(tiny_llama_path: str) -> None:
+    trainer = _trainer(tiny_llama_path, micro_batch_size=4, micro_batch_tokens=20)
     rows = [TokenSequence(list(range(n)), [0] + [1] * (n - 1), [-1.0] * (n - 1), [0.0] + [1.0] * (n - 1), "g", 0) for n in (5, 9, 3, 12)]
     batch = TokenBatch.pack(rows, SamplingRecord())
     assert trainer._micro_batches([0, 1, 2, 3], batch) == [[0, 1], [2], [3]]
@@ -173,26 +173,26 @@ def test_micro_batch_tokens_caps_padded_size_and_keeps_gradients(tiny_model_path
         "capped": {"batch": {"num_rows": 5, "seed": 8}, "config": {"micro_batch_size": 4, "micro_batch_tokens": 24, "eps": 1e-6}},
         "uncapped": {"batch": {"num_rows": 5, "seed": 8}, "config": {"micro_batch_size": 4, "eps": 1e-6}},
     }
-    res = run_trainer_cases(tiny_model_path, cases)
+    res = run_trainer_cases(tiny_llama_path, cases)
     for name, g in res["uncapped"]["grads"].items():
         torch.testing.assert_close(res["capped"]["grads"][name], g, atol=1e-6, rtol=0, msg=name)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_path: str) -> None:
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_llama_path: str) -> None:
     cases = {
         "plain": {"batch": {"num_rows": 4, "seed": 9}, "config": {"micro_batch_size": 2}},
         "checkpointed": {"batch": {"num_rows": 4, "seed": 9}, "config": {"micro_batch_size": 2, "gradient_checkpointing": True}},
     }
-    res = run_trainer_cases(tiny_model_path, cases)
+    res = run_trainer_cases(tiny_llama_path, cases)
     assert res["plain"]["metrics"]["train/grad_norm"] > 1e-3
     for name, g in res["plain"]["grads"].items():
         torch.testing.assert_close(res["checkpointed"]["grads"][name], g, atol=1e-6, rtol=0, msg=name)
 
 
-def test_bfloat16_compute_keeps_fp32_master_weights(tiny_model_path: str) -> None:
+def test_bfloat16_compute_keeps_fp32_master_weights(tiny_llama_path: str) -> None:
     batch = make_batch(num_rows=4, seed=10)
-    fp32 = _trainer(tiny_model_path).compute_log_probs(batch)
-    trainer = _trainer(tiny_model_path, dtype="bfloat16")
+    fp32 = _trainer(tiny_llama_path).compute_log_probs(batch)
+    trainer = _trainer(tiny_llama_path, dtype="bfloat16")
     bf16 = trainer.compute_log_probs(batch)
     assert (bf16 - fp32).abs().max() < 0.1  # bf16 forward, fp32 log-softmax
     assert (bf16 - fp32).abs().max() > 0  # and it really ran in bf16
@@ -204,9 +204,9 @@ def test_bfloat16_compute_keeps_fp32_master_weights(tiny_model_path: str) -> Non
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_step_metrics_have_fixed_names_and_sane_values(tiny_model_path: str) -> None:
+def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> None:
     batch = make_batch(num_rows=4, seed=4)
-    m = _trainer(tiny_model_path, warmup_steps=4).step(batch)
+    m = _trainer(tiny_llama_path, warmup_steps=4).step(batch)
     assert set(m) == {
         "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean",
         "train/grad_norm", "train/lr", "train/num_loss_tokens", "train/num_loss_seqs",
@@ -229,9 +229,9 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_model_path: str) -> 
 # ---------------------------------------------------------------- state
 
 
-def test_full_state_dict_has_hf_names_and_casts(tiny_model_path: str) -> None:
-    plain = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).state_dict()
-    trainer = _trainer(tiny_model_path)
+def test_full_state_dict_has_hf_names_and_casts(tiny_llama_path: str) -> None:
+    plain = AutoModelForCausalLM.from_pretrained(tiny_llama_path, dtype=torch.float32).state_dict()
+    trainer = _trainer(tiny_llama_path)
     sd = trainer.full_state_dict()
     assert sd.keys() == plain.keys()
     for k in sd:
@@ -267,10 +267,10 @@ def test_save_hf_round_trip(tmp_path: Path, tied: bool) -> None:
         assert loaded.lm_head.weight.data_ptr() == loaded.model.embed_tokens.weight.data_ptr()
 
 
-def test_checkpoint_round_trip_resumes_bit_identically(tiny_model_path: str, tmp_path: Path) -> None:
+def test_checkpoint_round_trip_resumes_bit_identically(tiny_llama_path: str, tmp_path: Path) -> None:
     cfg = {"ppo_epochs": 2, "warmup_steps": 3, "micro_batch_size": 2, "clip_ratio_high": 0.28}
     b1, b2 = make_batch(num_rows=4, seed=30), make_batch(num_rows=5, seed=31, temperature=0.7)
-    a = _trainer(tiny_model_path, **cfg)
+    a = _trainer(tiny_llama_path, **cfg)
     a.step(b1)
     a.step(b2)
     a.save_checkpoint(tmp_path / "ck")
@@ -279,7 +279,7 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_model_path: str, tmp
     w_cont = a.full_state_dict()
 
     torch.manual_seed(123), np.random.seed(123), random.seed(123)  # disturb the RNGs
-    b = _trainer(tiny_model_path, **cfg)
+    b = _trainer(tiny_llama_path, **cfg)
     b.load_checkpoint(tmp_path / "ck")
     assert b.global_step == 2
     assert torch.equal(torch.rand(4), rng_after_save[0])
@@ -296,12 +296,12 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_model_path: str, tmp
         assert torch.equal(w_res[k], w_cont[k]), k
 
     # a fresh trainer without the checkpoint does differ (the test can fail)
-    fresh = _trainer(tiny_model_path, **cfg).step(b1)
+    fresh = _trainer(tiny_llama_path, **cfg).step(b1)
     assert fresh["losses/policy_loss"] != cont[0]["losses/policy_loss"]
 
 
-def test_checkpoint_errors(tiny_model_path: str, tmp_path: Path) -> None:
-    trainer = _trainer(tiny_model_path)
+def test_checkpoint_errors(tiny_llama_path: str, tmp_path: Path) -> None:
+    trainer = _trainer(tiny_llama_path)
     with pytest.raises(CheckpointError, match="not a complete trainer checkpoint"):
         trainer.load_checkpoint(tmp_path / "nothing")
     trainer.save_checkpoint(tmp_path / "ck")
