@@ -57,6 +57,7 @@ class RolloutConfig(_Section):
     max_turns: int = Field(3, ge=1, description="Hard cap on agent turns per episode (termination reason max_turns).")
     max_new_tokens: int = Field(256, ge=1, description="Per-turn completion cap; hitting it ends the episode as truncated, reason 'length'.")
     max_context_tokens: int = Field(2048, ge=16, description="Whole-episode token budget; a turn that cannot fit ends the episode (context_limit) without an engine call.")
+    score_truncated: bool = Field(True, description="Hand a completion cut by max_new_tokens to the environment for scoring (the episode still ends there, truncated); an unparseable cut answer earns 0 and is never counted as a format failure.")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature; the trainer scores at the same temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling. The trainer refuses top_p < 1 (it cannot reproduce it exactly).")
     top_k: int = Field(-1, description="Top-k sampling (-1 = off). The trainer refuses top_k > 0.")

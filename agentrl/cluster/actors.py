@@ -121,7 +121,8 @@ class RolloutActor:
         self.engine_start_s = time.perf_counter() - t0
         self.worker = RolloutWorker(
             self.engine, chat, make_env_factory(cfg, run_id),
-            RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens),
+            RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens,
+                          score_truncated=cfg.rollout.score_truncated),
             sampling_of(cfg), env_workers=cfg.rollout.env_workers,
         )
 

@@ -11,8 +11,12 @@ with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool
 
 * the environment's ``terminated`` / ``truncated`` → ``env_terminated`` / ``env_truncated``;
 * ``max_turns`` reached → truncated, ``max_turns``;
-* a completion stopped by ``max_new_tokens`` → truncated, ``length``; the action is not
-  executed and not scored as a format failure (case C08a);
+* a completion stopped by ``max_new_tokens`` → the episode ends there, truncated,
+  ``length`` (case C08a). With ``score_truncated`` (default) the cut answer is still
+  handed to the environment, so a complete answer followed by cut-off chatter is scored;
+  if the environment cannot parse it, the turn gets reward 0 and is *not* counted as an
+  invalid action (a length stop is not a format failure). Without it, the action is not
+  executed at all and earns 0;
 * the next observation leaves no room for a turn in ``max_context_tokens`` → truncated,
   ``context_limit``, and no engine call is made (case C08b);
 * an infrastructure fault (sandbox, env contract violation) → ``infra_error``; a reward
@@ -75,6 +79,7 @@ class RolloutLimits:
     max_turns: int
     max_new_tokens: int
     max_context_tokens: int
+    score_truncated: bool = True
 
 
 @dataclass
@@ -90,6 +95,7 @@ class _Active:
     lock: threading.Lock = field(default_factory=threading.Lock)
     listener: Any = None
     max_tokens: int = 0
+    length_reason: TerminationReason = TerminationReason.LENGTH
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, dict]:
@@ -302,6 +308,13 @@ class RolloutWorker:
             with st.lock:
                 turn.exec_results.extend(st.execs)
                 st.execs.clear()
+            if turn.finish_reason == "length":
+                # A cut answer was scored for what it holds, but its format is never
+                # penalised (case C08a): an unparseable cut answer earns 0, not a penalty.
+                if turn.invalid_action:
+                    turn.invalid_action = False
+                    turn.reward = 0.0
+                return self._finish(st, st.length_reason)
             if terminated:
                 return self._finish(st, TerminationReason.ENV_TERMINATED)
             if truncated:
@@ -333,10 +346,11 @@ class RolloutWorker:
         if comp.finish_reason == "abort":
             return self._fail(st, TerminationReason.INFRA_ERROR, InfraError("the engine aborted the request"))
         if comp.finish_reason == "length":
-            # Not executed, not a format failure: the answer was cut (case C08a).
-            turn.reward = 0.0
             cut_by_context = st.max_tokens < self.limits.max_new_tokens
-            return self._finish(st, TerminationReason.CONTEXT_LIMIT if cut_by_context else TerminationReason.LENGTH)
+            st.length_reason = TerminationReason.CONTEXT_LIMIT if cut_by_context else TerminationReason.LENGTH
+            if not self.limits.score_truncated:
+                turn.reward = 0.0  # not handed to the environment; not a format failure (C08a)
+                return self._finish(st, st.length_reason)
         return False
 
 

@@ -131,14 +131,25 @@ def test_C07_second_declared_stop_id_ends_the_turn_and_is_in_the_mask(engine, to
     assert ep.termination_reason == TerminationReason.ENV_TERMINATED and not ep.truncated
 
 
-def test_C08a_length_stop_truncates_without_executing_or_penalising(engine, tokenizer):
-    env = ToolEchoEnv(episode_len=3)
-    worker, _ = _worker(engine, tokenizer, [env], stop_ids=(2,), limits=RolloutLimits(3, 3, 1024), temperature=1e-3)
+class InvalidUnlessStoppedEnv(ToolEchoEnv):
+    """Marks every action invalid and penalises it (as a strict format check would)."""
+
+    def step(self, action):
+        self.actions.append(action)
+        return "bad format", -1.0, False, False, {"invalid_action": True}
+
+
+@pytest.mark.parametrize("score_truncated", [True, False])
+def test_C08a_length_stop_truncates_and_is_not_a_format_failure(engine, tokenizer, score_truncated):
+    env = InvalidUnlessStoppedEnv(episode_len=3)
+    worker, _ = _worker(engine, tokenizer, [env], stop_ids=(2,), temperature=1e-3,
+                        limits=RolloutLimits(3, 3, 1024, score_truncated=score_truncated))
     ep = worker.run(_requests(1), 0)[0]
     assert ep.turns[-1].finish_reason == "length"
     assert ep.truncated and not ep.terminated and ep.termination_reason == TerminationReason.LENGTH
-    assert len(ep.turns) == 1 and env.actions == []  # never handed to the env: not a format failure
-    assert ep.turns[-1].invalid_action is False
+    assert len(ep.turns) == 1  # the episode ends at that turn
+    assert ep.turns[-1].invalid_action is False and ep.turns[-1].reward == 0.0  # no format penalty
+    assert env.actions == ([ep.turns[-1].action_text] if score_truncated else [])
 
 
 def test_C08b_observation_that_leaves_no_room_ends_with_context_limit_and_no_engine_call(engine, tokenizer):
