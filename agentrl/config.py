@@ -57,6 +57,11 @@ class RolloutConfig(_Section):
     max_turns: int = Field(3, ge=1, description="Hard cap on agent turns per episode (termination reason max_turns).")
     max_new_tokens: int = Field(256, ge=1, description="Per-turn completion cap; hitting it ends the episode as truncated, reason 'length'.")
     max_context_tokens: int = Field(2048, ge=16, description="Whole-episode token budget; a turn that cannot fit ends the episode (context_limit) without an engine call.")
+    prompt_mode: Literal["full_history", "per_step"] = Field(
+        "full_history",
+        description="full_history: the conversation grows turn by turn (one training row per episode). per_step: each turn's prompt is the task, the last history_length steps and the current observation, so context stays flat over long episodes; each step is its own training row with its own anchor.",
+    )
+    history_length: int = Field(2, ge=0, description="per_step mode: how many previous (action, observation) steps the prompt shows.")
     score_truncated: bool = Field(True, description="Hand a completion cut by max_new_tokens to the environment for scoring (the episode still ends there, truncated); an unparseable cut answer earns 0 and is never counted as a format failure.")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature; the trainer scores at the same temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling. The trainer refuses top_p < 1 (it cannot reproduce it exactly).")

@@ -9,7 +9,8 @@ The controller calls ``build_batch`` once per iteration. It
    2025, §3.2), counting their tokens as discarded;
 3. computes advantages with the configured estimator from ``critics`` (one value per turn),
    broadcasts them onto each turn's sampled tokens through ``loss_mask`` (observation
-   tokens get 0), and packs rows with ``TokenBatch.pack``.
+   tokens get 0), and packs rows with ``TokenBatch.pack``: one row per episode in
+   full-history mode, one per step in per-step mode (same estimators either way).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 import critics
 from agentrl.config import AlgorithmConfig
 from agentrl.errors import ConfigError
-from agentrl.types import Episode, SamplingRecord, TokenBatch, TokenSequence, broadcast_turn_values
+from agentrl.types import Episode, SamplingRecord, TokenBatch
 
 
 @dataclass
@@ -91,15 +92,7 @@ def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: Sam
     for e, adv in zip(kept, per_turn):
         e.validate()
         turn_adv[e.episode_id] = adv
-        rows.append(TokenSequence(
-            input_ids=e.token_ids(),
-            loss_mask=e.loss_mask(),
-            behavior_log_probs=e.behavior_log_probs(),
-            advantages=broadcast_turn_values(e, adv),
-            group_id=e.group_id,
-            policy_version=min(t.policy_version for t in e.turns),
-            episode_id=e.episode_id,
-        ))
+        rows.extend(e.training_sequences(adv))
     batch = TokenBatch.pack(rows, sampling)
     m["tokens/trained"] = float(batch.num_loss_tokens)
     m["tokens/packed"] = float(batch.num_tokens)

@@ -25,6 +25,11 @@ from typing import Any, Hashable, Literal, Sequence
 from agentrl.errors import ContractError
 
 FinishReason = Literal["stop", "length", "abort"]
+PromptMode = Literal["full_history", "per_step"]
+"""``full_history``: one token stream per episode, each turn's ``prompt_ids`` the delta
+since the previous completion. ``per_step``: each turn's ``prompt_ids`` is that step's
+*whole* prompt (task, the last few steps, the current observation), and each turn is its
+own training row (verl-agent's per-step mode; context stays flat over long episodes)."""
 
 
 class TerminationReason(str, Enum):
@@ -162,6 +167,9 @@ class Episode:
         terminated, truncated: Gymnasium semantics for the whole episode.
         termination_reason: why it ended.
         error: ``None``, or ``{"type": ..., "message": ...}`` for infra/reward errors.
+        prompt_mode: ``full_history`` (one row) or ``per_step`` (one row per turn); see
+            ``PromptMode``. ``token_ids``/``loss_mask``/``behavior_log_probs`` are the
+            rows concatenated in either mode.
     """
 
     group_id: str
@@ -174,6 +182,7 @@ class Episode:
     termination_reason: TerminationReason | None = None
     error: dict[str, str] | None = None
     episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    prompt_mode: PromptMode = "full_history"
 
     @property
     def total_reward(self) -> float | None:
@@ -213,6 +222,34 @@ class Episode:
             out.extend(t.behavior_log_probs)
         return out
 
+    def training_sequences(self, per_turn_advantages: Sequence[float], policy_version: int | None = None) -> list["TokenSequence"]:
+        """The trainer rows of this episode with per-turn advantages broadcast onto each
+        turn's sampled tokens (0 on prompt/observation tokens): one row in
+        ``full_history`` mode, one per turn in ``per_step`` mode.
+
+        Raises:
+            ContractError: ``len(per_turn_advantages) != len(turns)``.
+        """
+        if len(per_turn_advantages) != len(self.turns):
+            raise ContractError(
+                f"got {len(per_turn_advantages)} per-turn values for an episode of {len(self.turns)} turns"
+            )
+        version = min(t.policy_version for t in self.turns) if policy_version is None else policy_version
+        if self.prompt_mode == "full_history":
+            return [TokenSequence(self.token_ids(), self.loss_mask(), self.behavior_log_probs(),
+                                  broadcast_turn_values(self, per_turn_advantages), self.group_id, version,
+                                  self.episode_id)]
+        rows = []
+        for k, (t, a) in enumerate(zip(self.turns, per_turn_advantages)):
+            rows.append(TokenSequence(
+                list(t.prompt_ids) + list(t.completion_ids),
+                [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
+                list(t.behavior_log_probs),
+                [0.0] * len(t.prompt_ids) + [float(a)] * len(t.completion_ids),
+                self.group_id, t.policy_version, f"{self.episode_id}:{k}",
+            ))
+        return rows
+
     def num_generated_tokens(self) -> int:
         return sum(len(t.completion_ids) for t in self.turns)
 
@@ -229,6 +266,8 @@ class Episode:
                 f"episode {self.episode_id}: sum(loss_mask)={n_mask} != "
                 f"len(behavior_log_probs)={n_lp}"
             )
+        if self.prompt_mode not in ("full_history", "per_step"):
+            raise ContractError(f"episode {self.episode_id}: prompt_mode={self.prompt_mode!r}; expected 'full_history' or 'per_step'")
         if self.terminated and self.truncated:
             raise ContractError(
                 f"episode {self.episode_id} is both terminated and truncated"

@@ -122,7 +122,8 @@ class RolloutActor:
         self.worker = RolloutWorker(
             self.engine, chat, make_env_factory(cfg, run_id),
             RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens,
-                          score_truncated=cfg.rollout.score_truncated),
+                          score_truncated=cfg.rollout.score_truncated, prompt_mode=cfg.rollout.prompt_mode,
+                          history_length=cfg.rollout.history_length),
             sampling_of(cfg), env_workers=cfg.rollout.env_workers,
         )
 

@@ -60,7 +60,7 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the tables below. Bump it with every schema change."""
 
 TOKEN_DTYPE = np.dtype("<i4")
@@ -282,6 +282,8 @@ class EpisodeRow(Base):
     terminated: Mapped[bool] = mapped_column(Boolean)
     truncated: Mapped[bool] = mapped_column(Boolean)
     termination_reason: Mapped[str | None] = mapped_column(String(32))
+    prompt_mode: Mapped[str] = mapped_column(String(16), default="full_history")
+    """``full_history`` or ``per_step`` (how the turns' prompt ids relate; see agentrl.types)."""
     total_reward: Mapped[float | None] = mapped_column(Double)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     num_turns: Mapped[int] = mapped_column(Integer)

@@ -6,6 +6,10 @@ environment step returns, while other episodes are still generating; environment
 
 Per turn the loop records exactly what design.md's ``Turn`` says. Termination:
 
+Prompt modes: ``full_history`` appends each observation to the growing conversation
+(delta tokenization); ``per_step`` rebuilds each turn's prompt from the task, the last
+``history_length`` steps and the current observation, so each turn is its own training row.
+
 Observations become chat messages of ``info["observation_role"]`` (``user`` by default);
 with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool message.
 
@@ -80,6 +84,8 @@ class RolloutLimits:
     max_new_tokens: int
     max_context_tokens: int
     score_truncated: bool = True
+    prompt_mode: str = "full_history"
+    history_length: int = 2
 
 
 @dataclass
@@ -88,7 +94,6 @@ class _Active:
     episode: Episode
     env: Any = None
     sandbox: Any = None
-    stream_len: int = 0
     pending_prompt: list[int] = field(default_factory=list)
     anchor: Hashable = ""
     execs: list[ExecResult] = field(default_factory=list)
@@ -96,6 +101,11 @@ class _Active:
     listener: Any = None
     max_tokens: int = 0
     length_reason: TerminationReason = TerminationReason.LENGTH
+    # per-step mode: what each step's prompt is rebuilt from
+    task_text: str = ""
+    system_prompt: str | None = None
+    tools: Any = None
+    describes_tools: bool = False
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, dict]:
@@ -164,7 +174,8 @@ class RolloutWorker:
         """Roll out every request; returns episodes in request order. Never raises for an
         environment's or sandbox's fault (those episodes carry ``infra_error``)."""
         states = [
-            _Active(req=r, episode=Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed))
+            _Active(req=r, episode=Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
+                                           prompt_mode=self.limits.prompt_mode))
             for r in requests
         ]
         by_request: dict[str, _Active] = {}
@@ -270,7 +281,9 @@ class RolloutWorker:
         return True
 
     def _queue_turn(self, st: _Active, prompt: list[int], policy_version: int, by_request: dict[str, _Active]) -> bool:
-        room = self.limits.max_context_tokens - st.stream_len - len(prompt)
+        per_step = self.limits.prompt_mode == "per_step"
+        prefix = [] if per_step else st.episode.token_ids()
+        room = self.limits.max_context_tokens - len(prefix) - len(prompt)
         if room < 1:
             return self._finish(st, TerminationReason.CONTEXT_LIMIT)
         st.pending_prompt = prompt
@@ -278,7 +291,7 @@ class RolloutWorker:
         turn_idx = len(st.episode.turns)
         rid = f"{st.episode.episode_id}:{turn_idx}"
         by_request[rid] = st
-        self.engine.add(rid, st.episode.token_ids() + prompt, sampling=self.sampling, max_tokens=st.max_tokens,
+        self.engine.add(rid, prefix + prompt, sampling=self.sampling, max_tokens=st.max_tokens,
                         stop_token_ids=self.chat.stop_token_ids, seed=st.req.sample_seed * 1009 + turn_idx)
         return False
 
@@ -296,10 +309,10 @@ class RolloutWorker:
             if kind == "reset":
                 obs, info = result
                 st.anchor = _anchor_of(info, obs, env_id)
-                tools = info.get("tools") or None
-                msgs = self.chat.initial_messages(info.get("system_prompt"), obs, tools,
-                                                  prompt_describes_tools=bool(info.get("system_prompt_describes_tools")))
-                return self._queue_turn(st, self.chat.prompt_ids(msgs, tools), policy_version, by_request)
+                st.task_text, st.system_prompt = obs, info.get("system_prompt")
+                st.tools = info.get("tools") or None
+                st.describes_tools = bool(info.get("system_prompt_describes_tools"))
+                return self._queue_turn(st, self._first_prompt(st, obs), policy_version, by_request)
             obs, reward, terminated, truncated, info = result
             turn = st.episode.turns[-1]
             turn.reward = reward
@@ -322,12 +335,34 @@ class RolloutWorker:
             if len(st.episode.turns) >= self.limits.max_turns:
                 return self._finish(st, TerminationReason.MAX_TURNS)
             st.anchor = _anchor_of(info, obs, env_id)
+            if self.limits.prompt_mode == "per_step":
+                return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), policy_version, by_request)
             delta = self.chat.delta_ids(_observation_messages(obs, info, env_id))
             return self._queue_turn(st, delta, policy_version, by_request)
         except (EnvError, InfraError) as exc:
             return self._fail(st, TerminationReason.INFRA_ERROR, exc)
         except RewardError as exc:
             return self._fail(st, TerminationReason.REWARD_ERROR, exc)
+
+    def _first_prompt(self, st: _Active, user_text: str) -> list[int]:
+        msgs = self.chat.initial_messages(st.system_prompt, user_text, st.tools, prompt_describes_tools=st.describes_tools)
+        return self.chat.prompt_ids(msgs, st.tools)
+
+    def _step_prompt_text(self, st: _Active) -> str:
+        """Per-step prompt (verl-agent's memory-based prompting): the task, the last
+        ``history_length`` steps (action and observation), and the current observation."""
+        turns = st.episode.turns
+        h = self.limits.history_length
+        shown = turns[-h - 1:-1] if h > 0 else []
+        first = len(turns) - 1 - len(shown)
+        parts = [st.task_text]
+        if shown:
+            parts.append(f"Your previous {len(shown)} step(s), oldest first:")
+            for i, t in enumerate(shown, start=first + 1):
+                parts.append(f"Step {i} action:\n{t.action_text}\nStep {i} observation:\n{t.observation_text}")
+        parts.append(f"Step {len(turns)} action:\n{turns[-1].action_text}")
+        parts.append(f"Current observation (after step {len(turns)}):\n{turns[-1].observation_text}")
+        return "\n\n".join(parts)
 
     def _after_completion(self, comp: Completion, st: _Active, policy_version: int) -> bool:
         turn = Turn(
@@ -341,7 +376,6 @@ class RolloutWorker:
             action_text=self.tokenizer.decode(list(comp.token_ids), skip_special_tokens=True),
         )
         st.episode.turns.append(turn)
-        st.stream_len += len(st.pending_prompt) + len(comp.token_ids)
         st.pending_prompt = []
         if comp.finish_reason == "abort":
             return self._fail(st, TerminationReason.INFRA_ERROR, InfraError("the engine aborted the request"))

@@ -28,28 +28,18 @@ first PPO epoch's log-probs exactly.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import time
-import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from agentrl.errors import CheckpointError, ConfigError, ContractError
+from agentrl.errors import ConfigError, ContractError
+from agentrl.trainer import _fsdp_common as fc
 from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, policy_loss
 from agentrl.types import TokenBatch
@@ -65,7 +55,6 @@ _TOKENIZER_FILES = (
     "chat_template.jinja",
     "chat_template.json",
 )
-_COMPLETE_MARKER = "COMPLETE"
 
 
 class PolicyTrainer:
@@ -88,53 +77,19 @@ class PolicyTrainer:
     def __init__(self, config: TrainerConfig) -> None:
         config.validate()
         self.config = config
-        if not dist.is_available() or not dist.is_initialized():
-            raise ConfigError(
-                "PolicyTrainer needs an initialised torch.distributed process group "
-                "(gloo on CPU, nccl on CUDA); call torch.distributed.init_process_group(...) "
-                "first, or agentrl.trainer.init_single_process_group() for one process"
-            )
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-        self.device = self._pick_device(config.device)
+        self.rank, self.world_size = fc.require_process_group("PolicyTrainer")
+        self.device = fc.pick_device(config.device, self.rank)
         self.global_step = 0
-        _seed_everything(config.seed)
+        fc.seed_everything(config.seed)
 
-        model = _load_model(config)
+        model = fc.load_hf_model(config, causal_lm=True)
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()  # dropout is already 0; train mode keeps gradient checkpointing active
-
-        mesh = init_device_mesh(self.device.type, (self.world_size,), mesh_dim_names=("fsdp",))
-        if config.dtype == "bfloat16":
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        else:
-            mp = MixedPrecisionPolicy()
-        layers = _decoder_layers(model)
-        for layer in layers:
-            fully_shard(layer, mesh=mesh, mp_policy=mp)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
-        # The loss is already divided by the global token/sequence count of the step, so
-        # ranks' gradients must be summed, not averaged (FSDP's default divides by W).
-        # Factor 1 with plain SUM collectives (no PREMUL_SUM, which gloo lacks).
-        for m in model.modules():
-            if isinstance(m, FSDPModule):
-                m.set_gradient_divide_factor(1.0)
-                m.set_force_sum_reduction_for_comms(True)
+        fc.shard_fsdp2(model, device=self.device, world_size=self.world_size, dtype=config.dtype)
         self.model = model
-
-        self._optimizer = torch.optim.AdamW(
-            model.parameters(),
-            lr=config.lr,
-            betas=tuple(config.betas),
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-        )
-        warmup = config.warmup_steps
-        self._scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self._optimizer, lr_lambda=lambda k: min(1.0, (k + 1) / warmup) if warmup > 0 else 1.0
-        )
+        self._optimizer, self._scheduler = fc.build_optimizer(model.parameters(), config)
 
     # ------------------------------------------------------------------ scoring
 
@@ -329,10 +284,10 @@ class PolicyTrainer:
             return {}
         # On CPU with one rank the "gathered" tensors are the live parameters themselves;
         # copy those, or the caller's dict would change with the next optimizer step.
-        live = {_storage_ptr(p) for p in self.model.parameters()}
+        live = {fc.storage_ptr(p) for p in self.model.parameters()}
         out = {}
         for k, v in sd.items():
-            if _storage_ptr(v) in live:
+            if fc.storage_ptr(v) in live:
                 v = v.clone()
             if dtype is not None and v.is_floating_point():
                 v = v.to(dtype)
@@ -353,27 +308,16 @@ class PolicyTrainer:
         Raises:
             CheckpointError: ``path`` exists and already holds a checkpoint.
         """
-        path = Path(path)
-        if (path / _COMPLETE_MARKER).exists():
-            raise CheckpointError(f"{path} already holds a checkpoint; refusing to overwrite it")
-        path.mkdir(parents=True, exist_ok=True)
-        msd, osd = get_state_dict(self.model, self._optimizer)
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path / "dcp"))
-        torch.save(_rng_state(), path / f"rng_rank{self.rank}.pt")
-        if self.rank == 0:
-            torch.save(
-                {
-                    "global_step": self.global_step,
-                    "scheduler": self._scheduler.state_dict(),
-                    "world_size": self.world_size,
-                    "config": asdict(self.config),
-                },
-                path / "trainer_state.pt",
-            )
-        dist.barrier()
-        if self.rank == 0:
-            (path / _COMPLETE_MARKER).write_text("ok\n")
-        dist.barrier()
+        fc.save_checkpoint(
+            path,
+            model=self.model,
+            optimizer=self._optimizer,
+            scheduler=self._scheduler,
+            global_step=self.global_step,
+            config=self.config,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what ``save_checkpoint`` wrote. Collective.
@@ -386,32 +330,14 @@ class PolicyTrainer:
             CheckpointError: ``path`` is not a complete checkpoint, or its tensors do not
                 match this model.
         """
-        path = Path(path)
-        if not (path / _COMPLETE_MARKER).exists() or not (path / "trainer_state.pt").exists():
-            raise CheckpointError(
-                f"{path} is not a complete trainer checkpoint (missing {_COMPLETE_MARKER} or "
-                "trainer_state.pt); it was never written or its writer crashed"
-            )
-        msd, osd = get_state_dict(self.model, self._optimizer)
-        state = {"model": msd, "optim": osd}
-        try:
-            dcp.load(state, checkpoint_id=str(path / "dcp"))
-        except Exception as exc:  # DCP raises several types for mismatched/corrupt data
-            raise CheckpointError(f"could not load model/optimizer state from {path / 'dcp'}: {exc}") from exc
-        set_state_dict(self.model, self._optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        meta = torch.load(path / "trainer_state.pt", weights_only=True)
-        self._scheduler.load_state_dict(meta["scheduler"])
-        self.global_step = int(meta["global_step"])
-        rng_file = path / f"rng_rank{self.rank}.pt"
-        if rng_file.exists():
-            _set_rng_state(torch.load(rng_file, weights_only=True))
-        else:
-            warnings.warn(
-                f"{rng_file} missing (checkpoint written by {meta['world_size']} ranks, now "
-                f"{self.world_size}); rank {self.rank} keeps its current RNG state",
-                stacklevel=2,
-            )
-        dist.barrier()
+        self.global_step = fc.load_checkpoint(
+            path,
+            model=self.model,
+            optimizer=self._optimizer,
+            scheduler=self._scheduler,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
 
     def save_hf(self, path: str | os.PathLike[str], dtype: torch.dtype | None = None) -> None:
         """Write a Hugging Face model folder (``config.json``, ``generation_config.json``
@@ -435,15 +361,6 @@ class PolicyTrainer:
         dist.barrier()
 
     # ------------------------------------------------------------------ internals
-
-    def _pick_device(self, kind: str) -> torch.device:
-        if kind == "cpu":
-            return torch.device("cpu")
-        if not torch.cuda.is_available():
-            raise ConfigError("device='cuda' but torch.cuda.is_available() is False; use device='cpu'")
-        index = int(os.environ.get("LOCAL_RANK", self.rank % torch.cuda.device_count()))
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
 
     def _check_batch(self, batch: TokenBatch, *, for_training: bool) -> float:
         """Validate what only the trainer can check; return the temperature to use."""
@@ -491,36 +408,19 @@ class PolicyTrainer:
         return t
 
     def _my_rows(self, batch: TokenBatch) -> list[int]:
-        return list(range(self.rank, batch.num_rows, self.world_size))
+        return fc.rank_rows(batch.num_rows, self.rank, self.world_size)
 
     def _micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
         """Group rows in order: at most ``micro_batch_size`` rows and (if set) at most
         ``micro_batch_tokens`` padded tokens per group."""
-        lens = batch.seq_lens.tolist()
-        cap = self.config.micro_batch_tokens
-        groups: list[list[int]] = []
-        cur: list[int] = []
-        cur_max = 0
-        for r in rows:
-            new_max = max(cur_max, lens[r])
-            too_many = len(cur) >= self.config.micro_batch_size
-            too_big = cap is not None and cur and (len(cur) + 1) * new_max > cap
-            if cur and (too_many or too_big):
-                groups.append(cur)
-                cur, new_max = [], lens[r]
-            cur.append(r)
-            cur_max = new_max
-        if cur:
-            groups.append(cur)
-        return groups
+        return fc.micro_batches(
+            rows, batch.seq_lens.tolist(), self.config.micro_batch_size, self.config.micro_batch_tokens
+        )
 
     def _aligned_micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
         """This rank's micro-batches, padded with empty groups (dummy passes) to the
         largest count of any rank, so every rank runs the same number of FSDP passes."""
-        groups = self._micro_batches(rows, batch)
-        n = torch.tensor([len(groups)], dtype=torch.int64, device=self.device)
-        self._all_reduce(n, dist.ReduceOp.MAX)
-        return groups + [[] for _ in range(int(n.item()) - len(groups))]
+        return fc.align_micro_batches(self._micro_batches(rows, batch), self.device, self.world_size)
 
     def _score_rows(
         self, batch: TokenBatch, rows: Sequence[int], temperature: float, *, with_grad: bool, with_entropy: bool
@@ -528,17 +428,9 @@ class PolicyTrainer:
         """Forward ``rows`` right-padded; return their packed ``[Tm]`` log-probs (and
         entropies of the distribution that predicted each token), 0 at row starts."""
         dev = self.device
-        slices = batch.row_slices()
-        lens = [slices[r].stop - slices[r].start for r in rows]
-        n_rows, width = len(rows), max(lens)
-        ids = torch.zeros(n_rows, width, dtype=torch.long)  # (B, L), pad id 0 (masked out)
-        pos = torch.zeros(n_rows, width, dtype=torch.long)  # (B, L)
-        attn = torch.zeros(n_rows, width, dtype=torch.long)  # (B, L)
-        for b, (r, n) in enumerate(zip(rows, lens)):
-            ids[b, :n] = batch.input_ids[slices[r]]
-            pos[b, :n] = batch.position_ids[slices[r]]
-            attn[b, :n] = 1
+        ids, pos, attn = fc.right_pad_rows(batch.input_ids, batch.position_ids, batch.row_slices(), rows)  # (B, L) each
         ids, pos, attn = ids.to(dev), pos.to(dev), attn.to(dev)
+        n_rows, width = ids.shape
         with torch.set_grad_enabled(with_grad):
             logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits  # (B, L, V)
             flat = logits.reshape(n_rows * width, logits.shape[-1])  # (B*L, V), a view
@@ -569,93 +461,12 @@ class PolicyTrainer:
                 (logits.float().sum() * 0.0).backward()
 
     def _clip_grad_norm(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        return float(norm)
+        return fc.clip_grad_norm(self.model, self.config.max_grad_norm)
 
     def _all_reduce(self, t: torch.Tensor, op: Any) -> None:
-        if self.world_size > 1:
-            dist.all_reduce(t, op=op)
-
-
-def _storage_ptr(t: torch.Tensor) -> int:
-    local = t.to_local() if hasattr(t, "to_local") else t
-    return local.untyped_storage().data_ptr()
+        fc.all_reduce(t, op, self.world_size)
 
 
 def _row_slices(batch: TokenBatch, rows: Sequence[int]) -> list[slice]:
     slices = batch.row_slices()
     return [slices[r] for r in rows]
-
-
-def _load_model(config: TrainerConfig) -> torch.nn.Module:
-    """The HF causal LM in fp32 (master weights), dropout off, on CPU (FSDP moves shards)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    try:
-        hf_config = AutoConfig.from_pretrained(config.model_path)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(
-            f"model_path={config.model_path!r} is not a Hugging Face model folder "
-            f"(config.json + weights): {exc}"
-        ) from exc
-    for key, value in hf_config.to_dict().items():
-        if "dropout" in key and isinstance(value, float):
-            setattr(hf_config, key, 0.0)
-    hf_config.use_cache = False
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            config.model_path,
-            config=hf_config,
-            dtype=torch.float32,
-            attn_implementation=config.attn_implementation,
-        )
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"could not load a causal LM from model_path={config.model_path!r}: {exc}") from exc
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout):
-            m.p = 0.0
-    return model
-
-
-def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The repeated blocks to shard one by one: modules whose class HF lists in
-    ``_no_split_modules`` (e.g. ``LlamaDecoderLayer``)."""
-    names = set(getattr(model, "_no_split_modules", None) or [])
-    layers = [m for m in model.modules() if type(m).__name__ in names]
-    if not layers:
-        raise ConfigError(
-            f"{type(model).__name__} declares no decoder layer class (_no_split_modules="
-            f"{sorted(names)}); cannot shard it layer by layer"
-        )
-    return layers
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    np_state = np.random.get_state()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": (np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

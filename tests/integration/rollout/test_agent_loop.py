@@ -196,3 +196,35 @@ def test_C03_reward_sees_only_the_policys_text_and_masks_hide_observations(engin
     ids, mask = ep.token_ids(), ep.loss_mask()
     masked_text = tokenizer.decode([t for t, m in zip(ids, mask) if m])
     assert "ANSWER=42" in tokenizer.decode(ids) and "ANSWER=42" not in masked_text
+
+
+def test_per_step_mode_keeps_context_flat_and_makes_one_row_per_step(engine, tokenizer, tmp_path):
+    from agentrl.config import AlgorithmConfig
+    from agentrl.credit import build_batch
+    from agentrl.replay import ReplayStore
+
+    envs = [ToolEchoEnv(episode_len=5, obs_text="the room is dark") for _ in range(2)]
+    worker, spy = _worker(engine, tokenizer, envs, stop_ids=ALL_STOP,
+                          limits=RolloutLimits(5, 4, 1024, prompt_mode="per_step", history_length=1))
+    episodes = worker.run(_requests(2), 0)
+    for ep in episodes:
+        ep.validate()
+        assert ep.prompt_mode == "per_step" and len(ep.turns) == 5
+        for k, turn in enumerate(ep.turns):
+            _, prompt, _ = next(a for a in spy.adds if a[0] == f"{ep.episode_id}:{k}")
+            assert prompt == turn.prompt_ids  # the engine saw exactly this step's own prompt
+            text = tokenizer.decode(turn.prompt_ids)
+            assert text.startswith("<|im_start|>system") and "Task t" in text
+            if k:
+                assert "Current observation (after step" in text and turn.anchor == ("step", k)
+        # history_length=1: prompts from step 2 on have the same shape, so they stay flat
+        lens = [len(t.prompt_ids) for t in ep.turns]
+        assert max(lens[2:]) - min(lens[2:]) <= 2 * 4 + 4  # differ only by the 1-token actions shown
+    # GRPO rewards [1, 1] in one group → advantage 0, but every step becomes its own row
+    res = build_batch(episodes, AlgorithmConfig(advantage="gigpo"), worker.sampling)
+    assert res.batch.num_rows == 10 and res.batch.num_loss_tokens == sum(e.num_generated_tokens() for e in episodes)
+    store = ReplayStore(f"sqlite:///{tmp_path / 'r.db'}")
+    store.start_run("r", {})
+    store.add_episodes("r", 0, episodes)
+    back = store.get_episode(episodes[0].episode_id)
+    assert back.prompt_mode == "per_step" and back.token_ids() == episodes[0].token_ids()

@@ -73,3 +73,18 @@ def test_pack_rejects_nonfinite_and_observation_advantages():
         TokenBatch.pack([leak], SamplingRecord())
     with pytest.raises(ContractError, match="no rows"):
         TokenBatch.pack([], SamplingRecord())
+
+
+def test_training_sequences_one_row_full_history_one_per_step_in_per_step_mode():
+    ep = _episode()
+    (row,) = ep.training_sequences([0.5, -1.0])
+    assert row.input_ids == ep.token_ids() and list(row.advantages) == broadcast_turn_values(ep, [0.5, -1.0])
+    ep.prompt_mode = "per_step"
+    rows = ep.training_sequences([0.5, -1.0])
+    assert [r.input_ids for r in rows] == [[1, 2, 3, 4, 5], [6, 7, 8, 9]]
+    assert [list(r.loss_mask) for r in rows] == [[0, 0, 0, 1, 1], [0, 1, 1, 1]]
+    assert [list(r.advantages) for r in rows] == [[0, 0, 0, 0.5, 0.5], [0, -1.0, -1.0, -1.0]]
+    assert [list(r.behavior_log_probs) for r in rows] == [[-0.1, -0.2], [-0.3, -0.4, -0.5]]
+    assert rows[0].episode_id == f"{ep.episode_id}:0"
+    b = TokenBatch.pack(rows, SamplingRecord())
+    assert b.num_rows == 2 and b.num_loss_tokens == 5
