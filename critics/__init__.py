@@ -9,6 +9,9 @@ lists of them for ragged, per-trajectory outputs).
 * ``gigpo_advantages``: per-step rewards and anchor states → one value per step.
 * ``turn_gae``: turn-level critic, one episode → ``(advantages [K], returns [K])``.
 * ``gae``: token-level critic, ``[B, T]`` with ``loss_mask`` → ``([B, T], [B, T])``.
+* ``turn_boundaries``, ``episode_boundaries``, ``split_per_row``, ``turn_critic_advantages``:
+  where a turn-level critic reads each turn's value in a token row, and ``turn_gae`` over a
+  batch of episodes.
 * ``dynamic_sampling_keep``, ``overlong_penalty``: DAPO's filter and length shaping.
 * ``ESTIMATORS``, ``get_estimator``, ``register_estimator``: the registry by name.
 """
@@ -23,10 +26,12 @@ from critics.grpo import (
     valid_reward_mask,
 )
 from critics.registry import ESTIMATORS, get_estimator, register_estimator
+from critics.turn_critic import episode_boundaries, split_per_row, turn_boundaries, turn_critic_advantages
 
 __all__ = [
     "ESTIMATORS",
     "drgrpo_advantages",
+    "episode_boundaries",
     "dynamic_sampling_keep",
     "gae",
     "get_estimator",
@@ -35,6 +40,9 @@ __all__ = [
     "overlong_penalty",
     "register_estimator",
     "rloo_advantages",
+    "split_per_row",
+    "turn_boundaries",
+    "turn_critic_advantages",
     "turn_gae",
     "valid_reward_mask",
 ]

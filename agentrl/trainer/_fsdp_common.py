@@ -11,6 +11,7 @@ micro-batches than another runs dummy passes so FSDP's collectives line up.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import warnings
@@ -115,16 +116,30 @@ def load_hf_model(config: _ModelSource, *, causal_lm: bool = True) -> torch.nn.M
         if "dropout" in key and isinstance(value, float):
             setattr(hf_config, key, 0.0)
     hf_config.use_cache = False
-    auto_cls = AutoModelForCausalLM if causal_lm else AutoModel
-    what = "a causal LM" if causal_lm else "a base model (AutoModel)"
+    kwargs = {"config": hf_config, "dtype": torch.float32, "attn_implementation": config.attn_implementation}
     try:
-        model = auto_cls.from_pretrained(
-            config.model_path,
-            config=hf_config,
-            dtype=torch.float32,
-            attn_implementation=config.attn_implementation,
-        )
+        if causal_lm:
+            model = AutoModelForCausalLM.from_pretrained(config.model_path, **kwargs)
+        else:
+            # A causal-LM checkpoint's lm_head is reported as an "unexpected key" by
+            # transformers' load report; that is expected here, so the report is silenced
+            # and *missing* / mismatched backbone weights are checked below instead.
+            hf_logger = logging.getLogger("transformers.modeling_utils")
+            level = hf_logger.level
+            hf_logger.setLevel(logging.ERROR)
+            try:
+                model, info = AutoModel.from_pretrained(config.model_path, output_loading_info=True, **kwargs)
+            finally:
+                hf_logger.setLevel(level)
+            bad = sorted(info.get("missing_keys") or []) + sorted(str(k) for k in info.get("mismatched_keys") or [])
+            if bad:
+                raise ConfigError(
+                    f"model_path={config.model_path!r}: the base model would start with "
+                    f"{len(bad)} randomly initialised or mismatched weight(s) (e.g. {bad[:3]}); "
+                    "point the critic at a checkpoint of the same architecture"
+                )
     except (OSError, ValueError) as exc:
+        what = "a causal LM" if causal_lm else "a base model (AutoModel)"
         raise ConfigError(f"could not load {what} from model_path={config.model_path!r}: {exc}") from exc
     for m in model.modules():
         if isinstance(m, torch.nn.Dropout):
@@ -384,3 +399,13 @@ def load_checkpoint(
         )
     dist.barrier()
     return int(meta["global_step"])
+
+
+def same_on_all_ranks(values: Sequence[float], device: torch.device, world_size: int) -> bool:
+    """Whether every rank passed the same ``values`` (e.g. a batch fingerprint).
+    Collective (two MAX all-reduces)."""
+    fp = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+    hi, lo = fp.clone(), -fp
+    all_reduce(hi, dist.ReduceOp.MAX, world_size)
+    all_reduce(lo, dist.ReduceOp.MAX, world_size)
+    return bool(torch.equal(hi, -lo))

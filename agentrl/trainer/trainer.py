@@ -2,7 +2,9 @@
 FSDP2, one instance per rank.
 
 Reading order: ``__init__`` (load, shard, optimizer) → ``compute_log_probs`` → ``step`` →
-state (``full_state_dict``, ``save_checkpoint``/``load_checkpoint``, ``save_hf``).
+state (``full_state_dict``, ``save_checkpoint``/``load_checkpoint``, ``save_hf``). Loading,
+sharding, the optimizer, micro-batching and checkpoint/RNG state are shared with
+``CriticTrainer`` through ``agentrl.trainer._fsdp_common``.
 
 Distributed contract: the caller initialises the default process group (gloo on CPU,
 nccl on CUDA; a group of one for a single process, see
@@ -392,15 +394,8 @@ class PolicyTrainer:
                     f"row {row} ({batch.episode_ids[row]}) has loss_mask 1 on its first token, "
                     "which has no prefix to be scored from; a row must start with a prompt"
                 )
-            fp = torch.tensor(
-                [float(batch.num_tokens), float(batch.num_rows), float((batch.input_ids % 9973).sum())],
-                dtype=torch.float64,
-                device=self.device,
-            )
-            hi, lo = fp.clone(), -fp
-            self._all_reduce(hi, dist.ReduceOp.MAX)
-            self._all_reduce(lo, dist.ReduceOp.MAX)
-            if not torch.equal(hi, -lo):
+            fp = [float(batch.num_tokens), float(batch.num_rows), float((batch.input_ids % 9973).sum())]
+            if not fc.same_on_all_ranks(fp, self.device, self.world_size):
                 raise ContractError(
                     "ranks hold different batches (token count, row count or id checksum "
                     "differ); every rank must get the same full TokenBatch"

@@ -90,4 +90,5 @@ class TurnValueModel(torch.nn.Module):
         ).last_hidden_state  # (B, T, H)
         idx = boundary_index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (B, K, H)
         h = torch.gather(hidden, 1, idx)  # (B, K, H)
-        return self.head(h).squeeze(-1).float()  # (B, K)
+        # (a fresh tensor, not a view: FSDP2 hooks the root module's output for backward)
+        return self.head(h).squeeze(-1).to(torch.float32, copy=True)  # (B, K)
