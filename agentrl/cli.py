@@ -149,9 +149,33 @@ def envs_list() -> None:
 
     t = Table("id", "entry point")
     for env_id, spec in sorted(gymnasium.registry.items()):
-        if env_id.startswith("agentrl/") or getattr(spec, "namespace", None) not in (None, ""):
+        if "/" in env_id:  # namespaced ids: ours (agentrl/...) and users' packages
             t.add_row(env_id, str(spec.entry_point))
     Console().print(t)
+
+
+@envs_app.command("check")
+def envs_check(
+    env_id: str = typer.Argument(..., help="Registered id, e.g. agentrl/Sokoban-v0."),
+    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the environment: bwrap, docker or auto."),
+    module: Optional[list[str]] = typer.Option(None, "--module", help="Import this module first (it registers the env); repeatable."),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """Check an environment against the agentrl contract: deterministic reset, types,
+    terminated/truncated, hashable anchors, step after done, close() releasing resources,
+    no shared random state. Exit 0 when it passes, 1 when it does not."""
+    import environments
+    from environments.checker import check_env, format_report
+    from sandboxes import SandboxSpec, make_sandbox
+
+    try:
+        environments.import_env_modules(list(module or []))
+        report = check_env(env_id, sandbox_factory=lambda: make_sandbox(backend, SandboxSpec(run_id="envs-check")))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    typer.echo(format_report(report))
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def main() -> None:  # console-script entry point

@@ -47,6 +47,7 @@ class ModelConfig(_Section):
 class EnvConfig(_Section):
     id: str = Field("agentrl/HumanEval-v0", description="Registered gymnasium id.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for gymnasium.make.")
+    import_modules: list[str] = Field(default_factory=list, description="Modules that register environments when imported (yours, e.g. my_envs); imported in the driver and in every Ray actor. Installed packages can use the 'agentrl.environments' entry-point group instead.")
     split: str = Field("train", description="Task split the TaskSource draws from.")
     task_ids: list[str] | None = Field(None, description="Train on these task ids only (each must belong to the split); None: the whole split.")
     tasks_per_iteration: int = Field(4, ge=1, description="Distinct task instances (groups) per iteration.")
@@ -90,10 +91,11 @@ class SandboxConfig(_Section):
 
 
 class AlgorithmConfig(_Section):
-    advantage: Literal["grpo", "rloo", "drgrpo", "gigpo"] = Field(
+    advantage: Literal["grpo", "rloo", "drgrpo", "gigpo", "turn_critic"] = Field(
         "grpo",
-        description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups). Critic-based estimators arrive with the value model.",
+        description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups), turn_critic (a learned value per turn and turn-level GAE; trains the critic section's value model).",
     )
+    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda for turn_critic (turn-level GAE).")
     norm_by_std: bool = Field(True, description="grpo only: divide by the group's std (rloo and drgrpo never do).")
     gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount for step-level estimators (GiGPO, GAE).")
     dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: drop groups whose rewards are all equal (their tokens are counted as discarded).")
@@ -118,6 +120,16 @@ class TrainerConfig(_Section):
     device: Literal["cpu", "cuda"] = Field("cpu", description="Trainer device.")
 
 
+class CriticSection(_Section):
+    """The turn-level value model, used when ``algorithm.advantage=turn_critic``."""
+
+    model_path: str | None = Field(None, description="Backbone of the value model (None: the policy's model, a scalar head on top).")
+    lr: float = Field(1e-5, gt=0.0, description="AdamW learning rate of the critic.")
+    value_clip: float | None = Field(None, gt=0.0, description="PPO-style value clipping epsilon (None: plain MSE).")
+    micro_batch_size: int = Field(4, ge=1, description="Rows per critic forward/backward.")
+    head_init_std: float = Field(0.0, ge=0.0, description="Std of the scalar head's initial weights (0: the critic starts at V=0).")
+
+
 class ClusterConfig(_Section):
     address: str | None = Field(None, description="Ray address to join (None: start a local Ray instance).")
     num_cpus: int | None = Field(None, ge=1, description="Logical CPUs for a local Ray instance (None: detected).")
@@ -135,6 +147,7 @@ class Config(_Section):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    critic: CriticSection = Field(default_factory=CriticSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
 

@@ -61,12 +61,8 @@ def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> list[
     raise ConfigError(f"algorithm.advantage={cfg.advantage!r} is not applicable by the controller")
 
 
-def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord) -> CreditResult:
-    """Turn an iteration's episodes into a validated ``TokenBatch``.
-
-    Raises:
-        ContractError: an episode breaks the token contract (a bug, never silenced).
-    """
+def select_episodes(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> tuple[list[Episode], dict[str, float]]:
+    """Steps 1-2: the episodes that go into the loss, and the token accounting so far."""
     m: dict[str, float] = defaultdict(float)
     m["tokens/generated"] = float(sum(e.num_generated_tokens() for e in episodes))
     errored = [e for e in episodes if e.is_error]
@@ -75,29 +71,68 @@ def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: Sam
     bad_groups = {e.group_id for e in errored} if cfg.error_policy == "drop_group" else set()
     kept = [e for e in episodes if not e.is_error and e.group_id not in bad_groups and e.turns]
     m["filter/error_dropped_episodes"] = float(len(episodes) - len(kept))
-
     if cfg.dynamic_sampling and kept:
         keep = np.asarray(critics.dynamic_sampling_keep([e.total_reward for e in kept], [e.group_id for e in kept]), dtype=bool)
         m["filter/dynamic_sampling_dropped_groups"] = float(len({e.group_id for e, k in zip(kept, keep) if not k}))
         kept = [e for e, k in zip(kept, keep) if k]
-
     m["tokens/discarded"] = m["tokens/generated"] - float(sum(e.num_generated_tokens() for e in kept))
+    return kept, dict(m)
+
+
+def pack_batch(kept: Sequence[Episode], per_turn: Sequence[Sequence[float]], sampling: SamplingRecord,
+               metrics: dict[str, float]) -> CreditResult:
+    """Step 3's packing: broadcast per-turn advantages and pack the rows.
+
+    Raises:
+        ContractError: an episode breaks the token contract (a bug, never silenced).
+    """
+    m = dict(metrics)
     if not kept:
         m["tokens/trained"] = 0.0
-        return CreditResult(batch=None, metrics=dict(m))
-
-    per_turn = _turn_advantages(kept, cfg)
+        return CreditResult(batch=None, metrics=m)
     rows = []
     turn_adv: dict[str, list[float]] = {}
     for e, adv in zip(kept, per_turn):
         e.validate()
+        adv = [float(a) for a in adv]
         turn_adv[e.episode_id] = adv
         rows.extend(e.training_sequences(adv))
     batch = TokenBatch.pack(rows, sampling)
     m["tokens/trained"] = float(batch.num_loss_tokens)
     m["tokens/packed"] = float(batch.num_tokens)
-    flat = np.concatenate([np.asarray(a) for a in per_turn]) if per_turn else np.zeros(0)
+    flat = np.concatenate([np.asarray(a, dtype=np.float64) for a in per_turn]) if per_turn else np.zeros(0)
     m["advantages/mean"] = float(flat.mean()) if flat.size else 0.0
     m["advantages/abs_max"] = float(np.abs(flat).max()) if flat.size else 0.0
     m["advantages/nonzero_frac"] = float((flat != 0).mean()) if flat.size else 0.0
-    return CreditResult(batch=batch, turn_advantages=turn_adv, metrics=dict(m))
+    return CreditResult(batch=batch, turn_advantages=turn_adv, metrics=m)
+
+
+def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord) -> CreditResult:
+    """Turn an iteration's episodes into a validated ``TokenBatch`` with a critic-free
+    estimator (grpo, rloo, drgrpo, gigpo). ``turn_critic`` needs the value model's values:
+    the controller calls ``select_episodes``, the critic, ``turn_critic_advantages`` and
+    ``pack_batch`` itself.
+
+    Raises:
+        ContractError: an episode breaks the token contract (a bug, never silenced).
+    """
+    kept, m = select_episodes(episodes, cfg)
+    return pack_batch(kept, _turn_advantages(kept, cfg) if kept else [], sampling, m)
+
+
+def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | None = None,
+                old_values: Sequence[Sequence[float]] | None = None) -> list:
+    """The critic's input rows, in the same row layout as ``Episode.training_sequences``
+    (one row per episode, or per step in per-step mode), with each turn's boundary token.
+    ``returns`` / ``old_values``: per episode, one value per turn."""
+    from agentrl.trainer.critic_trainer import CriticRow
+
+    out = []
+    for i, e in enumerate(kept):
+        seqs = e.training_sequences([0.0] * len(e.turns))
+        bounds = critics.episode_boundaries(e)
+        rets = critics.split_per_row(e, returns[i]) if returns is not None else [None] * len(seqs)
+        olds = critics.split_per_row(e, old_values[i]) if old_values is not None else [None] * len(seqs)
+        for seq, b, r, o in zip(seqs, bounds, rets, olds):
+            out.append(CriticRow(seq.input_ids, b, returns=r, old_values=o, episode_id=e.episode_id))
+    return out

@@ -1187,6 +1187,16 @@ class HumanEvalEnv(gymnasium.Env[str, str]):
         """Task ids of ``split``; see the module function ``task_ids``."""
         return task_ids(split)
 
+    @classmethod
+    def checker_actions(cls) -> list[str]:
+        """Scripted completions for ``environments.checker.check_env``: one tool call, one
+        malformed reply, then a (wrong) submission that ends the episode."""
+        return [
+            '<tool_call>{"name": "python", "arguments": {"code": "print(6 * 7)"}}</tool_call>',
+            "I think I know the answer.",
+            "```python\ndef f():\n    return None\n```",
+        ]
+
     @property
     def task(self) -> HumanEvalTask | None:
         """The current episode's task (``None`` before the first ``reset``)."""

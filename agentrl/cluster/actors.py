@@ -46,11 +46,13 @@ def stop_token_ids(model_path: str, tokenizer: Any) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def env_task_ids(env_id: str, split: str) -> list[str]:
+def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) -> list[str]:
     """Task ids of a registered environment's split (its class's ``task_ids(split)``)."""
     import gymnasium
 
-    import environments  # noqa: F401  (registers the built-ins)
+    import environments  # registers the built-ins and entry points
+
+    environments.import_env_modules(list(import_modules))
 
     try:
         spec = gymnasium.spec(env_id)
@@ -74,8 +76,15 @@ def make_env_factory(cfg: Config, run_id: str):
     fresh environment (the worker closes both)."""
     import gymnasium
 
-    import environments  # noqa: F401
+    import environments
     from sandboxes import SandboxSpec, make_sandbox
+
+    environments.import_env_modules(cfg.env.import_modules)
+    try:
+        gymnasium.spec(cfg.env.id)
+    except Exception as exc:
+        raise ConfigError(f"env.id={cfg.env.id!r} is not registered in the rollout process ({exc}); "
+                          "list the module that registers it in env.import_modules") from None
 
     spec = SandboxSpec(
         memory_mb=cfg.sandbox.memory_mb,
@@ -178,6 +187,16 @@ class TrainerActor:
             micro_batch_size=t.micro_batch_size, clip_ratio_low=t.clip_ratio_low, clip_ratio_high=t.clip_ratio_high,
             loss_agg_mode=t.loss_agg_mode, seed=cfg.run.seed, device=t.device,
         ))
+        self.critic = None
+        if cfg.algorithm.advantage == "turn_critic":
+            from agentrl.trainer import CriticConfig, CriticTrainer
+
+            c = cfg.critic
+            self.critic = CriticTrainer(CriticConfig(
+                model_path=c.model_path or model_path, head_init_std=c.head_init_std, value_clip=c.value_clip,
+                dtype=cfg.model.dtype, device=t.device, lr=c.lr, micro_batch_size=c.micro_batch_size,
+                seed=cfg.run.seed,
+            ))
 
     def step(self, batch) -> dict[str, float]:
         return self.trainer.step(batch)
@@ -192,11 +211,21 @@ class TrainerActor:
             return [ray.put(sd)]
         return None
 
+    def critic_values(self, batch) -> Any:
+        return self.critic.compute_values(batch)
+
+    def critic_step(self, batch) -> dict[str, float]:
+        return self.critic.step(batch)
+
     def save_checkpoint(self, path: str) -> None:
         self.trainer.save_checkpoint(path)
+        if self.critic is not None:
+            self.critic.save_checkpoint(path + "_critic")
 
     def load_checkpoint(self, path: str) -> None:
         self.trainer.load_checkpoint(path)
+        if self.critic is not None:
+            self.critic.load_checkpoint(path + "_critic")
 
     def save_hf(self, path: str) -> None:
         self.trainer.save_hf(path)

@@ -107,6 +107,34 @@ def _save_checkpoint(run_dir: Path, iteration: int, trainers: list, state: dict)
     return final
 
 
+def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):
+    """turn_critic: values from the critic at each turn boundary, turn-level GAE
+    (``critics.turn_critic_advantages``), the policy batch, and the critic's own batch
+    (returns as targets, rollout-time values for clipping)."""
+    import numpy as np
+    import ray
+
+    import critics
+    from agentrl.credit import critic_rows, pack_batch, select_episodes
+    from agentrl.trainer import CriticBatch
+
+    kept, m = select_episodes(episodes, cfg.algorithm)
+    if not kept:
+        return pack_batch(kept, [], sampling, m), None
+    values = ray.get([t.critic_values.remote(CriticBatch.pack(critic_rows(kept))) for t in trainers])[0]
+    flat = np.asarray(values, dtype=np.float64)
+    per_ep, start = [], 0
+    for e in kept:
+        per_ep.append(flat[start:start + len(e.turns)])
+        start += len(e.turns)
+    rewards = [[float(t.reward) for t in e.turns] for e in kept]
+    adv, rets = critics.turn_critic_advantages(rewards, per_ep, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
+    credit = pack_batch(kept, adv, sampling, m)
+    critic_batch = CriticBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep))
+    credit.metrics["critic/values_mean_rollout"] = float(flat.mean())
+    return credit, critic_batch
+
+
 def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dict], None] | None = None,
           progress: Any = None) -> RunSummary:
     """Run ``cfg.run.iterations`` iterations (or continue a run up to that number).
@@ -144,7 +172,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     if reaped:
         log.warning("removed %d sandbox processes left behind by earlier runs", reaped)
 
-    task_ids = env_task_ids(cfg.env.id, cfg.env.split)
+    task_ids = env_task_ids(cfg.env.id, cfg.env.split, cfg.env.import_modules)
     if cfg.env.task_ids is not None:
         unknown = [t for t in cfg.env.task_ids if t not in set(task_ids)]
         if unknown:
@@ -212,7 +240,11 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if progress is not None:
                 progress.phase(it, "credit")
             t0 = time.perf_counter()
-            credit = build_batch(episodes, cfg.algorithm, sampling)
+            critic_update = None
+            if cfg.algorithm.advantage == "turn_critic":
+                credit, critic_update = _turn_critic_credit(episodes, cfg, sampling, trainers)
+            else:
+                credit = build_batch(episodes, cfg.algorithm, sampling)
             credit_s = time.perf_counter() - t0
 
             if progress is not None:
@@ -222,6 +254,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if credit.batch is not None:
                 results = ray.get([t.step.remote(credit.batch) for t in trainers])
                 train_metrics = results[0]
+            if critic_update is not None:
+                critic_metrics = ray.get([t.critic_step.remote(critic_update) for t in trainers])[0]
+                train_metrics.update({f"critic/{k.split('/', 1)[-1]}" if not k.startswith("critic/") else k: v
+                                      for k, v in critic_metrics.items()})
             update_s = time.perf_counter() - t0
 
             if progress is not None:

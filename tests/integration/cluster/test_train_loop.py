@@ -79,3 +79,20 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     a, b = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
     assert [x[0] for x in b] == [1, 2, 3, 4, 5, 6]  # nothing repeated or skipped
     assert a == b  # same tasks, same samples, same losses (CPU, fp32)
+
+
+def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_path):
+    from agentrl.cluster.controller import load_run_config, train
+
+    cfg = _cfg(tmp_path, tiny_model_path, "critic", "algorithm.advantage=turn_critic", "algorithm.gamma=0.9",
+               "algorithm.lam=0.95", "critic.lr=1e-3", "run.iterations=2")
+    summary = train(cfg)
+    lines = [json.loads(x) for x in (tmp_path / "critic" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    for m in lines:
+        assert m["critic/value_loss"] is not None and m["critic/value_loss"] >= 0
+        assert m["tokens/trained"] > 0
+    assert (tmp_path / "critic" / "checkpoints" / "iter_2" / "trainer_critic").is_dir()
+    # the critic is checkpointed and resumed with the policy
+    resumed = train(load_run_config(tmp_path / "critic", ["run.iterations=3"]), resume=True)
+    assert resumed.iterations_done == 3 and summary.run_id == resumed.run_id

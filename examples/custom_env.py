@@ -1,0 +1,59 @@
+"""A new environment, registered, checked and trained for one iteration:
+``.venv/bin/python examples/custom_env.py [run_dir]``. Ray actors import ``environments``,
+which imports the modules in AGENTRL_ENV_MODULES (this file, as ``custom_env``: Ray puts
+the script's folder on the actors' sys.path), so they register the same env."""
+import os
+import sys
+
+import gymnasium
+
+from agentrl.errors import EnvError
+
+ENV_ID = "example/Add-v0"
+
+
+class AddEnv(gymnasium.Env):
+    """Add two numbers; reward 1.0 for the right sum. One turn per episode."""
+
+    def __init__(self, sandbox=None):  # no sandbox needed; make_env may pass one
+        self._answer = None
+
+    @classmethod
+    def task_ids(cls, split="train"):
+        return [f"add/{i}" for i in (range(0, 100) if split == "train" else range(100, 120))]
+
+    @classmethod
+    def checker_actions(cls):
+        return ["I think it is 5."]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        i = int(((options or {}).get("task_id") or "add/0").split("/")[1])
+        a, b = i % 10, i // 10 + 3
+        self._answer = a + b
+        return f"What is {a} + {b}? Reply with the number only.", {"anchor": (a, b)}
+
+    def step(self, action):
+        if self._answer is None:
+            raise EnvError("AddEnv.step() after the episode ended; call reset()")
+        reward, self._answer = float(action.strip() == str(self._answer)), None
+        return "Correct." if reward else "Wrong.", reward, True, False, {"anchor": "done"}
+
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(id=ENV_ID, entry_point="custom_env:AddEnv")
+
+if __name__ == "__main__":
+    from agentrl.cluster.controller import train
+    from agentrl.config import load_config
+    from environments.checker import check_env, format_report
+
+    report = check_env(ENV_ID)
+    print(format_report(report))
+    report.raise_if_failed()
+    os.environ["AGENTRL_ENV_MODULES"] = "custom_env"  # for the Ray actors
+    run_dir = sys.argv[1] if len(sys.argv) > 1 else "runs/custom-env-example"
+    cfg = load_config(None, [f"env.id={ENV_ID}", "model.path=tiny-random-smollm2", "run.iterations=1",
+                             f"run.dir={run_dir}", "run.name=custom-env", "env.tasks_per_iteration=2", "env.group_size=2",
+                             "rollout.max_turns=1", "rollout.max_new_tokens=8"])
+    print(train(cfg))

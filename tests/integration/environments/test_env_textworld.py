@@ -1,0 +1,74 @@
+"""``agentrl/TextWorld-v0`` with the real ``textworld`` package: games generated into a
+cache, won by TextWorld's own walkthrough, exact-state anchors, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+textworld = pytest.importorskip("textworld")
+
+import environments  # noqa: E402
+from agentrl.errors import ConfigError, EnvError  # noqa: E402
+from environments.textworld_env import TextWorldEnv, game_path, generate_games, parse_command, task_ids  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("twcache")
+
+
+def test_walkthrough_wins_with_the_max_score_and_anchors_track_the_state(cache):
+    env = environments.make_env("agentrl/TextWorld-v0", cache_dir=cache)
+    obs, info = env.reset(seed=0, options={"task_id": "textworld/3"})
+    assert obs.startswith("Objective:") and info["score"] == 0 and info["max_score"] >= 1
+    walkthrough = textworld.Game.load(str(game_path(3, cache_dir=cache).with_suffix(".json"))).walkthrough
+    total, anchors = 0.0, [info["anchor"]]
+    for i, command in enumerate(walkthrough):
+        obs, reward, term, trunc, info = env.step(f"<action>{command}</action>")
+        total += reward
+        anchors.append(info["anchor"])
+        assert term == (i == len(walkthrough) - 1) and not trunc
+    assert info["won"] and total == info["max_score"]
+    assert len(set(anchors)) == len(anchors)  # every walkthrough step changes the world
+    with pytest.raises(EnvError, match="after the episode"):
+        env.step("look")
+    env.close()
+
+
+def test_same_task_same_start_and_look_keeps_the_anchor(cache):
+    a = TextWorldEnv(cache_dir=cache)
+    b = TextWorldEnv(cache_dir=cache)
+    oa, ia = a.reset(seed=1, options={"task_id": "textworld/3"})
+    ob, ib = b.reset(seed=2, options={"task_id": "textworld/3"})
+    assert oa == ob and ia["anchor"] == ib["anchor"]
+    _, r, term, trunc, info = a.step("look")
+    assert (r, term, trunc) == (0.0, False, False) and info["anchor"] == ia["anchor"]
+    obs, r, _, _, info = a.step("   ")
+    assert info["invalid_action"] and r == 0.0 and "Invalid reply" in obs
+    a.close(), b.close()
+    a.close()  # idempotent
+    c = TextWorldEnv(cache_dir=cache, show_admissible_commands=True)
+    assert "Valid commands: " in c.reset(options={"task_id": "textworld/3"})[0]
+    c.close()
+
+
+def test_games_are_cached_and_reused(cache):
+    (path,) = generate_games([3], cache_dir=cache)
+    assert path == game_path(3, cache_dir=cache) and path.exists() and path.with_suffix(".json").exists()
+    mtime = path.stat().st_mtime_ns
+    generate_games([3], cache_dir=cache)
+    assert path.stat().st_mtime_ns == mtime
+    assert not [p for p in cache.iterdir() if p.name.startswith(".gen-")]
+
+
+def test_step_limit_splits_and_bad_arguments(cache):
+    env = TextWorldEnv(cache_dir=cache, max_steps=2)
+    env.reset(options={"task_id": "textworld/3"})
+    assert env.step("look")[2:4] == (False, False) and env.step("look")[2:4] == (False, True)
+    assert len(task_ids("train")) == 1000 and not set(task_ids("train")) & set(task_ids("test"))
+    with pytest.raises(ConfigError, match="quest_length=0"):
+        TextWorldEnv(quest_length=0)
+    with pytest.raises(ConfigError, match="'tw/1'"):
+        env.reset(options={"task_id": "tw/1"})
+    assert parse_command("I go <action> open   the door </action>") == "open the door"
+    assert parse_command("x" * 201) is None
