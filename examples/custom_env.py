@@ -1,8 +1,7 @@
 """A new environment, registered, checked and trained for one iteration:
-``.venv/bin/python examples/custom_env.py [run_dir]``. Ray actors import ``environments``,
-which imports the modules in AGENTRL_ENV_MODULES (this file, as ``custom_env``: Ray puts
-the script's folder on the actors' sys.path), so they register the same env."""
-import os
+``.venv/bin/python examples/custom_env.py [run_dir]``. ``env.import_modules`` makes every
+Ray actor import this file as ``custom_env`` (Ray puts the script's folder on the actors'
+sys.path), so they register the same env."""
 import sys
 
 import gymnasium
@@ -51,9 +50,8 @@ if __name__ == "__main__":
     report = check_env(ENV_ID)
     print(format_report(report))
     report.raise_if_failed()
-    os.environ["AGENTRL_ENV_MODULES"] = "custom_env"  # for the Ray actors
     run_dir = sys.argv[1] if len(sys.argv) > 1 else "runs/custom-env-example"
-    cfg = load_config(None, [f"env.id={ENV_ID}", "model.path=tiny-random-smollm2", "run.iterations=1",
+    cfg = load_config(None, [f"env.id={ENV_ID}", "env.import_modules=[custom_env]", "model.path=tiny-random-smollm2", "run.iterations=1",
                              f"run.dir={run_dir}", "run.name=custom-env", "env.tasks_per_iteration=2", "env.group_size=2",
                              "rollout.max_turns=1", "rollout.max_new_tokens=8"])
     print(train(cfg))
