@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Iterable
@@ -50,6 +51,12 @@ import gymnasium
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
+
+_TW_LOCK = threading.RLock()
+"""TextWorld's generator (its TatSu grammar parser) and game engine keep process-global
+state: two games generated or stepped at once from the rollout's environment threads
+corrupt each other ("pop from empty list"). Every call into ``textworld`` holds this lock;
+the calls take milliseconds (a new game's generation, once per seed, seconds)."""
 
 __all__ = ["ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "CACHE_VAR", "TextWorldEnv", "task_ids",
            "game_path", "generate_games", "parse_command"]
@@ -126,8 +133,9 @@ def generate_games(seeds: Iterable[int], *, nb_rooms: int = 3, nb_objects: int =
             opt.path = str(tmp / path.name)
             opt.force_recompile = True
             try:
-                game = tw.generator.make_game(opt)
-                built = Path(tw.generator.compile_game(game, opt))
+                with _TW_LOCK:
+                    game = tw.generator.make_game(opt)
+                    built = Path(tw.generator.compile_game(game, opt))
             except Exception as exc:
                 raise ConfigError(f"TextWorld could not generate seed {seed} with nb_rooms={nb_rooms}, "
                                   f"nb_objects={nb_objects}, quest_length={quest_length}: {exc}") from exc
@@ -230,8 +238,9 @@ class TextWorldEnv(gymnasium.Env[str, str]):
                                   admissible_commands=self.show_admissible_commands)
         with warnings.catch_warnings():  # jericho: "unsupported game" (TextWorld lists commands itself)
             warnings.filterwarnings("ignore", message="Unable to find valid actions")
-            self._game = self._tw.start(str(path), request_infos=infos)
-            self._state = self._game.reset()
+            with _TW_LOCK:
+                self._game = self._tw.start(str(path), request_infos=infos)
+                self._state = self._game.reset()
         self._task_id, self._steps, self._done = task_id, 0, False
         info = self._info(invalid=False)
         info.update(system_prompt=self.system_prompt, tools=[], split="test" if _seed_of(task_id) in TEST_SEEDS else "train")
@@ -262,7 +271,8 @@ class TextWorldEnv(gymnasium.Env[str, str]):
             before = self._state.score
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Unable to find valid actions")
-                self._state, _, game_over = self._game.step(command)
+                with _TW_LOCK:
+                    self._state, _, game_over = self._game.step(command)
             reward = float(self._state.score - before)
             terminated = bool(game_over or self._state.won or self._state.lost)
             text = self._feedback()
@@ -275,7 +285,8 @@ class TextWorldEnv(gymnasium.Env[str, str]):
     def close(self) -> None:
         """Stop the game interpreter. Idempotent."""
         if self._game is not None:
-            self._game.close()
+            with _TW_LOCK:
+                self._game.close()
             self._game = None
         self._closed = True
         self._done = True

@@ -72,3 +72,22 @@ def test_step_limit_splits_and_bad_arguments(cache):
         env.reset(options={"task_id": "tw/1"})
     assert parse_command("I go <action> open   the door </action>") == "open the door"
     assert parse_command("x" * 201) is None
+
+
+def test_games_generate_and_play_from_several_threads_at_once(tmp_path):
+    """The rollout resets and steps environments from a thread pool; TextWorld's generator
+    is not thread-safe on its own (found by the training test: 'pop from empty list')."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from environments.textworld_env import TextWorldEnv
+
+    def play(seed):
+        env = TextWorldEnv(cache_dir=tmp_path)
+        obs, info = env.reset(seed=0, options={"task_id": f"textworld/{seed}"})
+        out = env.step("look")
+        env.close()
+        return obs, out[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(play, [7001, 7002, 7003, 7004]))
+    assert all(isinstance(o, str) and o and isinstance(s, str) for o, s in results)
