@@ -98,7 +98,11 @@ class AlgorithmConfig(_Section):
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda for turn_critic (turn-level GAE).")
     norm_by_std: bool = Field(True, description="grpo only: divide by the group's std (rloo and drgrpo never do).")
     gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount for step-level estimators (GiGPO, GAE).")
-    dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: drop groups whose rewards are all equal (their tokens are counted as discarded).")
+    dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: drop groups whose (shaped) rewards are all equal (their tokens are counted as discarded), and roll out further task groups to refill, up to max_refill_rounds.")
+    max_refill_rounds: int = Field(2, ge=0, description="Dynamic sampling: at most this many extra rollout rounds per iteration to replace dropped groups.")
+    invalid_action_penalty: float = Field(0.0, ge=0.0, description="Subtracted from the reward of the step whose action was invalid (that step only; the recorded env reward is unchanged).")
+    overlong_buffer_tokens: int = Field(0, ge=0, description="DAPO soft overlong punishment (Eq. 13) per turn: 0 disables; else the last N tokens before rollout.max_new_tokens are penalised linearly down to -overlong_penalty.")
+    overlong_penalty: float = Field(1.0, ge=0.0, description="Scale of the soft overlong punishment.")
     error_policy: Literal["drop_episode", "drop_group"] = Field(
         "drop_episode",
         description="What an infra/reward error does to its group: drop only the errored episode (others keep group statistics over valid samples) or the whole group.",
@@ -157,6 +161,11 @@ class Config(_Section):
             raise ValueError(
                 f"rollout.top_p={self.rollout.top_p}, rollout.top_k={self.rollout.top_k}: the trainer cannot "
                 "recompute log-probs under top-p/top-k truncation; use top_p=1.0 and top_k=-1"
+            )
+        if self.algorithm.overlong_buffer_tokens > self.rollout.max_new_tokens:
+            raise ValueError(
+                f"algorithm.overlong_buffer_tokens={self.algorithm.overlong_buffer_tokens} must not exceed "
+                f"rollout.max_new_tokens={self.rollout.max_new_tokens}"
             )
         if self.trainer.device == "cpu" and self.trainer.backend == "nccl":
             raise ValueError("trainer.backend='nccl' needs trainer.device='cuda'")

@@ -23,7 +23,7 @@ import numpy as np
 
 import critics
 from agentrl.config import AlgorithmConfig
-from agentrl.errors import ConfigError
+from agentrl.errors import ConfigError, ContractError
 from agentrl.types import Episode, SamplingRecord, TokenBatch
 
 
@@ -42,10 +42,34 @@ class CreditResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> list[list[float]]:
+def shaped_turn_rewards(episode: Episode, cfg: AlgorithmConfig, max_new_tokens: int | None = None) -> list[float]:
+    """Per-turn rewards the estimators see: the env reward, minus
+    ``invalid_action_penalty`` on a step whose action was invalid (that step only), plus
+    DAPO's soft overlong punishment of that turn's completion length (Yu et al. 2025,
+    Eq. 13) when ``overlong_buffer_tokens > 0``. The recorded env rewards are unchanged.
+
+    Raises:
+        ContractError: a turn without a reward in a non-errored episode.
+    """
+    out = []
+    for k, t in enumerate(episode.turns):
+        if t.reward is None:
+            raise ContractError(f"episode {episode.episode_id}: turn {k} has no reward")
+        r = float(t.reward)
+        if t.invalid_action:
+            r -= cfg.invalid_action_penalty
+        if cfg.overlong_buffer_tokens > 0 and max_new_tokens:
+            r += float(critics.overlong_penalty([len(t.completion_ids)], max_len=max_new_tokens,
+                                                cache_len=cfg.overlong_buffer_tokens, penalty=cfg.overlong_penalty)[0])
+        out.append(r)
+    return out
+
+
+def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: int | None = None) -> list[list[float]]:
     group_ids = [e.group_id for e in episodes]
+    shaped = [shaped_turn_rewards(e, cfg, max_new_tokens) for e in episodes]
     if cfg.advantage in ("grpo", "rloo", "drgrpo"):
-        rewards = [e.total_reward for e in episodes]
+        rewards = [sum(r) for r in shaped]
         # rloo: leave-one-out mean, no std (Ahmadian et al. 2024); drgrpo: no std (Liu et al. 2025).
         adv = np.asarray(critics.grpo_advantages(
             rewards, group_ids,
@@ -54,14 +78,15 @@ def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> list[
         ), dtype=np.float64)
         return [[float(a)] * len(e.turns) for a, e in zip(adv, episodes)]
     if cfg.advantage == "gigpo":
-        step_rewards = [[t.reward for t in e.turns] for e in episodes]
+        step_rewards = shaped
         anchors = [[t.anchor for t in e.turns] for e in episodes]
         out = critics.gigpo_advantages(step_rewards, anchors, group_ids, gamma=cfg.gamma)
         return [[float(x) for x in np.asarray(a, dtype=np.float64)] for a in out]
     raise ConfigError(f"algorithm.advantage={cfg.advantage!r} is not applicable by the controller")
 
 
-def select_episodes(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> tuple[list[Episode], dict[str, float]]:
+def select_episodes(episodes: Sequence[Episode], cfg: AlgorithmConfig,
+                    max_new_tokens: int | None = None) -> tuple[list[Episode], dict[str, float]]:
     """Steps 1-2: the episodes that go into the loss, and the token accounting so far."""
     m: dict[str, float] = defaultdict(float)
     m["tokens/generated"] = float(sum(e.num_generated_tokens() for e in episodes))
@@ -72,10 +97,14 @@ def select_episodes(episodes: Sequence[Episode], cfg: AlgorithmConfig) -> tuple[
     kept = [e for e in episodes if not e.is_error and e.group_id not in bad_groups and e.turns]
     m["filter/error_dropped_episodes"] = float(len(episodes) - len(kept))
     if cfg.dynamic_sampling and kept:
-        keep = np.asarray(critics.dynamic_sampling_keep([e.total_reward for e in kept], [e.group_id for e in kept]), dtype=bool)
+        totals = [sum(shaped_turn_rewards(e, cfg, max_new_tokens)) for e in kept]
+        keep = np.asarray(critics.dynamic_sampling_keep(totals, [e.group_id for e in kept]), dtype=bool)
         m["filter/dynamic_sampling_dropped_groups"] = float(len({e.group_id for e, k in zip(kept, keep) if not k}))
         kept = [e for e, k in zip(kept, keep) if k]
     m["tokens/discarded"] = m["tokens/generated"] - float(sum(e.num_generated_tokens() for e in kept))
+    if kept and (cfg.invalid_action_penalty or cfg.overlong_buffer_tokens):
+        raw = sum(float(t.reward) for e in kept for t in e.turns)
+        m["shaping/reward_delta_sum"] = sum(sum(shaped_turn_rewards(e, cfg, max_new_tokens)) for e in kept) - raw
     return kept, dict(m)
 
 
@@ -107,7 +136,8 @@ def pack_batch(kept: Sequence[Episode], per_turn: Sequence[Sequence[float]], sam
     return CreditResult(batch=batch, turn_advantages=turn_adv, metrics=m)
 
 
-def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord) -> CreditResult:
+def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord,
+                max_new_tokens: int | None = None) -> CreditResult:
     """Turn an iteration's episodes into a validated ``TokenBatch`` with a critic-free
     estimator (grpo, rloo, drgrpo, gigpo). ``turn_critic`` needs the value model's values:
     the controller calls ``select_episodes``, the critic, ``turn_critic_advantages`` and
@@ -116,8 +146,8 @@ def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: Sam
     Raises:
         ContractError: an episode breaks the token contract (a bug, never silenced).
     """
-    kept, m = select_episodes(episodes, cfg)
-    return pack_batch(kept, _turn_advantages(kept, cfg) if kept else [], sampling, m)
+    kept, m = select_episodes(episodes, cfg, max_new_tokens)
+    return pack_batch(kept, _turn_advantages(kept, cfg, max_new_tokens) if kept else [], sampling, m)
 
 
 def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | None = None,

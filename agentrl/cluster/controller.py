@@ -115,10 +115,10 @@ def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):
     import ray
 
     import critics
-    from agentrl.credit import critic_rows, pack_batch, select_episodes
+    from agentrl.credit import critic_rows, pack_batch, select_episodes, shaped_turn_rewards
     from agentrl.trainer import CriticBatch
 
-    kept, m = select_episodes(episodes, cfg.algorithm)
+    kept, m = select_episodes(episodes, cfg.algorithm, cfg.rollout.max_new_tokens)
     if not kept:
         return pack_batch(kept, [], sampling, m), None
     values = ray.get([t.critic_values.remote(CriticBatch.pack(critic_rows(kept))) for t in trainers])[0]
@@ -127,7 +127,7 @@ def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):
     for e in kept:
         per_ep.append(flat[start:start + len(e.turns)])
         start += len(e.turns)
-    rewards = [[float(t.reward) for t in e.turns] for e in kept]
+    rewards = [shaped_turn_rewards(e, cfg.algorithm, cfg.rollout.max_new_tokens) for e in kept]
     adv, rets = critics.turn_critic_advantages(rewards, per_ep, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
     credit = pack_batch(kept, adv, sampling, m)
     critic_batch = CriticBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep))
@@ -236,6 +236,18 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if progress is not None:
                 progress.phase(it, "rollout")
             episodes, rollout_s = ray.get(rollout.rollout.remote(requests, policy_version))
+            refills = 0
+            if cfg.algorithm.dynamic_sampling:
+                # DAPO dynamic sampling: replace groups whose rewards are all equal by new ones.
+                from agentrl.credit import select_episodes
+
+                while refills < cfg.algorithm.max_refill_rounds:
+                    kept, _ = select_episodes(episodes, cfg.algorithm, cfg.rollout.max_new_tokens)
+                    missing = cfg.env.tasks_per_iteration - len({e.group_id for e in kept})
+                    if missing <= 0:
+                        break
+                    more, more_s = ray.get(rollout.rollout.remote(tasks.next_requests(missing), policy_version))
+                    episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
 
             if progress is not None:
                 progress.phase(it, "credit")
@@ -244,7 +256,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if cfg.algorithm.advantage == "turn_critic":
                 credit, critic_update = _turn_critic_credit(episodes, cfg, sampling, trainers)
             else:
-                credit = build_batch(episodes, cfg.algorithm, sampling)
+                credit = build_batch(episodes, cfg.algorithm, sampling, cfg.rollout.max_new_tokens)
+            credit.metrics["filter/refill_rounds"] = float(refills)
             credit_s = time.perf_counter() - t0
 
             if progress is not None:

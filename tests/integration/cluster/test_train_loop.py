@@ -96,3 +96,17 @@ def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_
     # the critic is checkpointed and resumed with the policy
     resumed = train(load_run_config(tmp_path / "critic", ["run.iterations=3"]), resume=True)
     assert resumed.iterations_done == 3 and summary.run_id == resumed.run_id
+
+
+def test_dynamic_sampling_refills_then_skips_an_update_with_no_signal(ray_session, tmp_path, tiny_model_path):
+    from agentrl.cluster.controller import train
+
+    # The tiny random model never solves HumanEval: every group has equal (zero) rewards,
+    # so every group is dropped, refilled twice, and no update happens (nothing to learn).
+    cfg = _cfg(tmp_path, tiny_model_path, "ds", "algorithm.dynamic_sampling=true", "algorithm.max_refill_rounds=2",
+               "env.tasks_per_iteration=1", "rollout.max_turns=1")
+    summary = train(cfg)
+    m = json.loads((tmp_path / "ds" / "metrics.jsonl").read_text())
+    assert m["filter/refill_rounds"] == 2 and m["rollout/episodes"] == 6  # 1 group + 2 refills, 2 rollouts each
+    assert m["tokens/trained"] == 0 and m["tokens/discarded"] == m["tokens/generated"] > 0
+    assert summary.policy_version == 0  # no update without signal, and no weight sync
