@@ -124,6 +124,28 @@ def models_prepare(
     typer.echo(str(path))
 
 
+@sandbox_app.command("build-image")
+def sandbox_build_image(
+    name: str = typer.Option("agentrl-base:latest", "--name", help="Image name:tag to build."),
+    dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Build an environment image from this Dockerfile (FROM the base image) instead of the base image."),
+    context: Optional[Path] = typer.Option(None, "--context", help="Build context for --dockerfile (default: its folder)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the image's recipe is unchanged."),
+    debug: bool = typer.Option(False, "--debug"),
+) -> None:
+    """Build the sandbox base image (Debian minbase with Python, made with debootstrap, no
+    registry needed) or an environment image on top of it. Cached: rebuilt only when the
+    recipe changes."""
+    from sandboxes.images import build_image
+
+    try:
+        image_id = build_image(name, dockerfile=dockerfile, context=context, force=force,
+                               progress=lambda line: console.print(f"[dim]{line}[/]"))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    typer.echo(image_id)
+
+
 @sandbox_app.command("gc")
 def sandbox_gc(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Only this run's sandboxes."),

@@ -167,6 +167,8 @@ class Episode:
         terminated, truncated: Gymnasium semantics for the whole episode.
         termination_reason: why it ended.
         error: ``None``, or ``{"type": ..., "message": ...}`` for infra/reward errors.
+        success: the task was solved, as the environment says (``info["success"]`` of the
+            last step); ``None`` when it does not say (then ``total_reward >= 1`` counts).
         prompt_mode: ``full_history`` (one row) or ``per_step`` (one row per turn); see
             ``PromptMode``. ``token_ids``/``loss_mask``/``behavior_log_probs`` are the
             rows concatenated in either mode.
@@ -183,6 +185,7 @@ class Episode:
     error: dict[str, str] | None = None
     episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     prompt_mode: PromptMode = "full_history"
+    success: bool | None = None
 
     @property
     def total_reward(self) -> float | None:

@@ -1467,6 +1467,7 @@ class HumanEvalEnv(gymnasium.Env[str, str]):
         info.update(
             tests_passed=report.passed,
             tests_total=report.total,
+            success=report.total > 0 and report.passed == report.total,
             test_results=[o.status for o in report.outcomes],
             load_error=report.load_error,
             solution=code,

@@ -352,7 +352,7 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
         lines.append(f"Checked the working directory: {sum(passed)} of {len(passed)} criteria met.")
         lines += [f"- [{'x' if ok else ' '}] {c.description}" for ok, c in zip(passed, self._task.checks)]
         info = self._info(invalid_action=False, role="user")
-        info.update(checks_passed=passed, checks=[c.description for c in self._task.checks])
+        info.update(checks_passed=passed, checks=[c.description for c in self._task.checks], success=all(passed))
         return "\n".join(lines), float(reward), not truncated, truncated, info
 
     def _format(self, result: ExecResult) -> str:

@@ -392,4 +392,5 @@ class SokobanEnv(gymnasium.Env[str, str]):
         assert b is not None and self._task_id is not None
         anchor: Hashable = (self._task_id, b.player, b.boxes)
         return {"task_id": self._task_id, "anchor": anchor, "invalid_action": invalid, "observation_role": "user",
-                "boxes_on_target": sum(x in b.targets for x in b.boxes), "steps": self._steps}
+                "boxes_on_target": sum(x in b.targets for x in b.boxes), "steps": self._steps,
+                "success": all(x in b.targets for x in b.boxes)}

@@ -302,4 +302,5 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         anchor = (self._task_id, hashlib.sha256(facts.encode()).hexdigest()[:16])
         return {"task_id": self._task_id, "anchor": anchor, "invalid_action": invalid, "observation_role": "user",
                 "score": int(self._state.score), "max_score": int(self._state.max_score),
-                "won": bool(self._state.won), "lost": bool(self._state.lost), "steps": self._steps}
+                "won": bool(self._state.won), "lost": bool(self._state.lost), "steps": self._steps,
+                "success": bool(self._state.won)}

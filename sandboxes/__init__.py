@@ -3,10 +3,13 @@
 An environment receives a ``Sandbox`` and never imports a backend (design.md). Backends:
 
 * ``"bwrap"``: ``BwrapSandbox``, bubblewrap on the local host (``sandboxes.bwrap``).
-* ``"docker"``: not built yet.
+* ``"docker"``: ``DockerSandbox``, one container per sandbox (``sandboxes.docker``; the
+  ``docker`` package is imported only when this backend is used).
 
-``make_sandbox(backend, spec)`` picks one by name; ``reap_orphans()`` removes what crashed
-runs left behind.
+``make_sandbox(backend, spec)`` picks one by name (``"auto"``: Docker when its daemon
+answers, else bubblewrap); ``resolve_backend`` says which ``"auto"`` means here;
+``reap_orphans()`` removes what crashed runs left behind (process trees, working
+directories, cgroups and containers); ``SandboxPool`` hands out pre-started sandboxes.
 """
 
 from __future__ import annotations
@@ -16,45 +19,81 @@ import logging
 from agentrl.errors import ConfigError
 from sandboxes.base import ExecListener, Sandbox, SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
-from sandboxes.reaper import reap_orphans
+from sandboxes.pool import PoolStats, SandboxPool
+from sandboxes.reaper import docker_daemon_answers, reap_orphans
 
 __all__ = [
     "BACKENDS",
     "BwrapSandbox",
+    "DockerSandbox",
     "ExecListener",
     "Sandbox",
     "SandboxSpec",
+    "PoolStats",
+    "SandboxPool",
     "make_sandbox",
     "reap_orphans",
+    "resolve_backend",
 ]
 
 logger = logging.getLogger(__name__)
 
+
+def __getattr__(name: str):
+    # The Docker backend is imported on first use only (it imports the docker SDK).
+    if name == "DockerSandbox":
+        from sandboxes.docker import DockerSandbox
+
+        return DockerSandbox
+    raise AttributeError(f"module 'sandboxes' has no attribute {name!r}")
+
 BACKENDS = ("auto", "bwrap", "docker")
 """Names ``make_sandbox`` accepts."""
+
+
+def resolve_backend(backend: str) -> str:
+    """``"bwrap"`` or ``"docker"``: the backend ``backend`` names, ``"auto"`` resolved to
+    ``"docker"`` when a Docker daemon answers a ping (2 s), else ``"bwrap"``.
+
+    Raises:
+        ConfigError: unknown backend.
+    """
+    if backend in ("bwrap", "docker"):
+        return backend
+    if backend == "auto":
+        return "docker" if docker_daemon_answers() else "bwrap"
+    raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
 
 
 def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
     """Create a sandbox with the named backend.
 
     Args:
-        backend: ``"bwrap"``, ``"docker"`` or ``"auto"`` (Docker when its backend exists
-            and ``dockerd`` is up, else bubblewrap; today always bubblewrap, and it logs
-            that choice).
+        backend: ``"bwrap"``, ``"docker"`` or ``"auto"`` (Docker when its daemon answers
+            and has ``spec.image``, else bubblewrap; the choice and why are logged at INFO
+            on logger ``sandboxes``).
         spec: limits and layout.
 
     Raises:
-        ConfigError: unknown backend, ``"docker"`` (not built yet), or an invalid spec.
-        SandboxError: the backend cannot start a sandbox on this host.
+        ConfigError: unknown backend, or an invalid spec.
+        SandboxError: the backend cannot start a sandbox on this host (for ``"docker"``:
+            the daemon does not answer, or ``spec.image`` is missing).
     """
-    if backend == "bwrap":
-        return BwrapSandbox(spec)
+    chosen = resolve_backend(backend)
     if backend == "auto":
-        logger.info("sandbox backend 'auto' chose 'bwrap' (the Docker backend is not built yet)")
-        return BwrapSandbox(spec)
-    if backend == "docker":
-        raise ConfigError(
-            "sandbox backend 'docker' is not built yet; use 'bwrap' (or 'auto', which "
-            "chooses bwrap for now)"
-        )
-    raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
+        why = "a Docker daemon answers" if chosen == "docker" else "no Docker daemon answers"
+        if chosen == "docker":
+            from sandboxes.docker import image_exists
+
+            if not image_exists(spec.image):
+                chosen = "bwrap"
+                why = (
+                    f"a Docker daemon answers but image {spec.image!r} is missing; build it "
+                    "with `agentrl sandbox build-image` to use Docker"
+                )
+        logger.info("sandbox backend 'auto' chose %r (%s)", chosen, why)
+    if chosen == "docker":
+        from sandboxes.docker import DockerSandbox
+
+        return DockerSandbox(spec)
+    return BwrapSandbox(spec)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 
 from agentrl.errors import ConfigError
@@ -43,6 +44,37 @@ def labelled_processes(run_id: str | None = None) -> dict[int, SandboxLabel]:
     return out
 
 
+DOCKER_SOCKET = "/var/run/docker.sock"
+
+
+def docker_daemon_answers(timeout_s: float = 2.0) -> bool:
+    """True when a Docker daemon answers ``/_ping`` within ``timeout_s``.
+
+    The local socket is asked directly (no ``docker`` import); with ``DOCKER_HOST`` set to
+    something else the Docker SDK is asked.
+    """
+    host = os.environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        from sandboxes.docker import docker_available
+
+        return docker_available(timeout_s)
+    path = host[len("unix://"):] if host else DOCKER_SOCKET
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(path)
+            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            reply = b""
+            while len(reply) < 4096:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return False
+    return reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0] and reply.endswith(b"OK")
+
+
 def reap_orphans(
     run_id: str | None = None,
     *,
@@ -62,7 +94,8 @@ def reap_orphans(
         root: the sandboxes' host directory (default ``sandboxes.labels.sandbox_root()``).
 
     Returns:
-        Number of processes killed (labelled processes and members of orphaned cgroups).
+        Number of processes killed (labelled processes and members of orphaned cgroups)
+        plus the number of sandbox containers removed.
 
     Raises:
         ConfigError: invalid ``run_id``, or ``include_live_owners`` without ``run_id``.
@@ -117,13 +150,21 @@ def reap_orphans(
             run_dir.rmdir()
         except OSError:
             pass
+    removed_containers = 0
+    if docker_daemon_answers():
+        try:
+            from sandboxes.docker import reap_containers
+
+            removed_containers = reap_containers(run_id, include_live_owners=include_live_owners)
+        except Exception:  # noqa: BLE001 - a daemon hiccup must not stop the process reaper
+            logger.exception("reaping sandbox containers failed")
     if killed or removed_cgroups or removed_dirs:
         logger.info(
             "reaped orphaned sandboxes%s: %d processes killed, %d cgroups and %d working "
             "directories removed",
             f" of run {run_id!r}" if run_id else "", len(killed), removed_cgroups, removed_dirs,
         )
-    return len(killed)
+    return len(killed) + removed_containers
 
 
 def _subdirs(path: Path) -> list[Path]:

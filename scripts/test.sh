@@ -1,10 +1,32 @@
 #!/usr/bin/env bash
 # Runs the test suite (after scripts/install.sh). Extra arguments go to pytest.
 # pytest's exit code 5 (no tests collected) is a failure here, never a silent pass.
+#
+# Docker: starts dockerd when none answers (and stops it again at the end), builds the
+# sandbox base image once (cached by recipe in Docker's own storage), and makes the
+# `docker`-marked tests fail rather than skip if the daemon is missing. Set
+# AGENTRL_TEST_DOCKER=0 to run without Docker (those tests are then skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
-.venv/bin/python -m pytest -q -p no:cacheprovider "${@:-tests}"
+PY=.venv/bin/python
+CTL=tests/integration/sandboxes/dockerd_ctl.py
+
+if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
+  if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
+    echo "scripts/test.sh: dockerd missing; run scripts/install.sh first" >&2
+    exit 1
+  fi
+  started=$($PY "$CTL" start) || { echo "scripts/test.sh: could not start dockerd" >&2; exit 1; }
+  if [ "$started" = started ]; then
+    trap '$PY "$CTL" stop >/dev/null' EXIT
+  fi
+  $PY -c "from sandboxes.images import build_image; build_image(progress=lambda m: print('[test] ' + m))" \
+    || { echo "scripts/test.sh: building the sandbox base image failed" >&2; exit 1; }
+  export AGENTRL_REQUIRE_DOCKER=1
+fi
+
+$PY -m pytest -q -p no:cacheprovider "${@:-tests}"
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "scripts/test.sh: pytest collected no tests; that is a failure" >&2

@@ -60,7 +60,7 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below. Bump it with every schema change."""
 
 TOKEN_DTYPE = np.dtype("<i4")
@@ -283,6 +283,8 @@ class EpisodeRow(Base):
     truncated: Mapped[bool] = mapped_column(Boolean)
     termination_reason: Mapped[str | None] = mapped_column(String(32))
     prompt_mode: Mapped[str] = mapped_column(String(16), default="full_history")
+    success: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """The environment's verdict on the task (``info["success"]``), NULL when it gave none."""
     """``full_history`` or ``per_step`` (how the turns' prompt ids relate; see agentrl.types)."""
     total_reward: Mapped[float | None] = mapped_column(Double)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)

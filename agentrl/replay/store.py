@@ -480,6 +480,7 @@ class ReplayStore:
             termination_reason=_reason(row.termination_reason),
             error=row.error,
             prompt_mode=row.prompt_mode,
+            success=row.success,
         )
 
     def get_advantages(self, episode_id: str) -> list[float | None]:
@@ -646,6 +647,7 @@ def _episode_row(run_id: str, iteration: int, position: int, ep: Episode,
         "truncated": bool(ep.truncated),
         "termination_reason": None if ep.termination_reason is None else ep.termination_reason.value,
         "prompt_mode": ep.prompt_mode,
+        "success": ep.success,
         "total_reward": _finite(f"episode {ep.episode_id} total_reward", ep.total_reward),
         "error": error,
         "num_turns": len(ep.turns),

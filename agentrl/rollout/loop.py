@@ -318,6 +318,8 @@ class RolloutWorker:
             turn.reward = reward
             turn.observation_text = obs
             turn.invalid_action = bool(info.get("invalid_action", False))
+            if "success" in info:
+                st.episode.success = bool(info["success"])
             with st.lock:
                 turn.exec_results.extend(st.execs)
                 st.execs.clear()
@@ -398,7 +400,8 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     m: dict[str, float] = {
         "rollout/episodes": float(n),
         "rollout/reward_mean": float(sum(rewards) / len(rewards)) if rewards else float("nan"),
-        "rollout/success_rate": float(sum(1 for r in rewards if r >= 1.0) / len(rewards)) if rewards else float("nan"),
+        "rollout/success_rate": (float(sum(1 for e in valid if (e.success if e.success is not None else (e.total_reward or 0.0) >= 1.0)) / len(valid))
+                                 if valid else float("nan")),
         "rollout/turns_mean": float(sum(turns) / n) if n else 0.0,
         "rollout/response_length_mean": float(sum(resp) / len(resp)) if resp else 0.0,
         "rollout/response_length_max": float(max(resp)) if resp else 0.0,

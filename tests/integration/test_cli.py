@@ -12,8 +12,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _agentrl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ, COLUMNS="200", TERM="dumb")  # help text unwrapped, whatever the caller's terminal
     return subprocess.run([sys.executable, "-m", "agentrl.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -176,12 +176,13 @@ def test_missing_bwrap_binary_raises_sandbox_error(run_id):
         BwrapSandbox(SandboxSpec(run_id=run_id), bwrap_path="/nonexistent/bwrap")
 
 
-def test_make_sandbox_auto_chooses_bwrap_and_says_so(run_id, caplog):
+def test_make_sandbox_auto_chooses_bwrap_without_a_docker_daemon_and_says_so(run_id, caplog, monkeypatch, tmp_path):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")  # nothing answers there
     with caplog.at_level(logging.INFO, logger="sandboxes"):
         sb = make_sandbox("auto", SandboxSpec(run_id=run_id))
     try:
         assert isinstance(sb, BwrapSandbox)
-        assert "chose 'bwrap'" in caplog.text
+        assert "chose 'bwrap' (no Docker daemon answers)" in caplog.text
         assert sb.exec("echo ok").stdout == "ok\n"
     finally:
         sb.close()

@@ -88,3 +88,12 @@ def test_training_sequences_one_row_full_history_one_per_step_in_per_step_mode()
     assert rows[0].episode_id == f"{ep.episode_id}:0"
     b = TokenBatch.pack(rows, SamplingRecord())
     assert b.num_rows == 2 and b.num_loss_tokens == 5
+
+
+def test_success_comes_from_the_env_when_it_says_so():
+    from agentrl.rollout.loop import rollout_metrics
+
+    solved, failed, silent = _episode(), _episode(), _episode()
+    solved.success, failed.success = True, False  # failed has total reward 1.0 but did not solve it
+    m = rollout_metrics([solved, failed, silent])
+    assert m["rollout/success_rate"] == pytest.approx(2 / 3)  # silent falls back to total_reward >= 1

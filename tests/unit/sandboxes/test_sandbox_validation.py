@@ -147,8 +147,9 @@ def test_labels_round_trip_through_environment_and_directory_names():
     assert validate_run_id("a.b-c_1") == "a.b-c_1"
 
 
-def test_make_sandbox_rejects_unknown_and_unbuilt_backends():
-    with pytest.raises(ConfigError, match="'docker' is not built yet"):
-        make_sandbox("docker", SandboxSpec())
+def test_make_sandbox_rejects_unknown_backends_and_invalid_specs():
+    # The spec is checked before any daemon is contacted.
+    with pytest.raises(ConfigError, match="memory_mb=0 must be an integer >= 16"):
+        make_sandbox("docker", SandboxSpec(memory_mb=0))
     with pytest.raises(ConfigError, match="backend='podman' is unknown"):
         make_sandbox("podman", SandboxSpec())

@@ -1,0 +1,137 @@
+"""Fixtures shared by the sandbox suites: the backends to run the contract and abuse suites
+on, and checks of what is left running (by scanning ``/proc`` and asking the daemon,
+independently of the reaper's own scans).
+
+Docker cases are marked ``docker``. When no daemon answers they are skipped, unless
+``AGENTRL_REQUIRE_DOCKER=1`` (set by scripts/test.sh, which starts dockerd), where that is
+a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import pytest
+
+from sandboxes import SandboxSpec
+from sandboxes.bwrap import BwrapSandbox
+from sandboxes.labels import RUN_ID_ENV
+from sandboxes.reaper import docker_daemon_answers
+
+BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+def require_docker() -> None:
+    if docker_daemon_answers():
+        return
+    if os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1":
+        pytest.fail("AGENTRL_REQUIRE_DOCKER=1 but no Docker daemon answers")
+    pytest.skip("no Docker daemon answers (scripts/test.sh starts one)")
+
+
+def live_pids() -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2:][:1] != b"Z":  # zombies no longer run
+            out.append(int(entry))
+    return out
+
+
+def procs_with_label(run_id: str) -> list[int]:
+    """Running processes whose environment carries ``AGENTRL_RUN_ID=<run_id>`` (sandboxed
+    commands of both backends carry it; the host sees container processes too)."""
+    needle = f"{RUN_ID_ENV}={run_id}".encode()
+    found = []
+    for pid in live_pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def procs_with_cmdline(cmdline: str) -> list[int]:
+    found = []
+    for pid in live_pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().replace(b"\0", b" ").strip() == cmdline.encode():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def containers_with_label(run_id: str) -> list[str]:
+    """Ids of containers (any state) labelled with ``run_id``; [] without a daemon."""
+    if not docker_daemon_answers():
+        return []
+    import docker
+
+    client = docker.from_env(timeout=30)
+    try:
+        return [c["Id"] for c in client.api.containers(all=True, filters={"label": f"agentrl.run_id={run_id}"})]
+    finally:
+        client.close()
+
+
+def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+@pytest.fixture
+def run_id() -> str:
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    if request.param == "docker":
+        require_docker()
+    return request.param
+
+
+@pytest.fixture
+def make(backend, run_id):
+    """``make(**spec_fields)`` -> an open sandbox of the parametrized backend (closed at
+    the end of the test, after which nothing of the run may be left)."""
+    made = []
+
+    def factory(**fields):
+        fields.setdefault("run_id", run_id)
+        spec = SandboxSpec(**fields)
+        if backend == "docker":
+            from sandboxes.docker import DockerSandbox
+
+            sb = DockerSandbox(spec)
+        else:
+            sb = BwrapSandbox(spec)
+        made.append(sb)
+        return sb
+
+    yield factory
+    for sb in made:
+        sb.close()
+    assert wait_until(lambda: procs_with_label(run_id) == [])
+    assert containers_with_label(run_id) == []
+
+
+@pytest.fixture
+def sandbox(make):
+    return make(memory_mb=512, pids_limit=128, default_timeout_s=30)

@@ -1,0 +1,312 @@
+"""The sandbox contract (sandboxes/base.py) and the abuse suite, on every backend.
+
+Each test runs on bubblewrap and on Docker (``docker`` marker) against the real thing: real
+``bwrap`` processes, a real ``dockerd`` with the base image (scripts/test.sh builds it).
+What is left running is checked by scanning ``/proc`` and asking the daemon (conftest.py).
+Backend-specific details live in test_bwrap_sandbox.py and test_docker_sandbox.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import procs_with_cmdline, procs_with_label, wait_until
+
+from agentrl.errors import ConfigError, SandboxError
+from agentrl.types import ExecResult
+from sandboxes import Sandbox
+from sandboxes.labels import RUN_ID_ENV
+from sandboxes.output import truncation_marker
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+# ---------------------------------------------------------------------------- contract
+
+
+def test_exec_reports_exit_code_streams_and_the_command(sandbox):
+    assert isinstance(sandbox, Sandbox)
+    r = sandbox.exec("echo out; echo err >&2; exit 3")
+    assert isinstance(r, ExecResult)
+    assert (r.exit_code, r.stdout, r.stderr, r.timed_out, r.truncated_bytes) == (3, "out\n", "err\n", False, 0)
+    assert r.command == "echo out; echo err >&2; exit 3"
+    assert 0 < r.duration_s < 10
+    argv = ["python3", "-c", "import sys; print(sys.argv[1:]); sys.exit(5)", "a b", "c"]
+    r = sandbox.exec(argv)
+    assert (r.exit_code, r.stdout, r.command) == (5, "['a b', 'c']\n", tuple(argv))
+
+
+def test_stdin_env_cwd_and_bad_arguments(sandbox):
+    assert sandbox.exec("cat", stdin="héllo\n").stdout == "héllo\n"
+    big = os.urandom(1_500_000)
+    r = sandbox.exec("wc -c", stdin=big)
+    assert r.stdout.strip() == str(len(big))
+    assert sandbox.exec("echo $GREETING", env={"GREETING": "hi there"}).stdout == "hi there\n"
+    assert sandbox.exec(f"echo ${RUN_ID_ENV}", env={RUN_ID_ENV: "forged"}).stdout == f"{sandbox.spec.run_id}\n"
+    sandbox.write_file("sub/dir/marker", "x")
+    assert sandbox.exec("pwd").stdout == "/work\n"
+    assert sandbox.exec("pwd; ls", cwd="sub/dir").stdout == "/work/sub/dir\nmarker\n"
+    with pytest.raises(ConfigError, match="stdin"):
+        sandbox.exec("cat", stdin=123)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="timeout_s=-1"):
+        sandbox.exec("true", timeout_s=-1)
+    with pytest.raises(ConfigError, match="empty"):
+        sandbox.exec([])
+
+
+def test_missing_program_is_the_commands_failure(sandbox):
+    r = sandbox.exec(["no-such-program", "x"])
+    assert r.exit_code == 127
+    assert "no-such-program" in r.stderr and "not found" in r.stderr
+
+
+def test_files_round_trip_persist_and_refuse_escapes(sandbox):
+    sandbox.write_file("a/b.txt", "héllo")
+    assert sandbox.exec("cat a/b.txt").stdout == "héllo"
+    sandbox.write_file("/work/bin.dat", bytes(range(256)))
+    assert sandbox.read_file("bin.dat") == bytes(range(256))
+    assert sandbox.exec("printf 'from exec' > made.txt").exit_code == 0
+    assert sandbox.read_file("made.txt") == b"from exec"
+    with pytest.raises(SandboxError, match="No such file"):
+        sandbox.read_file("missing.txt")
+    for path in ("../../etc/passwd", "/etc/passwd", "/work/../etc/passwd"):
+        with pytest.raises(SandboxError, match="outside the sandbox working directory"):
+            sandbox.read_file(path)
+        with pytest.raises(SandboxError, match="outside the sandbox working directory"):
+            sandbox.write_file(path, "x")
+    assert sandbox.exec("ln -s /etc/passwd leak && ln -s /etc dirleak").exit_code == 0
+    with pytest.raises(SandboxError, match="symlink"):
+        sandbox.read_file("leak")
+    with pytest.raises(SandboxError, match="symlink"):
+        sandbox.read_file("dirleak/passwd")
+    with pytest.raises(SandboxError, match="symlink"):
+        sandbox.write_file("leak", "overwritten")
+
+
+def test_listeners_get_every_result_and_a_raising_one_is_skipped(sandbox, caplog):
+    seen: list[ExecResult] = []
+
+    def broken(result: ExecResult) -> None:
+        raise RuntimeError("listener bug")
+
+    sandbox.add_listener(broken)
+    sandbox.add_listener(seen.append)
+    with caplog.at_level(logging.ERROR, logger="sandboxes"):
+        r1 = sandbox.exec("echo one")
+        r2 = sandbox.exec("exit 4")
+    assert seen == [r1, r2] and r2.exit_code == 4
+    assert "listener bug" in caplog.text
+    sandbox.remove_listener(seen.append)
+    sandbox.remove_listener(seen.append)
+    sandbox.exec("true")
+    assert len(seen) == 2
+    with pytest.raises(ConfigError, match="not callable"):
+        sandbox.add_listener("nope")  # type: ignore[arg-type]
+
+
+def test_close_is_idempotent_and_later_calls_raise(make):
+    sb = make()
+    sb.write_file("f", "x")
+    sb.close()
+    sb.close()
+    assert sb.closed
+    for call in (lambda: sb.exec("true"), lambda: sb.read_file("f"), lambda: sb.write_file("g", "y")):
+        with pytest.raises(SandboxError, match="is closed"):
+            call()
+
+
+def test_C10_close_during_a_running_exec_kills_it_and_raises(make, run_id):
+    sb = make()
+    outcome: dict[str, object] = {}
+
+    def run():
+        try:
+            outcome["result"] = sb.exec("setsid sh -c 'sleep 987654' & sleep 1000", timeout_s=600)
+        except SandboxError as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert wait_until(lambda: procs_with_cmdline("sleep 987654") != [], timeout_s=10)
+    t0 = time.monotonic()
+    sb.close()
+    worker.join(timeout=15)
+    assert not worker.is_alive() and time.monotonic() - t0 < 5
+    assert "closed while the command was running" in str(outcome["error"])
+    assert wait_until(lambda: procs_with_label(run_id) == [] and procs_with_cmdline("sleep 987654") == [])
+
+
+# ---------------------------------------------------------------------------- abuse
+
+
+@pytest.mark.parametrize(
+    "command", ["while :; do :; done", ["python3", "-c", "while True: pass"]], ids=["shell", "python"]
+)
+def test_abuse_infinite_loop_is_killed_at_its_timeout(sandbox, run_id, command):
+    t0 = time.monotonic()
+    r = sandbox.exec(command, timeout_s=1)
+    assert r.timed_out and r.exit_code == 137
+    assert time.monotonic() - t0 < 2.5
+    assert procs_with_label(run_id) == []
+
+
+def test_abuse_C10_sleep_1000_with_2s_timeout_reports_timeout_within_3s(sandbox, run_id):
+    t0 = time.monotonic()
+    r = sandbox.exec("sleep 1000", timeout_s=2)
+    elapsed = time.monotonic() - t0
+    assert r.timed_out and r.exit_code == 137
+    assert 1.9 <= elapsed < 3.0, elapsed
+    assert procs_with_cmdline("sleep 1000") == [] and procs_with_label(run_id) == []
+    assert sandbox.exec("echo alive").stdout == "alive\n"
+
+
+def test_abuse_C10_setsid_background_process_does_not_outlive_its_command(sandbox, run_id):
+    r = sandbox.exec("setsid sh -c 'sleep 987651' > /dev/null 2>&1 & echo started")
+    assert (r.exit_code, r.stdout, r.timed_out) == (0, "started\n", False)
+    assert r.duration_s < 5
+    assert wait_until(lambda: procs_with_cmdline("sleep 987651") == [], timeout_s=2)
+    r = sandbox.exec("setsid sh -c 'sleep 987652' & nohup sleep 987653 & sleep 1000", timeout_s=1)
+    assert r.timed_out
+    assert wait_until(lambda: procs_with_cmdline("sleep 987652") == [] and procs_with_cmdline("sleep 987653") == [], timeout_s=2)
+    assert procs_with_label(run_id) == []
+
+
+def test_abuse_fork_bomb_hits_the_pids_limit_and_the_sandbox_survives(make, run_id):
+    sb = make(pids_limit=64, memory_mb=256)
+    t0 = time.monotonic()
+    r = sb.exec("bomb() { bomb | bomb & }; bomb; sleep 2", timeout_s=4)
+    assert time.monotonic() - t0 < 10
+    assert r.exit_code is not None
+    assert wait_until(lambda: procs_with_label(run_id) == [], timeout_s=5)
+    assert sb.exec("echo ok").stdout == "ok\n"
+
+
+def test_abuse_memory_bomb_fails_and_the_sandbox_stays_usable(make):
+    sb = make(memory_mb=256, default_timeout_s=60)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = sb.exec(["python3", "-c", "x = b'x' * (2 * 1024**3); print('allocated')"])
+    assert r.exit_code != 0 and "allocated" not in r.stdout
+    assert not r.timed_out
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024 < 100 * 1024**2
+    assert sb.exec("echo ok").stdout == "ok\n"
+
+
+def test_abuse_C09_invalid_utf8_and_a_split_multibyte_character(sandbox):
+    r = sandbox.exec("printf 'ok\\377\\376'; exit 3")
+    assert (r.stdout, r.exit_code) == ("ok\ufffd\ufffd", 3)
+    r = sandbox.exec(
+        "printf '\\342\\202'; sleep 0.3; printf '\\254'; "
+        "printf '\\342' >&2; sleep 0.2; printf '\\202\\254' >&2"
+    )
+    assert (r.stdout, r.stderr) == ("€", "€")
+
+
+def test_abuse_C09_200MB_of_output_is_cut_to_head_and_tail_with_bounded_memory(make):
+    limit = 64 * 1024
+    total_out = 200_000_000 + len("HEADTAIL")
+    total_err = 1_000_000
+    command = (
+        "printf HEAD; head -c 200000000 /dev/zero | tr '\\0' a; printf TAIL; "
+        "head -c 1000000 /dev/zero | tr '\\0' e >&2"
+    )
+    sb = make(output_limit_bytes=limit)
+    page = os.sysconf("SC_PAGE_SIZE")
+    peak = {"rss": 0}
+    stop = threading.Event()
+
+    def sample_rss():
+        while not stop.is_set():
+            with open("/proc/self/statm") as f:
+                peak["rss"] = max(peak["rss"], int(f.read().split()[1]) * page)
+            time.sleep(0.005)
+
+    with open("/proc/self/statm") as f:
+        rss_before = int(f.read().split()[1]) * page
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
+    try:
+        r = sb.exec(command, timeout_s=120)
+    finally:
+        stop.set()
+        sampler.join()
+    assert r.exit_code == 0 and not r.timed_out
+    half = "a" * (limit // 2 - 4)
+    assert r.stdout == "HEAD" + half + truncation_marker(total_out - limit) + half + "TAIL"
+    assert r.stderr == "e" * (limit // 2) + truncation_marker(total_err - limit) + "e" * (limit // 2)
+    assert r.truncated_bytes == total_out - limit + total_err - limit
+    assert peak["rss"] - rss_before < 100 * 1024**2
+
+
+def test_abuse_no_network_to_the_host_loopback_or_outside(sandbox):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    port = server.getsockname()[1]
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): never routed; the attempt fails inside anyway.
+    probe = (
+        "import socket, sys\n"
+        "for host, port in ((sys.argv[1], int(sys.argv[2])), ('192.0.2.1', 80)):\n"
+        "    s = socket.socket(); s.settimeout(2)\n"
+        "    try:\n"
+        "        s.connect((host, port)); print('connected', host)\n"
+        "    except OSError as e:\n"
+        "        print('failed', host, type(e).__name__)\n"
+        "print(sorted(n for _, n in socket.if_nameindex()))\n"
+    )
+    try:
+        server.settimeout(0.1)
+        r = sandbox.exec(["python3", "-c", probe, "127.0.0.1", str(port)])
+        assert r.stdout.splitlines() == [
+            "failed 127.0.0.1 ConnectionRefusedError",  # its own loopback, not the host's
+            "failed 192.0.2.1 OSError",  # network unreachable: only lo exists
+            "['lo']",
+        ], r.stderr
+        with pytest.raises(socket.timeout):
+            server.accept()  # nothing reached the host's port
+    finally:
+        server.close()
+
+
+def test_abuse_host_files_are_invisible(sandbox):
+    with tempfile.NamedTemporaryFile("w", dir="/root", prefix="agentrl-secret-", delete=True) as f:
+        f.write("host secret")
+        f.flush()
+        r = sandbox.exec(f"cat {f.name}; ls /root; cat {REPO_ROOT}/sandboxes/base.py")
+    assert r.exit_code != 0
+    assert "host secret" not in r.stdout and "Sandbox" not in r.stdout
+    assert sandbox.exec(f"test -e {REPO_ROOT}/sandboxes").exit_code == 1
+
+
+def test_abuse_writes_outside_the_workdir_fail(sandbox):
+    for target in ("/usr/x", "/etc/x", "/x", "/bin/x", "/etc/passwd", "/proc/sys/kernel/hostname"):
+        r = sandbox.exec(f"echo pwned > {target}")
+        assert r.exit_code != 0, target
+        assert "Read-only file system" in r.stderr or "Permission denied" in r.stderr, (target, r.stderr)
+    assert sandbox.exec("id -u").stdout == "1000\n"  # not root
+    assert sandbox.exec("echo fine > /work/ok && cat /work/ok").stdout == "fine\n"
+
+
+def test_abuse_64_concurrent_execs_on_one_sandbox(make):
+    sb = make(pids_limit=1024, memory_mb=1024)
+    marker = uuid.uuid4().hex[:8]
+
+    def job(i: int) -> ExecResult:
+        return sb.exec(f"echo $I > f_{marker}_$I; sleep 0.5; cat f_{marker}_$I", env={"I": str(i)}, timeout_s=60)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(job, range(64)))
+    elapsed = time.monotonic() - t0
+    for i, r in enumerate(results):
+        assert (r.exit_code, r.stdout, r.timed_out) == (0, f"{i}\n", False), r
+    assert sb.exec(f"ls | grep -c '^f_{marker}_'").stdout == "64\n"
+    assert elapsed < 64 * 0.5 / 4, elapsed  # they overlapped

@@ -1,0 +1,286 @@
+"""DockerSandbox specifics against a real dockerd: container settings, faults reported as
+SandboxError, the reaper (C10), images built without a registry, and `auto`.
+
+The contract and abuse suites run on Docker too (test_contract.py). Everything here is
+marked ``docker``; scripts/test.sh starts the daemon and builds the base image.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import containers_with_label, procs_with_cmdline, require_docker, wait_until
+
+from agentrl.errors import ConfigError, SandboxError
+from sandboxes import SandboxSpec, make_sandbox, reap_orphans, resolve_backend
+from sandboxes.bwrap import BwrapSandbox
+
+pytestmark = pytest.mark.docker
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def _docker():
+    require_docker()
+
+
+@pytest.fixture
+def client():
+    import docker
+
+    c = docker.from_env(timeout=60)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def dsb(run_id):
+    from sandboxes.docker import DockerSandbox
+
+    sb = DockerSandbox(SandboxSpec(run_id=run_id, memory_mb=256, pids_limit=100, cpus=0.5))
+    yield sb
+    sb.close()
+    assert containers_with_label(run_id) == []
+
+
+def test_container_is_locked_down_and_labelled(dsb, client, run_id):
+    info = client.api.inspect_container(dsb.container_id)
+    host = info["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["Init"] is True
+    assert host["ReadonlyRootfs"] is True
+    assert host["Memory"] == 256 * 1024**2 and host["MemorySwap"] == 256 * 1024**2
+    assert host["PidsLimit"] == 100
+    assert host["NanoCpus"] == 500_000_000
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert set(host["Tmpfs"]) == {"/tmp", "/work"}
+    assert info["Config"]["User"] == "1000:1000"
+    labels = info["Config"]["Labels"]
+    assert labels["agentrl.run_id"] == run_id
+    assert labels["agentrl.sandbox_id"] == dsb.label.sandbox_id
+    assert labels["agentrl.owner_pid"] == str(dsb.label.owner.pid)
+    assert 0 < dsb.startup_s < 10
+    status = dsb.exec("cat /proc/self/status").stdout
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert fields["CapEff"].strip() == "0000000000000000"
+    assert fields["NoNewPrivs"].strip() == "1"
+
+
+def test_missing_image_raises_sandbox_error_naming_the_fix(run_id):
+    from sandboxes.docker import DockerSandbox
+
+    with pytest.raises(SandboxError, match="agentrl sandbox build-image"):
+        DockerSandbox(SandboxSpec(run_id=run_id, image="agentrl-no-such-image:v0"))
+
+
+def test_container_killed_mid_episode_raises_sandbox_error(dsb, client):
+    assert dsb.exec("echo before").stdout == "before\n"
+    client.api.kill(dsb.container_id)
+    with pytest.raises(SandboxError, match="not running|is gone"):
+        dsb.exec("echo after")
+    assert not dsb.is_healthy()
+
+
+def test_container_removed_mid_exec_raises_sandbox_error(dsb, client):
+    import threading
+
+    outcome: dict[str, object] = {}
+
+    def run():
+        try:
+            outcome["result"] = dsb.exec("sleep 1000", timeout_s=60)
+        except SandboxError as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert wait_until(lambda: procs_with_cmdline("sleep 1000") != [], timeout_s=10)
+    client.api.remove_container(dsb.container_id, force=True)
+    worker.join(timeout=20)
+    assert not worker.is_alive()
+    assert isinstance(outcome.get("error"), SandboxError), outcome
+
+
+def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog):
+    from sandboxes.docker import DockerSandbox
+
+    assert resolve_backend("auto") == "docker"
+    with caplog.at_level(logging.INFO, logger="sandboxes"):
+        sb = make_sandbox("auto", SandboxSpec(run_id=run_id))
+    try:
+        assert isinstance(sb, DockerSandbox)
+        assert "chose 'docker' (a Docker daemon answers)" in caplog.text
+        assert sb.exec("echo ok").stdout == "ok\n"
+    finally:
+        sb.close()
+    with caplog.at_level(logging.INFO, logger="sandboxes"):
+        sb = make_sandbox("auto", SandboxSpec(run_id=run_id, image="agentrl-no-such-image:v0"))
+    try:
+        assert isinstance(sb, BwrapSandbox)
+        assert "image 'agentrl-no-such-image:v0' is missing" in caplog.text
+    finally:
+        sb.close()
+    with pytest.raises(ConfigError, match="backend='podman' is unknown"):
+        resolve_backend("podman")
+
+
+# ---------------------------------------------------------------------------- reaper (C10)
+
+_OWNER_SCRIPT = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from sandboxes.docker import DockerSandbox
+from sandboxes import SandboxSpec
+sb = DockerSandbox(SandboxSpec(run_id=sys.argv[1]))
+print(sb.container_id, flush=True)
+sb.exec("sleep 1000", timeout_s=600)
+"""
+
+
+def _start_owner(run_id: str) -> tuple[subprocess.Popen, str]:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER_SCRIPT, run_id, str(REPO_ROOT)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    container_id = owner.stdout.readline().strip()
+    assert container_id, owner.stderr.read()
+    assert wait_until(lambda: containers_with_label(run_id) == [container_id], timeout_s=10)
+    time.sleep(0.3)  # the exec is running
+    return owner, container_id
+
+
+def test_C10_owner_killed_with_SIGKILL_leaves_a_container_that_the_reaper_removes(run_id):
+    owner, container_id = _start_owner(run_id)
+    owner.kill()
+    owner.wait()
+    assert containers_with_label(run_id) == [container_id]  # the crash left it
+    assert reap_orphans(run_id) >= 1
+    assert containers_with_label(run_id) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_C10_owner_stopped_with_a_signal_removes_its_container(run_id, sig):
+    owner, _ = _start_owner(run_id)
+    owner.send_signal(sig)
+    owner.wait(timeout=30)
+    assert wait_until(lambda: containers_with_label(run_id) == [], timeout_s=10), owner.stderr.read()
+
+
+def test_C10_reaper_spares_containers_of_live_owners(dsb, run_id):
+    assert reap_orphans(run_id) == 0
+    assert containers_with_label(run_id) == [dsb.container_id]
+    assert dsb.exec("echo alive").stdout == "alive\n"
+    assert reap_orphans(run_id, include_live_owners=True) == 1
+    assert containers_with_label(run_id) == []
+    with pytest.raises(SandboxError):
+        dsb.exec("true")
+
+
+def test_C10_agentrl_sandbox_gc_removes_orphaned_containers(run_id):
+    owner, _ = _start_owner(run_id)
+    owner.kill()
+    owner.wait()
+    r = subprocess.run(
+        [str(REPO_ROOT / ".venv/bin/agentrl"), "sandbox", "gc", "--run-id", run_id],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert containers_with_label(run_id) == []
+
+
+# ---------------------------------------------------------------------------- daemon restart
+
+
+def test_abuse_daemon_restarted_mid_episode_raises_sandbox_error(run_id):
+    import dockerd_ctl
+
+    from sandboxes.docker import DockerSandbox
+
+    if not dockerd_ctl.owned():
+        pytest.skip("the Docker daemon was not started by this test run (scripts/test.sh); not restarting it")
+    sb = DockerSandbox(SandboxSpec(run_id=run_id))
+    try:
+        assert sb.exec("echo before").stdout == "before\n"
+        dockerd_ctl.stop()
+        with pytest.raises(SandboxError, match="daemon does not answer|is gone|not running"):
+            sb.exec("echo while-down", timeout_s=5)
+        assert dockerd_ctl.start()
+        with pytest.raises(SandboxError, match="not running|is gone"):
+            sb.exec("echo after", timeout_s=5)  # the daemon stopped the container
+    finally:
+        if not dockerd_ctl.owned():
+            dockerd_ctl.start()
+        sb.close()
+    assert containers_with_label(run_id) == []
+
+
+# ---------------------------------------------------------------------------- images
+
+
+def test_base_image_is_cached_by_recipe(caplog):
+    from sandboxes.images import BASE_IMAGE, RECIPE_LABEL, base_recipe, build_image
+
+    lines: list[str] = []
+    t0 = time.monotonic()
+    image_id = build_image(progress=lines.append)
+    assert time.monotonic() - t0 < 5  # nothing rebuilt
+    assert lines == [f"{BASE_IMAGE} is up to date (recipe {base_recipe()[:12]})"]
+    import docker
+
+    labels = docker.from_env().images.get(BASE_IMAGE).labels
+    assert labels[RECIPE_LABEL] == base_recipe() and image_id.startswith("sha256:")
+    assert base_recipe(suite="trixie") != base_recipe()
+
+
+def test_environment_image_from_a_dockerfile_is_rebuilt_only_when_its_recipe_changes(tmp_path, client, run_id):
+    from sandboxes.docker import DockerSandbox
+    from sandboxes.images import BASE_IMAGE, build_image
+
+    name = f"agentrl-test-env-{uuid.uuid4().hex[:8]}:v1"
+    (tmp_path / "hello.txt").write_text("hello from the env image\n")
+    df = tmp_path / "Dockerfile"
+    df.write_text(f"FROM {BASE_IMAGE}\nCOPY hello.txt /opt/hello.txt\n")
+    built: list[str] = []
+    try:
+        first = build_image(name, dockerfile=df)
+        built.append(first)
+        lines: list[str] = []
+        assert build_image(name, dockerfile=df, progress=lines.append) == first
+        assert lines and "is up to date" in lines[0]
+        with DockerSandbox(SandboxSpec(run_id=run_id, image=name)) as sb:
+            assert sb.exec("cat /opt/hello.txt").stdout == "hello from the env image\n"
+        (tmp_path / "hello.txt").write_text("changed\n")  # a context file changes the recipe
+        second = build_image(name, dockerfile=df)
+        built.append(second)
+        assert second != first
+        assert first not in {img.id for img in client.images.list(all=True)}  # old build dropped
+    finally:
+        for image in [name, *built]:
+            try:
+                client.images.remove(image, force=True)
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
+
+
+def test_build_image_errors_name_the_value(tmp_path):
+    from sandboxes.images import build_image
+
+    with pytest.raises(ConfigError, match="name='Bad Name'"):
+        build_image("Bad Name")
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_image("agentrl-x:v1", dockerfile=tmp_path / "nope")
+    df = tmp_path / "Dockerfile"
+    df.write_text("FROM agentrl-no-such-base:v9\n")
+    with pytest.raises(SandboxError, match="not a local image and cannot be pulled"):
+        build_image("agentrl-x:v1", dockerfile=df)
+    df.write_text("RUN true\n")
+    with pytest.raises(ConfigError, match="no FROM line"):
+        build_image("agentrl-x:v1", dockerfile=df)
