@@ -88,6 +88,9 @@ class SandboxConfig(_Section):
     pids_limit: int = Field(128, ge=8, description="Process limit per sandbox.")
     timeout_s: float = Field(10.0, gt=0.0, description="Default per-command timeout, seconds.")
     output_limit_bytes: int = Field(16 * 1024, ge=256, description="Cap per output stream of one command (head and tail kept).")
+    pool_size: int = Field(0, ge=0, description="Warm sandboxes kept started ahead and handed out per episode (0: a fresh sandbox per episode, no pool).")
+    max_sandboxes: int | None = Field(None, ge=1, description="With a pool: cap on sandboxes alive at once (episodes wait for one); None: pool_size, or more when episodes need them.")
+    between_episodes: Literal["reset", "replace"] = Field("reset", description="With a pool: empty a returned sandbox's work dir and /tmp (reset) or start a fresh one (replace).")
 
 
 class AlgorithmConfig(_Section):

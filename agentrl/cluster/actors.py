@@ -95,8 +95,17 @@ def make_env_factory(cfg: Config, run_id: str):
         run_id=run_id,
     )
 
+    pool = None
+    if cfg.sandbox.pool_size > 0:
+        from sandboxes.pool import SandboxPool
+
+        cap = cfg.sandbox.max_sandboxes or max(cfg.sandbox.pool_size, cfg.rollout.max_num_seqs)
+        pool = SandboxPool(lambda: make_sandbox(cfg.sandbox.backend, spec), size=cfg.sandbox.pool_size,
+                           max_sandboxes=cap, between_episodes=cfg.sandbox.between_episodes)
+        pool.wait_ready(timeout_s=300.0)  # warm before the first episode asks
+
     def factory(req):
-        sandbox = make_sandbox(cfg.sandbox.backend, spec)
+        sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(cfg.sandbox.backend, spec)
         try:
             env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **cfg.env.kwargs)
         except BaseException:
@@ -104,7 +113,24 @@ def make_env_factory(cfg: Config, run_id: str):
             raise
         return env, sandbox
 
+    factory.pool = pool  # type: ignore[attr-defined]
     return factory
+
+
+class PooledSandbox:
+    """A sandbox leased from a ``SandboxPool`` for one episode: everything is the sandbox's,
+    except ``close()``, which hands it back to the pool (reset or replaced there)."""
+
+    def __init__(self, pool, sandbox) -> None:
+        self._pool, self._sandbox, self._released = pool, sandbox, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sandbox, name)
+
+    def close(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool.release(self._sandbox)
 
 
 @ray.remote
@@ -138,6 +164,13 @@ class RolloutActor:
 
     def ready(self) -> float:
         return self.engine_start_s
+
+    def pool_stats(self) -> dict | None:
+        """Warm-pool statistics (start-up and acquire latencies), or None without a pool."""
+        from dataclasses import asdict
+
+        pool = getattr(self.worker.env_factory, "pool", None)
+        return None if pool is None else asdict(pool.stats())
 
     def rollout(self, requests: Sequence[Any], policy_version: int) -> tuple[list[Episode], float]:
         t0 = time.perf_counter()

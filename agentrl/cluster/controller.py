@@ -288,6 +288,11 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
             m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(policy_version)}
             m.update(rollout_metrics(episodes))
+            if cfg.sandbox.pool_size > 0:
+                ps = ray.get(rollout.pool_stats.remote())
+                m.update({"sandbox/acquire_p50_ms": 1e3 * ps["acquire_p50_s"], "sandbox/acquire_p95_ms": 1e3 * ps["acquire_p95_s"],
+                          "sandbox/startup_p50_ms": 1e3 * ps["startup_p50_s"], "sandbox/started": float(ps["started"]),
+                          "sandbox/replaced": float(ps["replaced"])})
             m.update(credit.metrics)
             m.update(train_metrics)
             m.update({

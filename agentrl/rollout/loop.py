@@ -250,6 +250,12 @@ class RolloutWorker:
         return _check_step_output(st.env.step(st.episode.turns[-1].action_text), st.req.env_id)
 
     def _close(self, st: _Active) -> None:
+        if st.sandbox is not None and st.listener is not None and hasattr(st.sandbox, "remove_listener"):
+            try:
+                st.sandbox.remove_listener(st.listener)  # a pooled sandbox serves other episodes next
+            except Exception:
+                log.exception("removing the exec listener of episode %s failed", st.episode.episode_id)
+            st.listener = None
         for obj in (st.env, st.sandbox):
             if obj is None:
                 continue
