@@ -22,12 +22,50 @@ Contract (each backend's tests check it):
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
+from agentrl.errors import ConfigError
 from agentrl.types import ExecResult
 
 ExecListener = Callable[[ExecResult], None]
+_log = logging.getLogger(__name__)
+
+
+class ExecListeners:
+    """The listeners of one sandbox (what every backend's ``add_listener`` /
+    ``remove_listener`` keep): thread-safe; a listener that raises is logged and skipped,
+    so the exec still returns its result."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[ExecListener] = []
+
+    def add(self, listener: ExecListener) -> None:
+        """Raises ConfigError: ``listener`` is not callable."""
+        if not callable(listener):
+            raise ConfigError(f"listener={listener!r} is not callable")
+        with self._lock:
+            self._items.append(listener)
+
+    def remove(self, listener: ExecListener) -> None:
+        """No-op if it was not added."""
+        with self._lock:
+            try:
+                self._items.remove(listener)
+            except ValueError:
+                pass
+
+    def notify(self, result: ExecResult) -> None:
+        with self._lock:
+            items = list(self._items)
+        for listener in items:
+            try:
+                listener(result)
+            except Exception:
+                _log.exception("sandbox exec listener %r raised; ignored", listener)
 
 
 @dataclass(frozen=True)

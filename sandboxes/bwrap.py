@@ -70,7 +70,7 @@ from pathlib import Path
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
-from sandboxes.base import ExecListener, SandboxSpec
+from sandboxes.base import ExecListener, ExecListeners, SandboxSpec
 from sandboxes.hostfs import force_rmtree, read_beneath, workdir_components, write_beneath
 from sandboxes.labels import Owner, SandboxLabel, sandbox_root
 from sandboxes.limits import MIB, LimitGroup, LimitsMode, create_limits
@@ -438,7 +438,7 @@ class BwrapSandbox:
         self._running: set[_BwrapRun] = set()
         self._cancelled: set[_BwrapRun] = set()
         self._closed = False
-        self._listeners: list[ExecListener] = []
+        self._listeners = ExecListeners()
         self._base_env = {
             "PATH": SANDBOX_PATH,
             "HOME": spec.workdir,
@@ -689,13 +689,7 @@ class BwrapSandbox:
             raise SandboxError(f"{self!r} is closed", command=command)
 
     def _notify(self, result: ExecResult) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(result)
-            except Exception:
-                logger.exception("sandbox exec listener %r raised; ignored", listener)
+        self._listeners.notify(result)
 
     # ------------------------------------------------------------------ files
 
@@ -735,20 +729,13 @@ class BwrapSandbox:
     # ------------------------------------------------------------------ listeners
 
     def add_listener(self, listener: ExecListener) -> None:
-        """Call ``listener(result)`` after every exec that returns a result. A listener
-        that raises is logged and skipped; the exec still returns."""
-        if not callable(listener):
-            raise ConfigError(f"listener={listener!r} is not callable")
-        with self._lock:
-            self._listeners.append(listener)
+        """Call ``listener(result)`` after every exec; a listener that raises is logged
+        and skipped, the exec still returns. Raises ConfigError: not callable."""
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: ExecListener) -> None:
         """Stop calling ``listener``; no-op if it was not added."""
-        with self._lock:
-            try:
-                self._listeners.remove(listener)
-            except ValueError:
-                pass
+        self._listeners.remove(listener)
 
     # ------------------------------------------------------------------ lifetime
 

@@ -50,7 +50,7 @@ import requests.exceptions
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
-from sandboxes.base import ExecListener, SandboxSpec
+from sandboxes.base import ExecListener, ExecListeners, SandboxSpec
 from sandboxes.hostfs import workdir_components
 from sandboxes.labels import Owner, SandboxLabel
 from sandboxes.output import BoundedOutput
@@ -239,7 +239,7 @@ class DockerSandbox:
         _exit_on_sigterm()
         self.label = SandboxLabel(spec.run_id, Owner.current(), uuid.uuid4().hex[:12])
         self._lock = threading.Lock()
-        self._listeners: list[ExecListener] = []
+        self._listeners = ExecListeners()
         self._closed = False
         self._running: dict[str, socket.socket] = {}
         self._cancelled: set[str] = set()
@@ -558,13 +558,7 @@ class DockerSandbox:
             raise SandboxError(f"{self!r} is closed", command=command)
 
     def _notify(self, result: ExecResult) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(result)
-            except Exception:
-                logger.exception("sandbox exec listener %r raised; ignored", listener)
+        self._listeners.notify(result)
 
     # ------------------------------------------------------------------ files
 
@@ -630,19 +624,13 @@ class DockerSandbox:
     # ------------------------------------------------------------------ listeners
 
     def add_listener(self, listener: ExecListener) -> None:
-        """Call ``listener(result)`` after every exec; a raising listener is logged."""
-        if not callable(listener):
-            raise ConfigError(f"listener={listener!r} is not callable")
-        with self._lock:
-            self._listeners.append(listener)
+        """Call ``listener(result)`` after every exec; a listener that raises is logged
+        and skipped, the exec still returns. Raises ConfigError: not callable."""
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: ExecListener) -> None:
         """Stop calling ``listener``; no-op if it was not added."""
-        with self._lock:
-            try:
-                self._listeners.remove(listener)
-            except ValueError:
-                pass
+        self._listeners.remove(listener)
 
     # ------------------------------------------------------------------ lifetime
 
