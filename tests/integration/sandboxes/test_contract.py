@@ -309,4 +309,6 @@ def test_abuse_64_concurrent_execs_on_one_sandbox(make):
     for i, r in enumerate(results):
         assert (r.exit_code, r.stdout, r.timed_out) == (0, f"{i}\n", False), r
     assert sb.exec(f"ls | grep -c '^f_{marker}_'").stdout == "64\n"
-    assert elapsed < 64 * 0.5 / 4, elapsed  # they overlapped
+    # They overlapped: run one after another they would take 32 s. (Half of that leaves room
+    # for a loaded 2-core machine; a timing target belongs in tests/benchmarks.)
+    assert elapsed < 64 * 0.5 / 2, elapsed
