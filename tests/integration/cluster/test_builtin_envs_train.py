@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("env_id, mode", [
     ("agentrl/ShellTasks-v0", "full_history"),
+    ("agentrl/GuessNumber-v0", "per_step"),
     ("agentrl/Sokoban-v0", "full_history"),
     ("agentrl/Sokoban-v0", "per_step"),
     ("agentrl/TextWorld-v0", "full_history"),
