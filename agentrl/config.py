@@ -93,14 +93,20 @@ class SandboxConfig(_Section):
     between_episodes: Literal["reset", "replace"] = Field("reset", description="With a pool: empty a returned sandbox's work dir and /tmp (reset) or start a fresh one (replace).")
 
 
+CRITIC_ESTIMATORS = ("turn_critic", "gae")
+"""The ``algorithm.advantage`` values that train a value model (the ``critic`` section)."""
+
+
 class AlgorithmConfig(_Section):
-    advantage: Literal["grpo", "rloo", "drgrpo", "gigpo", "turn_critic"] = Field(
+    advantage: Literal["grpo", "rloo", "drgrpo", "gigpo", "turn_critic", "gae"] = Field(
         "grpo",
-        description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups), turn_critic (a learned value per turn and turn-level GAE; trains the critic section's value model).",
+        description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups), turn_critic (a learned value per turn and turn-level GAE with gamma/lam per turn), gae (PPO with a token-level critic: a learned value per sampled token and token-level GAE with token_gamma/token_lam per sampled token, observation tokens skipped). turn_critic and gae train the critic section's value model.",
     )
-    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda for turn_critic (turn-level GAE).")
+    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda per turn for turn_critic (turn-level GAE). Not used by gae, which has token_lam.")
     norm_by_std: bool = Field(True, description="grpo only: divide by the group's std (rloo and drgrpo never do).")
-    gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount for step-level estimators (GiGPO, GAE).")
+    gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount per step for gigpo and per turn for turn_critic. Not used by gae, whose discount acts per sampled token (token_gamma): 0.95 per token would scale a reward 100 tokens back by 0.95**100 = 0.006.")
+    token_gamma: float = Field(1.0, ge=0.0, le=1.0, description="gae only: discount per sampled token (observation and prompt tokens are skipped, not discounted). 1.0, verl's token-level PPO default: the episode's rewards reach every earlier token of the episode undiscounted.")
+    token_lam: float = Field(1.0, ge=0.0, le=1.0, description="gae only: GAE lambda per sampled token. 1.0 (verl's default): advantage = return - V, unbiased, the critic only as a baseline; lower values (e.g. 0.95) trust the critic's bootstrap more, with less variance and more bias.")
     dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: drop groups whose (shaped) rewards are all equal (their tokens are counted as discarded), and roll out further task groups to refill, up to max_refill_rounds.")
     max_refill_rounds: int = Field(2, ge=0, description="Dynamic sampling: at most this many extra rollout rounds per iteration to replace dropped groups.")
     invalid_action_penalty: float = Field(0.0, ge=0.0, description="Subtracted from the reward of the step whose action was invalid (that step only; the recorded env reward is unchanged).")
@@ -110,6 +116,12 @@ class AlgorithmConfig(_Section):
         "drop_episode",
         description="What an infra/reward error does to its group: drop only the errored episode (others keep group statistics over valid samples) or the whole group.",
     )
+
+    @property
+    def uses_critic(self) -> bool:
+        """True for the estimators that train the critic section's value model
+        (``turn_critic``: one value per turn; ``gae``: one value per sampled token)."""
+        return self.advantage in CRITIC_ESTIMATORS
 
 
 class TrainerConfig(_Section):
@@ -128,7 +140,9 @@ class TrainerConfig(_Section):
 
 
 class CriticSection(_Section):
-    """The turn-level value model, used when ``algorithm.advantage=turn_critic``."""
+    """The value model, used when ``algorithm.advantage`` is ``turn_critic`` (a value per
+    turn, read at the token before the turn's completion) or ``gae`` (a value per sampled
+    token, read at the token before it). The same model and settings serve both."""
 
     model_path: str | None = Field(None, description="Backbone of the value model (None: the policy's model, a scalar head on top).")
     lr: float = Field(1e-5, gt=0.0, description="AdamW learning rate of the critic.")

@@ -7,24 +7,25 @@ The controller calls ``build_batch`` once per iteration. It
    group goes too, else the group's statistics use its valid samples only (case C12);
 2. optionally drops groups whose rewards are all equal (DAPO dynamic sampling, Yu et al.
    2025, §3.2), counting their tokens as discarded;
-3. computes advantages with the configured estimator from ``critics`` (one value per turn),
-   broadcasts them onto each turn's sampled tokens through ``loss_mask`` (observation
-   tokens get 0), and packs rows with ``TokenBatch.pack``: one row per episode in
-   full-history mode, one per step in per-step mode (same estimators either way).
+3. computes advantages with the configured estimator from ``critics`` (one value per turn,
+   or per sampled token for ``gae``), puts them on the sampled tokens through
+   ``loss_mask`` (observation tokens get 0), and packs rows with ``TokenBatch.pack``: one
+   row per episode in full-history mode, one per step in per-step mode (same estimators
+   either way).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, Sequence
 
 import numpy as np
 
 import critics
 from agentrl.config import AlgorithmConfig
 from agentrl.errors import ConfigError, ContractError
-from agentrl.types import Episode, SamplingRecord, TokenBatch
+from agentrl.types import Episode, SamplingRecord, TokenBatch, TokenSequence
 
 
 @dataclass
@@ -33,7 +34,8 @@ class CreditResult:
 
     Attributes:
         batch: the packed batch, or ``None`` when nothing is left to train on.
-        turn_advantages: ``episode_id -> [K]`` advantage per turn (for the replay store).
+        turn_advantages: ``episode_id -> [K]`` advantage per turn (for the replay store);
+            for ``gae`` the mean over each turn's sampled tokens (see ``pack_batch``).
         metrics: token accounting and filter counts (``tokens/...``, ``filter/...``).
     """
 
@@ -82,7 +84,12 @@ def _turn_advantages(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_
         anchors = [[t.anchor for t in e.turns] for e in episodes]
         out = critics.gigpo_advantages(step_rewards, anchors, group_ids, gamma=cfg.gamma)
         return [[float(x) for x in np.asarray(a, dtype=np.float64)] for a in out]
-    raise ConfigError(f"algorithm.advantage={cfg.advantage!r} is not applicable by the controller")
+    if cfg.uses_critic:
+        raise ConfigError(
+            f"algorithm.advantage={cfg.advantage!r} needs a learned critic's values; build_batch applies the "
+            "critic-free estimators (grpo, rloo, drgrpo, gigpo) only: the controller's train() runs turn_critic and gae"
+        )
+    raise ConfigError(f"algorithm.advantage={cfg.advantage!r} is not an estimator build_batch knows")
 
 
 def select_episodes(episodes: Sequence[Episode], cfg: AlgorithmConfig,
@@ -108,28 +115,89 @@ def select_episodes(episodes: Sequence[Episode], cfg: AlgorithmConfig,
     return kept, dict(m)
 
 
-def pack_batch(kept: Sequence[Episode], per_turn: Sequence[Sequence[float]], sampling: SamplingRecord,
-               metrics: dict[str, float]) -> CreditResult:
-    """Step 3's packing: broadcast per-turn advantages and pack the rows.
+Level = Literal["turn", "token"]
+"""How ``pack_batch`` / ``critic_rows`` read per-episode numbers: ``"turn"``, one value per
+turn (``[K_i]``); ``"token"``, one value per sampled token in stream order (``[N_i]``,
+``N_i = episode.num_generated_tokens()``)."""
+
+
+def _check_level(level: str) -> None:
+    if level not in ("turn", "token"):
+        raise ContractError(f"level={level!r}; expected 'turn' or 'token'")
+
+
+def _token_sequences(e: Episode, per_token: Sequence[float]) -> list[TokenSequence]:
+    """``e``'s trainer rows (``Episode.training_sequences`` layout) with one advantage per
+    sampled token put on that token, 0.0 on every ``loss_mask`` 0 token."""
+    rows = e.training_sequences([0.0] * len(e.turns))
+    out = []
+    for row, vals in zip(rows, critics.split_tokens_per_row(e, per_token)):
+        adv = [0.0] * len(row.input_ids)
+        it = iter(vals)
+        for i, m in enumerate(row.loss_mask):
+            if m:
+                adv[i] = next(it)
+        out.append(replace(row, advantages=adv))
+    return out
+
+
+def _turn_means(e: Episode, per_token: Sequence[float]) -> list[float]:
+    """Mean of ``per_token`` over each turn's sampled tokens (0.0 for a turn without any)."""
+    out, start = [], 0
+    for t in e.turns:
+        n = len(t.completion_ids)
+        out.append(float(np.mean(per_token[start:start + n])) if n else 0.0)
+        start += n
+    return out
+
+
+def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], sampling: SamplingRecord,
+               metrics: dict[str, float], *, level: Level = "turn") -> CreditResult:
+    """Step 3's packing: put the advantages on each episode's sampled tokens (0 on every
+    ``loss_mask`` 0 token) and pack the rows (``Episode.training_sequences`` layout).
+
+    Args:
+        kept: the episodes to train on.
+        advantages: per episode of ``kept``: with ``level="turn"`` one advantage per turn
+            ``[K_i]``, broadcast onto that turn's sampled tokens; with ``level="token"`` one
+            per sampled token ``[N_i]`` in stream order (``gae``), placed token by token,
+            across the rows of a ``per_step`` episode.
+        sampling: the sampling transform every row was drawn with.
+        metrics: accounting so far (``select_episodes``); copied, then extended.
+        level: ``"turn"`` or ``"token"``.
+
+    Returns:
+        The ``CreditResult``. Its ``turn_advantages`` (for the replay store) hold one value
+        per turn: the turn's advantage, or with ``level="token"`` the *mean* advantage over
+        that turn's sampled tokens (0.0 for a turn without any). The ``advantages/*``
+        metrics are over turns (``"turn"``) or sampled tokens (``"token"``).
 
     Raises:
-        ContractError: an episode breaks the token contract (a bug, never silenced).
+        ContractError: an episode breaks the token contract (a bug, never silenced), an
+            advantage count that does not match the episode, or a bad ``level``.
     """
+    _check_level(level)
     m = dict(metrics)
     if not kept:
         m["tokens/trained"] = 0.0
         return CreditResult(batch=None, metrics=m)
+    if len(advantages) != len(kept):
+        raise ContractError(f"got advantages for {len(advantages)} episodes but {len(kept)} are kept")
     rows = []
     turn_adv: dict[str, list[float]] = {}
-    for e, adv in zip(kept, per_turn):
+    for e, adv in zip(kept, advantages):
         e.validate()
-        adv = [float(a) for a in adv]
-        turn_adv[e.episode_id] = adv
-        rows.extend(e.training_sequences(adv))
+        adv = [float(a) for a in (adv.tolist() if hasattr(adv, "tolist") else adv)]
+        if level == "turn":
+            turn_adv[e.episode_id] = adv
+            rows.extend(e.training_sequences(adv))
+        else:
+            rows.extend(_token_sequences(e, adv))
+            turn_adv[e.episode_id] = _turn_means(e, adv)
     batch = TokenBatch.pack(rows, sampling)
     m["tokens/trained"] = float(batch.num_loss_tokens)
     m["tokens/packed"] = float(batch.num_tokens)
-    flat = np.concatenate([np.asarray(a, dtype=np.float64) for a in per_turn]) if per_turn else np.zeros(0)
+    flat = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages])
     m["advantages/mean"] = float(flat.mean()) if flat.size else 0.0
     m["advantages/abs_max"] = float(np.abs(flat).max()) if flat.size else 0.0
     m["advantages/nonzero_frac"] = float((flat != 0).mean()) if flat.size else 0.0
@@ -139,8 +207,9 @@ def pack_batch(kept: Sequence[Episode], per_turn: Sequence[Sequence[float]], sam
 def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord,
                 max_new_tokens: int | None = None) -> CreditResult:
     """Turn an iteration's episodes into a validated ``TokenBatch`` with a critic-free
-    estimator (grpo, rloo, drgrpo, gigpo). ``turn_critic`` needs the value model's values:
-    the controller calls ``select_episodes``, the critic, ``turn_critic_advantages`` and
+    estimator (grpo, rloo, drgrpo, gigpo). ``turn_critic`` and ``gae`` need the value
+    model's values: the controller calls ``select_episodes``, the critic,
+    ``critics.turn_critic_advantages`` / ``critics.token_critic_advantages`` and
     ``pack_batch`` itself.
 
     Raises:
@@ -151,18 +220,35 @@ def build_batch(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: Sam
 
 
 def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | None = None,
-                old_values: Sequence[Sequence[float]] | None = None) -> list:
+                old_values: Sequence[Sequence[float]] | None = None, *, level: Level = "turn") -> list:
     """The critic's input rows, in the same row layout as ``Episode.training_sequences``
-    (one row per episode, or per step in per-step mode), with each turn's boundary token.
-    ``returns`` / ``old_values``: per episode, one value per turn."""
+    (one row per episode, or per step in per-step mode), with the positions where the
+    value model is read:
+
+    * ``level="turn"`` (``turn_critic``): each turn's boundary token
+      (``critics.episode_boundaries``); ``returns`` / ``old_values`` hold one value per
+      turn per episode.
+    * ``level="token"`` (``gae``): the token before every sampled token
+      (``critics.episode_token_positions``); ``returns`` / ``old_values`` hold one value
+      per sampled token per episode, in stream order.
+
+    Returns:
+        ``list[CriticRow]``; its values, concatenated, are in episode order, then turn (or
+        sampled-token) order.
+
+    Raises:
+        ContractError: a count that does not match an episode, or a bad ``level``.
+    """
     from agentrl.trainer.critic_trainer import CriticRow
 
+    _check_level(level)
+    positions, split = ((critics.episode_boundaries, critics.split_per_row) if level == "turn"
+                        else (critics.episode_token_positions, critics.split_tokens_per_row))
     out = []
     for i, e in enumerate(kept):
         seqs = e.training_sequences([0.0] * len(e.turns))
-        bounds = critics.episode_boundaries(e)
-        rets = critics.split_per_row(e, returns[i]) if returns is not None else [None] * len(seqs)
-        olds = critics.split_per_row(e, old_values[i]) if old_values is not None else [None] * len(seqs)
-        for seq, b, r, o in zip(seqs, bounds, rets, olds):
+        rets = split(e, returns[i]) if returns is not None else [None] * len(seqs)
+        olds = split(e, old_values[i]) if old_values is not None else [None] * len(seqs)
+        for seq, b, r, o in zip(seqs, positions(e), rets, olds):
             out.append(CriticRow(seq.input_ids, b, returns=r, old_values=o, episode_id=e.episode_id))
     return out

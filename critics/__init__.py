@@ -12,6 +12,9 @@ lists of them for ragged, per-trajectory outputs).
 * ``turn_boundaries``, ``episode_boundaries``, ``split_per_row``, ``turn_critic_advantages``:
   where a turn-level critic reads each turn's value in a token row, and ``turn_gae`` over a
   batch of episodes.
+* ``token_value_positions``, ``episode_token_positions``, ``split_tokens_per_row``,
+  ``turn_rewards_on_tokens``, ``token_critic_advantages``: the same for a token-level critic
+  (the value of sampled token ``p`` read at ``p - 1``) and ``gae`` over a batch of episodes.
 * ``dynamic_sampling_keep``, ``overlong_penalty``: DAPO's filter and length shaping.
 * ``ESTIMATORS``, ``get_estimator``, ``register_estimator``: the registry by name.
 """
@@ -26,12 +29,23 @@ from critics.grpo import (
     valid_reward_mask,
 )
 from critics.registry import ESTIMATORS, get_estimator, register_estimator
-from critics.turn_critic import episode_boundaries, split_per_row, turn_boundaries, turn_critic_advantages
+from critics.turn_critic import (
+    episode_boundaries,
+    episode_token_positions,
+    split_per_row,
+    split_tokens_per_row,
+    token_critic_advantages,
+    token_value_positions,
+    turn_boundaries,
+    turn_critic_advantages,
+    turn_rewards_on_tokens,
+)
 
 __all__ = [
     "ESTIMATORS",
     "drgrpo_advantages",
     "episode_boundaries",
+    "episode_token_positions",
     "dynamic_sampling_keep",
     "gae",
     "get_estimator",
@@ -41,8 +55,12 @@ __all__ = [
     "register_estimator",
     "rloo_advantages",
     "split_per_row",
+    "split_tokens_per_row",
+    "token_critic_advantages",
+    "token_value_positions",
     "turn_boundaries",
     "turn_critic_advantages",
     "turn_gae",
+    "turn_rewards_on_tokens",
     "valid_reward_mask",
 ]

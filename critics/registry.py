@@ -13,6 +13,11 @@ name           function                   input → output
 ``gae``        ``gae``                    ``[B, T]`` rewards/values/mask → ``([B,T],)*2``
 =============  =========================  ==============================================
 
+``turn_critic`` and ``gae`` need a learned critic: the controller applies them to episodes
+through ``turn_critic_advantages`` (one value per turn) and ``token_critic_advantages`` (one
+value per sampled token, the chain running across turns; ``algorithm.token_gamma`` /
+``token_lam``).
+
 Users add their own with ``register_estimator("my_adv", fn)``.
 """
 

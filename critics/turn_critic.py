@@ -1,5 +1,5 @@
-"""Turn-level critic helpers (pure): where a turn's state value is read in a token row,
-and turn-level GAE over a batch of episodes.
+"""Critic helpers (pure): where a state value is read in a token row, for a turn-level
+critic (``turn_critic``) and a token-level one (``gae``), and GAE over a batch of episodes.
 
 The critic model itself (a Hugging Face backbone plus a scalar head) lives in
 ``agentrl.trainer.value_model``: it needs ``transformers``, which ``critics`` may not import
@@ -15,6 +15,13 @@ state at the *last token before completion_k* has seen exactly ``s_k`` and nothi
 action, so that position is turn k's boundary::
 
     boundary_k = sum_{j<k} (p_j + c_j) + p_k - 1
+
+Token-level convention (``gae``; PPO with a token critic, as in verl, where
+``values = critic(seq)[:, -resp_len-1:-1]``): the value of the sampled token at row
+position ``p`` is ``V`` of the state *before* that token is sampled, read from the hidden
+state at ``p - 1`` (which has seen the prefix and not the token itself). So a row's value
+positions are ``[p - 1 for every p with loss_mask[p] == 1]`` (``token_value_positions``);
+for a turn's first sampled token this is the turn boundary above.
 """
 
 from __future__ import annotations
@@ -27,8 +34,8 @@ import numpy as np
 
 from agentrl.errors import ContractError
 from agentrl.types import Episode
-from critics._common import check_unit_interval
-from critics.gae import turn_gae
+from critics._common import as_float_vector, check_unit_interval
+from critics.gae import gae, turn_gae
 
 
 def _as_count_list(x: Any, name: str) -> list[int]:
@@ -191,3 +198,206 @@ def turn_critic_advantages(
         advantages.append(adv)
         returns.append(ret)
     return advantages, returns
+
+
+# ---------------------------------------------------------------------------- token level
+
+
+def token_value_positions(loss_mask: Sequence[int] | Any) -> list[int]:
+    """Where a token-level critic reads the value of each sampled token of one row: the
+    position just before it, ``[p - 1 for p in range(L) if loss_mask[p] == 1]``.
+
+    The hidden state at ``p - 1`` has read the prefix ``ids[:p]`` (the state in which
+    token ``p`` is sampled) and not the token itself; this is verl's
+    ``values[:, -resp_len-1:-1]`` slice written for rows with several completions.
+
+    Args:
+        loss_mask: ``[L]`` 0/1 (int, bool or float; a list, numpy array or torch tensor).
+
+    Returns:
+        ``[sum(loss_mask)]`` ints, increasing, each in ``[0, L - 1)``.
+
+    Raises:
+        ContractError: a value other than 0/1, or ``loss_mask[0] == 1`` (the first token
+            has no state before it; a row starts with prompt tokens).
+
+    Example: ``[0, 0, 1, 1, 0, 1]`` (``P P C C O C``) → ``[1, 2, 4]``.
+    """
+    m = as_float_vector(loss_mask, "loss_mask", allow_missing=False)  # [L]
+    bad = np.flatnonzero((m != 0) & (m != 1))
+    if bad.size:
+        raise ContractError(f"loss_mask[{bad[0]}]={float(m[bad[0]])!r}; expected 0 or 1")
+    if m.size and m[0] == 1:
+        raise ContractError(
+            "loss_mask[0]=1: the first token of a row has no state before it to read a value "
+            "from; a row starts with prompt tokens"
+        )
+    return (np.flatnonzero(m == 1) - 1).tolist()
+
+
+def _row_masks(episode: Episode) -> list[list[int]]:
+    """Each trainer row's ``loss_mask`` in the layout of ``Episode.training_sequences``."""
+    if episode.prompt_mode == "per_step":
+        return [[0] * len(t.prompt_ids) + [1] * len(t.completion_ids) for t in episode.turns]
+    return [episode.loss_mask()]
+
+
+def episode_token_positions(episode: Episode) -> list[list[int]]:
+    """Token-level value positions (``token_value_positions``) of each trainer row of
+    ``episode``, in the row order and layout of ``Episode.training_sequences``: one row in
+    ``full_history`` mode, one row ``prompt_ids + completion_ids`` per turn in
+    ``per_step`` mode.
+
+    Either way the rows' positions, concatenated, hold one entry per sampled token in
+    stream order (``episode.num_generated_tokens()`` in all), so critic values over these
+    rows split back per episode by that count.
+
+    Raises:
+        ContractError: a row that starts with a sampled token (no prompt before it); the
+            episode and row are named.
+    """
+    out = []
+    for k, mask in enumerate(_row_masks(episode)):
+        try:
+            out.append(token_value_positions(mask))
+        except ContractError as exc:
+            row = f"turn {k}'s row" if episode.prompt_mode == "per_step" else "its row"
+            raise ContractError(f"episode {episode.episode_id}, {row}: {exc}") from exc
+    return out
+
+
+def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> list[list[float]]:
+    """Per-sampled-token numbers (advantages, returns, old values) of ``episode``, in stream
+    order, split like ``episode_token_positions``: one list for a ``full_history``
+    episode, one list of ``len(turn.completion_ids)`` values per turn for ``per_step``.
+
+    Raises:
+        ContractError: ``len(per_token) != episode.num_generated_tokens()``.
+    """
+    vals = [float(v) for v in (per_token.tolist() if hasattr(per_token, "tolist") else per_token)]
+    n = episode.num_generated_tokens()
+    if len(vals) != n:
+        raise ContractError(
+            f"got {len(vals)} per-token values for episode {episode.episode_id} with {n} sampled tokens"
+        )
+    if episode.prompt_mode != "per_step":
+        return [vals]
+    out, start = [], 0
+    for t in episode.turns:
+        out.append(vals[start:start + len(t.completion_ids)])
+        start += len(t.completion_ids)
+    return out
+
+
+def turn_rewards_on_tokens(episode: Episode, turn_rewards: Sequence[float] | Any) -> np.ndarray:
+    """Token rewards for token-level GAE: turn k's reward on turn k's *last* sampled token,
+    0 on every other sampled token.
+
+    A turn without sampled tokens (an empty completion) has no token of its own; its
+    reward goes onto the nearest sampled token before it (the previous action's last one),
+    or, when none precedes it, onto the episode's first sampled token, so no reward is
+    lost. An episode without any sampled token has nothing to train and gets ``[]``.
+
+    Args:
+        episode: gives each turn's completion length.
+        turn_rewards: ``[K]`` finite rewards, one per turn (e.g.
+            ``agentrl.credit.shaped_turn_rewards``).
+
+    Returns:
+        ``[N]`` float64 over the episode's sampled tokens in stream order
+        (``N = episode.num_generated_tokens()``).
+
+    Raises:
+        ContractError: ``len(turn_rewards) != len(episode.turns)``, or a non-finite reward.
+    """
+    r = as_float_vector(turn_rewards, "turn_rewards", allow_missing=False)  # [K]
+    if r.shape[0] != len(episode.turns):
+        raise ContractError(
+            f"got {r.shape[0]} turn rewards for episode {episode.episode_id} of {len(episode.turns)} turns"
+        )
+    lens = [len(t.completion_ids) for t in episode.turns]
+    out = np.zeros(sum(lens), dtype=np.float64)  # [N]
+    if out.size == 0:
+        return out
+    ends = np.cumsum(lens) - 1  # [K] stream index of each turn's last sampled token (-1: none yet)
+    for k, (n, reward) in enumerate(zip(lens, r)):
+        if n > 0:
+            out[ends[k]] += reward
+        else:
+            out[max(int(ends[k]), 0)] += reward
+    return out
+
+
+def token_critic_advantages(
+    episodes: Sequence[Episode],
+    turn_rewards: Sequence[Sequence[float]],
+    values: Sequence[Sequence[float]],
+    *,
+    gamma: float,
+    lam: float,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Token-level GAE (``critics.gae``) for a batch of episodes: the ``gae`` estimator
+    (PPO with a token-level critic; GAE, Schulman et al. 2016, Eq. 16, over sampled tokens).
+
+    Per episode the chain runs over all its sampled tokens in stream order, across turns
+    and, in ``per_step`` mode, across the episode's rows: observation and prompt tokens
+    (``loss_mask`` 0) are skipped, not discounted, so the next turn's first token is the
+    bootstrap of a turn's last one. The rewards are ``turn_rewards_on_tokens``; the value
+    after the last sampled token is 0 (no bootstrap, as ``turn_critic``). Because
+    ``critics.gae`` skips ``mask == 0`` positions, running it on the sampled tokens packed
+    to the left gives exactly the numbers of running it on the episode's full token stream
+    with its ``loss_mask``; the packed form is what runs (``max N_i`` steps, not ``max L``).
+    ``full_history`` and ``per_step`` episodes with the same turns, rewards and values get
+    the same advantages.
+
+    Args:
+        episodes: the episodes (their turns' completion lengths are used).
+        turn_rewards: per episode, ``[K_i]`` finite rewards, one per turn.
+        values: per episode, ``[N_i]`` critic values of the sampled tokens in stream order
+            (``N_i = episodes[i].num_generated_tokens()``; the critic reads them at
+            ``episode_token_positions``).
+        gamma: discount per sampled token, in [0, 1].
+        lam: GAE lambda per sampled token, in [0, 1].
+
+    Returns:
+        ``(advantages, returns)``: two lists with one float64 ``[N_i]`` array per episode;
+        ``returns = advantages + values`` are the critic's regression targets.
+
+    Raises:
+        ContractError: different episode counts, a reward count other than the episode's
+            turn count, a value count other than its sampled-token count (episode named),
+            non-finite input.
+        ConfigError: ``gamma`` or ``lam`` outside [0, 1].
+    """
+    gamma = check_unit_interval(gamma, "gamma")
+    lam = check_unit_interval(lam, "lam")
+    episodes, turn_rewards, values = list(episodes), list(turn_rewards), list(values)
+    if not len(episodes) == len(turn_rewards) == len(values):
+        raise ContractError(
+            f"got {len(episodes)} episodes, {len(turn_rewards)} reward lists and {len(values)} value "
+            "lists; expected one of each per episode"
+        )
+    rew, val = [], []
+    for i, (e, r, v) in enumerate(zip(episodes, turn_rewards, values)):
+        try:
+            rew.append(turn_rewards_on_tokens(e, r))  # [N_i]
+            vi = as_float_vector(v, "values", allow_missing=False)  # [N_i]
+        except ContractError as exc:
+            raise ContractError(f"episode {i}: {exc}") from exc
+        if vi.shape[0] != rew[-1].shape[0]:
+            raise ContractError(
+                f"episode {i} ({e.episode_id}): {vi.shape[0]} values for {rew[-1].shape[0]} sampled "
+                "tokens; expected one value per sampled token"
+            )
+        val.append(vi)
+    if not episodes:
+        return [], []
+    lens = [x.shape[0] for x in rew]
+    width = max(max(lens), 1)
+    r2 = np.zeros((len(lens), width), dtype=np.float64)  # (B, N_max)
+    v2 = np.zeros((len(lens), width), dtype=np.float64)  # (B, N_max)
+    m2 = np.zeros((len(lens), width), dtype=np.float64)  # (B, N_max), 1 on real tokens
+    for b, (r, v, n) in enumerate(zip(rew, val, lens)):
+        r2[b, :n], v2[b, :n], m2[b, :n] = r, v, 1.0
+    adv, ret = gae(r2, v2, m2, gamma=gamma, lam=lam)  # (B, N_max) each
+    return [adv[b, :n].copy() for b, n in enumerate(lens)], [ret[b, :n].copy() for b, n in enumerate(lens)]

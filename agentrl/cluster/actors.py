@@ -221,7 +221,7 @@ class TrainerActor:
             loss_agg_mode=t.loss_agg_mode, seed=cfg.run.seed, device=t.device,
         ))
         self.critic = None
-        if cfg.algorithm.advantage == "turn_critic":
+        if cfg.algorithm.uses_critic:  # turn_critic or gae: the same value model and trainer
             from agentrl.trainer import CriticConfig, CriticTrainer
 
             c = cfg.critic

@@ -107,32 +107,63 @@ def _save_checkpoint(run_dir: Path, iteration: int, trainers: list, state: dict)
     return final
 
 
-def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):
-    """turn_critic: values from the critic at each turn boundary, turn-level GAE
-    (``critics.turn_critic_advantages``), the policy batch, and the critic's own batch
-    (returns as targets, rollout-time values for clipping)."""
+def _critic_credit(episodes, cfg: Config, sampling, trainers, level: str, estimate):
+    """What ``turn_critic`` and ``gae`` share: select the episodes, read the critic's values
+    at the ``level``'s positions (``agentrl.credit.critic_rows``), let ``estimate(kept,
+    shaped_rewards, values_per_episode) -> (advantages, returns)`` do the GAE, then build the
+    policy batch and the critic's own batch (returns as targets, rollout-time values as
+    ``old_values`` for value clipping).
+
+    Returns:
+        ``(CreditResult, CriticBatch | None)``; ``None`` when no episode (or, for ``gae``,
+        no sampled token) is left.
+    """
     import numpy as np
     import ray
 
-    import critics
     from agentrl.credit import critic_rows, pack_batch, select_episodes, shaped_turn_rewards
     from agentrl.trainer import CriticBatch
 
     kept, m = select_episodes(episodes, cfg.algorithm, cfg.rollout.max_new_tokens)
     if not kept:
-        return pack_batch(kept, [], sampling, m), None
-    values = ray.get([t.critic_values.remote(CriticBatch.pack(critic_rows(kept))) for t in trainers])[0]
+        return pack_batch(kept, [], sampling, m, level=level), None
+    values = ray.get([t.critic_values.remote(CriticBatch.pack(critic_rows(kept, level=level))) for t in trainers])[0]
     flat = np.asarray(values, dtype=np.float64)
-    per_ep, start = [], 0
-    for e in kept:
-        per_ep.append(flat[start:start + len(e.turns)])
-        start += len(e.turns)
+    counts = [len(e.turns) if level == "turn" else e.num_generated_tokens() for e in kept]
+    per_ep = np.split(flat, np.cumsum(counts)[:-1])
     rewards = [shaped_turn_rewards(e, cfg.algorithm, cfg.rollout.max_new_tokens) for e in kept]
-    adv, rets = critics.turn_critic_advantages(rewards, per_ep, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
-    credit = pack_batch(kept, adv, sampling, m)
-    critic_batch = CriticBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep))
-    credit.metrics["critic/values_mean_rollout"] = float(flat.mean())
-    return credit, critic_batch
+    adv, rets = estimate(kept, rewards, per_ep)
+    credit = pack_batch(kept, adv, sampling, m, level=level)
+    critic_batch = CriticBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep, level=level))
+    credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
+    return credit, (critic_batch if critic_batch.num_turns else None)  # no value position: nothing to fit
+
+
+def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):
+    """turn_critic: values from the critic at each turn boundary, turn-level GAE
+    (``critics.turn_critic_advantages``, ``algorithm.gamma`` / ``lam`` per turn), the policy
+    batch, and the critic's own batch."""
+    import critics
+
+    def estimate(kept, rewards, values):
+        return critics.turn_critic_advantages(rewards, values, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
+
+    return _critic_credit(episodes, cfg, sampling, trainers, "turn", estimate)
+
+
+def _token_critic_credit(episodes, cfg: Config, sampling, trainers):
+    """gae (PPO with a token-level critic): the critic's value of every sampled token (read
+    at the token before it), token-level GAE over each episode's sampled tokens across its
+    turns and rows (``critics.token_critic_advantages``, ``algorithm.token_gamma`` /
+    ``token_lam`` per token, each turn's shaped reward on its last sampled token), the
+    policy batch with one advantage per token, and the critic's own batch."""
+    import critics
+
+    def estimate(kept, rewards, values):
+        return critics.token_critic_advantages(kept, rewards, values, gamma=cfg.algorithm.token_gamma,
+                                               lam=cfg.algorithm.token_lam)
+
+    return _critic_credit(episodes, cfg, sampling, trainers, "token", estimate)
 
 
 def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dict], None] | None = None,
@@ -255,6 +286,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             critic_update = None
             if cfg.algorithm.advantage == "turn_critic":
                 credit, critic_update = _turn_critic_credit(episodes, cfg, sampling, trainers)
+            elif cfg.algorithm.advantage == "gae":
+                credit, critic_update = _token_critic_credit(episodes, cfg, sampling, trainers)
             else:
                 credit = build_batch(episodes, cfg.algorithm, sampling, cfg.rollout.max_new_tokens)
             credit.metrics["filter/refill_rounds"] = float(refills)

@@ -1,8 +1,19 @@
-"""``CriticTrainer``: a turn-level value model (``TurnValueModel``) trained under FSDP2 with
-(optionally clipped) MSE to turn-level returns, one instance per rank.
+"""``CriticTrainer``: a value model (``TurnValueModel``) trained under FSDP2 with
+(optionally clipped) MSE to returns, one instance per rank.
 
-Its values feed ``critics.turn_gae`` / ``critics.turn_critic_advantages`` (ArCHer, Zhou et
-al. 2024, §4; RAGEN's bi-level GAE); its targets are the ``returns`` those give back.
+The model reads a value at given token positions of each row, so one trainer serves both
+critic estimators:
+
+* ``turn_critic``: one position per turn, the turn boundary (``critics.episode_boundaries``).
+  Values feed ``critics.turn_critic_advantages`` (ArCHer, Zhou et al. 2024, §4; RAGEN's
+  bi-level GAE).
+* ``gae``: one position per sampled token, the token before it
+  (``critics.episode_token_positions``; verl's ``values[:, -resp_len-1:-1]``). Values feed
+  ``critics.token_critic_advantages`` (PPO's token-level GAE).
+
+The targets are the ``returns`` those give back. Below, "turn" means one value position
+(a turn for ``turn_critic``, a sampled token for ``gae``): the loss is a mean over them
+(token-mean for ``gae``, as verl's critic loss).
 
 Reading order: ``CriticConfig`` → ``CriticRow`` / ``CriticBatch`` (the input) →
 ``CriticTrainer.__init__`` → ``compute_values`` → ``step`` → checkpoints.
@@ -11,7 +22,7 @@ Distributed contract: as ``PolicyTrainer`` (see ``agentrl.trainer.trainer``): th
 initialises the default process group, then calls every public method on every rank with
 the same full ``CriticBatch``; rank ``r`` works on rows ``r, r + W, ...``, micro-batched;
 a rank with fewer micro-batches runs dummy one-token passes with zero weight. The loss is
-divided by the *global* number of turns of the step and gradients are summed across ranks,
+divided by the *global* number of turns (value positions) of the step and gradients are summed across ranks,
 so they do not depend on the micro-batch size or the number of ranks (design.md,
 invariant 5).
 """
@@ -147,10 +158,13 @@ class CriticRow:
 
     Attributes:
         input_ids: ``[L]`` token ids (the same row the policy trains on).
-        boundaries: ``[K]`` token indices in ``[0, L)`` of each turn's boundary
-            (``critics.turn_boundaries``: the last token before turn k's completion).
-        returns: ``[K]`` value targets (``critics.turn_critic_advantages``' returns), or
-            ``None`` for a batch that only goes to ``compute_values``.
+        boundaries: ``[K]`` token indices in ``[0, L)`` where values are read: each
+            turn's boundary (``critics.turn_boundaries``: the last token before turn k's
+            completion) for ``turn_critic``, or ``p - 1`` for every sampled token ``p``
+            (``critics.token_value_positions``) for ``gae``.
+        returns: ``[K]`` value targets (the returns of ``critics.turn_critic_advantages``
+            or ``critics.token_critic_advantages``), or ``None`` for a batch that only
+            goes to ``compute_values``.
         old_values: ``[K]`` values at rollout time for value clipping, or ``None``.
         episode_id: for error messages.
     """
@@ -170,8 +184,9 @@ class CriticBatch:
         input_ids: ``[T]`` int64, rows concatenated.
         position_ids: ``[T]`` int64, restarting at 0 per row.
         seq_lens: ``[B]`` int64 row lengths.
-        boundaries: ``[N]`` int64 row-local boundary token index of every turn, rows in
-            order (``N`` = total turns).
+        boundaries: ``[N]`` int64 row-local token index of every value position (turn
+            boundary, or the token before a sampled token for ``gae``), rows in order
+            (``N`` = total positions, called turns below).
         turns_per_row: ``[B]`` int64, ``sum == N``.
         returns: ``[N]`` float32 targets, or ``None`` (``compute_values`` only).
         old_values: ``[N]`` float32 or ``None``.
@@ -356,7 +371,8 @@ def value_loss_terms(
 
 
 class CriticTrainer:
-    """Turn-level critic trainer for one rank of an FSDP2 data-parallel group.
+    """Value-model trainer (turn-level or token-level critic) for one rank of an FSDP2
+    data-parallel group.
 
     Attributes:
         config: the validated ``CriticConfig``.
@@ -391,7 +407,8 @@ class CriticTrainer:
 
     @torch.no_grad()
     def compute_values(self, batch: CriticBatch) -> torch.Tensor:
-        """``V(s_k)`` at every turn boundary under the current weights.
+        """The value at every position of ``batch.boundaries`` (``V(s_k)`` at each turn
+        boundary, or ``V`` before each sampled token for ``gae``) under the current weights.
 
         Collective: call on every rank with the same batch; every rank gets the result.
 
@@ -433,7 +450,7 @@ class CriticTrainer:
             ``critic/returns_mean``, ``critic/explained_variance`` (``1 - Var(R - V) /
             Var(R)`` over the batch, first epoch's values; 0 when ``Var(R) == 0``),
             ``train/grad_norm`` (pre-clip), ``train/lr`` (last optimizer step),
-            ``train/num_turns``, ``train/skipped_step``, ``train/global_step``,
+            ``train/num_turns`` (value positions: turns, or sampled tokens for ``gae``), ``train/skipped_step``, ``train/global_step``,
             ``perf/step_s``.
 
         Raises:

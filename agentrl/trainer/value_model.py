@@ -1,6 +1,7 @@
-"""``TurnValueModel``: a turn-level critic ``V(s_k)`` read from a causal LM's hidden state
-at each turn boundary (ArCHer, Zhou et al. 2024, §4, high-level critic; RAGEN's turn-level
-value in its bi-level GAE).
+"""``TurnValueModel``: a critic read from a causal LM's hidden state at given token
+positions: at each turn boundary for a turn-level critic ``V(s_k)`` (ArCHer, Zhou et al.
+2024, §4, high-level critic; RAGEN's turn-level value in its bi-level GAE), or at the token
+before every sampled token for a token-level critic (``gae``, PPO as in verl).
 
 It lives in ``agentrl.trainer`` rather than ``critics`` because it needs ``transformers``
 for its backbone, and ``critics`` may import only types, torch and numpy (design.md). The
@@ -10,6 +11,9 @@ pure parts (which token is a turn's boundary, turn-level GAE) are in
 Turn boundary: the position of the last token *before* turn k's completion (the last
 token of its prompt / observation segment), see ``critics.turn_boundaries``. A causal
 backbone's hidden state there has read exactly the state ``s_k`` and none of the action.
+Token level: the value of sampled token ``p`` is read at ``p - 1``
+(``critics.token_value_positions``), the state in which ``p`` was sampled. The model does
+not care which: it returns the head's value at whatever positions it is given.
 """
 
 from __future__ import annotations
@@ -64,9 +68,10 @@ class TurnValueModel(torch.nn.Module):
             input_ids: ``[B, T]`` int64 token ids (right padding allowed).
             attention_mask: ``[B, T]`` 0/1, 0 on padding.
             position_ids: ``[B, T]`` int64 positions (restarting at 0 per row).
-            boundary_index: ``[B, K]`` int64 token index in ``[0, T)`` of each turn's
-                boundary (``critics.turn_boundaries``); pad unused slots with any valid
-                index (e.g. 0) and ignore their outputs.
+            boundary_index: ``[B, K]`` int64 token index in ``[0, T)`` of each value
+                position: a turn's boundary (``critics.turn_boundaries``) or the token
+                before a sampled token (``critics.token_value_positions``); pad unused
+                slots with any valid index (e.g. 0) and ignore their outputs.
 
         Returns:
             ``[B, K]`` float32 values ``head(h[b, boundary_index[b, k]])``.

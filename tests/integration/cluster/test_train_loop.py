@@ -5,6 +5,7 @@ iteration takes seconds; the embedded default run uses the real SmolLM2-135M-Ins
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 
 import pytest
@@ -96,6 +97,56 @@ def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_
     # the critic is checkpointed and resumed with the policy
     resumed = train(load_run_config(tmp_path / "critic", ["run.iterations=3"]), resume=True)
     assert resumed.iterations_done == 3 and summary.run_id == resumed.run_id
+
+
+CRITIC_KEYS = ("critic/value_loss", "critic/value_clipfrac", "critic/values_mean", "critic/returns_mean",
+               "critic/explained_variance", "critic/grad_norm", "critic/num_turns", "critic/global_step",
+               "critic/values_mean_rollout")
+
+
+def _metrics(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _check_critic_metrics(m):
+    for key in CRITIC_KEYS:
+        assert m.get(key) is not None and math.isfinite(m[key]), key  # None in metrics.jsonl = not finite
+    assert m["critic/value_loss"] >= 0
+    # one value position per trained (sampled) token: the critic is token-level
+    assert m["critic/num_turns"] == m["tokens/trained"] > 0
+
+
+def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, tiny_model_path):
+    from agentrl.cluster.controller import load_run_config, train
+    from agentrl.replay import ReplayStore
+
+    # head_init_std > 0: the critic's values (and so the advantages) are not all zero from the start
+    cfg = _cfg(tmp_path, tiny_model_path, "gae", "algorithm.advantage=gae", "algorithm.token_lam=0.95",
+               "critic.lr=1e-3", "critic.head_init_std=0.05", "critic.value_clip=0.5", "run.iterations=2")
+    summary = train(cfg)
+    lines = _metrics(tmp_path / "gae")
+    assert len(lines) == 2 and summary.policy_version == 2
+    for it, m in enumerate(lines, start=1):
+        _check_critic_metrics(m)
+        assert m["critic/global_step"] == it
+        assert m["advantages/abs_max"] > 0 and math.isfinite(m["advantages/mean"])
+    ckpt = tmp_path / "gae" / "checkpoints" / "iter_2"
+    assert (ckpt / "trainer").is_dir() and (ckpt / "trainer_critic").is_dir()
+    # the replay store holds one advantage per turn (the mean over its sampled tokens)
+    store = ReplayStore(f"sqlite:///{tmp_path / 'gae' / 'replay.db'}")
+    listed = store.list_episodes(summary.run_id)
+    assert len(listed) == 8
+    stored = [a for e in listed if not e.is_error for a in store.get_advantages(e.episode_id)]
+    assert stored and all(a is not None and math.isfinite(a) for a in stored) and any(a != 0 for a in stored)
+
+    # resume: the critic continues from its checkpoint (its step counter too)
+    resumed = train(load_run_config(tmp_path / "gae", ["run.iterations=3"]), resume=True)
+    assert resumed.iterations_done == 3 and resumed.run_id == summary.run_id and resumed.policy_version == 3
+    last = _metrics(tmp_path / "gae")[-1]
+    assert last["iteration"] == 3
+    _check_critic_metrics(last)
+    assert last["critic/global_step"] == 3
+    assert (tmp_path / "gae" / "checkpoints" / "iter_3" / "trainer_critic").is_dir()
 
 
 def test_dynamic_sampling_refills_then_skips_an_update_with_no_signal(ray_session, tmp_path, tiny_model_path):

@@ -280,3 +280,51 @@ def test_checkpoint_missing_backbone_weights_is_refused(tiny_llama_path: str, tm
     save_file(sd, weights, metadata={"format": "pt"})
     with pytest.raises(ConfigError, match="randomly initialised or mismatched weight"):
         CriticTrainer(CriticConfig(model_path=str(broken)))
+
+
+def test_token_level_values_are_read_before_each_sampled_token(tiny_llama_path: str) -> None:
+    """gae's critic: the value of sampled token p is the head on the hidden state at p - 1
+    (verl's ``values[:, -resp_len-1:-1]``), so it depends on the prefix and not on p itself."""
+    import critics
+
+    mask = [0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1]  # ROW's layout: PPP CC OO CCC OO C
+    pos = critics.token_value_positions(mask)
+    assert pos == [2, 3, 6, 7, 8, 11]
+    trainer = _trainer(tiny_llama_path)
+    values = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=pos)]))  # (6,)
+    want = _reference_values(tiny_llama_path, critic_full_state_dict(trainer), ROW, pos)
+    torch.testing.assert_close(values, want, atol=1e-5, rtol=0)
+    # changing the sampled token at 4 leaves its own value (read at 3) and the ones before
+    # alone and changes every later one
+    row2 = list(ROW)
+    row2[4] = 222
+    v2 = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=row2, boundaries=pos)]))
+    torch.testing.assert_close(v2[:2], values[:2], atol=1e-6, rtol=0)
+    assert (v2[2:] - values[2:]).abs().min() > 1e-5
+
+
+def test_token_level_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -> None:
+    """What the controller does for gae: critic rows with a value position per sampled
+    token, values split per episode by its sampled-token count → token_critic_advantages →
+    returns and old values split back per row → step. The loss is a mean over tokens."""
+    import critics
+    from agentrl.credit import critic_rows
+
+    trainer = _trainer(tiny_llama_path, value_clip=0.5)
+    episodes = [_episode("full_history", "a"), _episode("per_step", "b")]
+    values = trainer.compute_values(CriticBatch.pack(critic_rows(episodes, level="token")))
+    n_tokens = [e.num_generated_tokens() for e in episodes]
+    assert values.shape == (sum(n_tokens),) == (12,)
+    per_ep = list(torch.split(values, n_tokens))
+    # turn 0's tokens read the same prefix in both modes; per-step turn 1 sees only its own prompt
+    torch.testing.assert_close(per_ep[0][:2], per_ep[1][:2], atol=1e-6, rtol=0)
+    assert abs(float(per_ep[0][2]) - float(per_ep[1][2])) > 1e-5
+    rewards = [[t.reward for t in e.turns] for e in episodes]
+    adv, returns = critics.token_critic_advantages(episodes, rewards, per_ep, gamma=1.0, lam=0.95)
+    assert all(a.shape == (n,) for a, n in zip(adv, n_tokens))
+    batch = CriticBatch.pack(critic_rows(episodes, returns=returns, old_values=per_ep, level="token"))
+    m = trainer.step(batch)
+    assert m["train/num_turns"] == 12  # one value per sampled token
+    want = 0.5 * float(((values.double() - batch.returns.double()) ** 2).mean())  # token-mean, no clipping yet
+    assert m["losses/value_loss"] == pytest.approx(want, abs=1e-6)
+    assert m["losses/value_clipfrac"] == 0.0 and torch.isfinite(torch.tensor(m["critic/explained_variance"]))

@@ -55,3 +55,30 @@ def test_missing_and_malformed_files(tmp_path):
 def test_run_dir_defaults_under_output_dir():
     cfg = Config()
     assert cfg.run_dir() == Path("runs") / cfg.run.name
+
+
+def test_gae_estimator_is_accepted_with_per_token_discount_defaults():
+    cfg = load_config(EXAMPLE, ["algorithm.advantage=gae"])
+    assert cfg.algorithm.advantage == "gae" and cfg.algorithm.uses_critic
+    # per-token discount and lambda are their own fields, 1.0 as verl's token-level PPO;
+    # the per-turn gamma (0.95) does not act per token
+    assert (cfg.algorithm.token_gamma, cfg.algorithm.token_lam) == (1.0, 1.0)
+    assert cfg.algorithm.gamma == 0.95
+    cfg = load_config(EXAMPLE, ["algorithm.advantage=gae", "algorithm.token_gamma=0.999", "algorithm.token_lam=0.95",
+                                "critic.value_clip=0.5"])
+    assert (cfg.algorithm.token_gamma, cfg.algorithm.token_lam, cfg.critic.value_clip) == (0.999, 0.95, 0.5)
+    assert load_config(EXAMPLE, ["algorithm.advantage=turn_critic"]).algorithm.uses_critic
+    assert not load_config(EXAMPLE, ["algorithm.advantage=gigpo"]).algorithm.uses_critic
+
+
+@pytest.mark.parametrize("override", ["algorithm.token_gamma=1.5", "algorithm.token_lam=-0.1"])
+def test_token_gamma_and_lam_are_checked(override):
+    with pytest.raises(ConfigError, match=override.replace(".", r"\.")):
+        load_config(EXAMPLE, ["algorithm.advantage=gae", override])
+
+
+def test_unknown_estimator_names_the_value_and_lists_gae():
+    with pytest.raises(ConfigError) as exc:
+        load_config(EXAMPLE, ["algorithm.advantage=ppo_token"])
+    msg = str(exc.value)
+    assert "algorithm.advantage='ppo_token'" in msg and "'gae'" in msg and "'turn_critic'" in msg
