@@ -110,6 +110,7 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         ConfigError: an argument is out of range.
     """
 
+    uses_sandbox = False  # runs in-process: the rollout makes it without a sandbox
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, sandbox: Any = None, split: str = "train", low: int = 1, high: int = 10,

@@ -23,7 +23,9 @@ Three ways an environment becomes available to ``make_env`` / ``gymnasium.make``
    driver (Ray actors) register them too.
 
 ``make_env(env_id, sandbox=...)`` makes an env with its sandbox injected. The sandbox is
-never created or closed here: the caller owns it.
+never created or closed here: the caller owns it. An environment class that runs entirely
+in-process sets the class attribute ``uses_sandbox = False``; the rollout then makes it
+with no sandbox at all (none is started per episode). The default is ``True``.
 """
 
 from __future__ import annotations

@@ -248,6 +248,7 @@ class SokobanEnv(gymnasium.Env[str, str]):
         ConfigError: an argument is out of range.
     """
 
+    uses_sandbox = False  # runs in-process: the rollout makes it without a sandbox
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, sandbox: Any = None, split: str = "train", dim_room: tuple[int, int] | list[int] = (7, 7),

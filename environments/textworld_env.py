@@ -173,6 +173,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         ConfigError: an argument is out of range or ``textworld`` is not installed.
     """
 
+    uses_sandbox = False  # runs in-process: the rollout makes it without a sandbox
     metadata = {"render_modes": []}
 
     def __init__(self, sandbox: Any = None, split: str = "train", nb_rooms: int = 3, nb_objects: int = 6,

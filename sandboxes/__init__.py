@@ -7,7 +7,8 @@ An environment receives a ``Sandbox`` and never imports a backend (design.md). B
   ``docker`` package is imported only when this backend is used).
 
 ``make_sandbox(backend, spec)`` picks one by name (``"auto"``: Docker when its daemon
-answers, else bubblewrap); ``resolve_backend`` says which ``"auto"`` means here;
+answers, else bubblewrap); ``choose_backend`` says which ``"auto"`` means here and why (a
+run asks once and uses that backend for all its sandboxes);
 ``reap_orphans()`` removes what crashed runs left behind (process trees, working
 directories, cgroups and containers); ``SandboxPool`` hands out pre-started sandboxes.
 """
@@ -31,6 +32,7 @@ __all__ = [
     "SandboxSpec",
     "PoolStats",
     "SandboxPool",
+    "choose_backend",
     "make_sandbox",
     "reap_orphans",
     "resolve_backend",
@@ -65,13 +67,36 @@ def resolve_backend(backend: str) -> str:
     raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
 
 
+def choose_backend(backend: str, image: str) -> tuple[str, str]:
+    """What ``backend`` means on this host now, and why: ``("bwrap" | "docker", reason)``.
+
+    ``"auto"`` is ``"docker"`` when a Docker daemon answers a ping (2 s) and has ``image``,
+    else ``"bwrap"``. A run calls this once and hands the answer to ``make_sandbox`` for
+    every sandbox, so one run never mixes backends (a daemon that stops mid-run then
+    surfaces as an infrastructure error of Docker sandboxes, not as a silent switch).
+
+    Raises:
+        ConfigError: unknown backend.
+    """
+    chosen = resolve_backend(backend)
+    if backend != "auto":
+        return chosen, "named in the config"
+    if chosen == "bwrap":
+        return chosen, "no Docker daemon answers"
+    from sandboxes.docker import image_exists
+
+    if not image_exists(image):
+        return "bwrap", (f"a Docker daemon answers but image {image!r} is missing; build it "
+                         "with `agentrl sandbox build-image` to use Docker")
+    return "docker", "a Docker daemon answers and has the image"
+
+
 def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
     """Create a sandbox with the named backend.
 
     Args:
-        backend: ``"bwrap"``, ``"docker"`` or ``"auto"`` (Docker when its daemon answers
-            and has ``spec.image``, else bubblewrap; the choice and why are logged at INFO
-            on logger ``sandboxes``).
+        backend: ``"bwrap"``, ``"docker"`` or ``"auto"`` (``choose_backend`` for this one
+            sandbox; the choice and why are logged at INFO on logger ``sandboxes``).
         spec: limits and layout.
 
     Raises:
@@ -79,18 +104,8 @@ def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
         SandboxError: the backend cannot start a sandbox on this host (for ``"docker"``:
             the daemon does not answer, or ``spec.image`` is missing).
     """
-    chosen = resolve_backend(backend)
+    chosen, why = choose_backend(backend, spec.image)
     if backend == "auto":
-        why = "a Docker daemon answers" if chosen == "docker" else "no Docker daemon answers"
-        if chosen == "docker":
-            from sandboxes.docker import image_exists
-
-            if not image_exists(spec.image):
-                chosen = "bwrap"
-                why = (
-                    f"a Docker daemon answers but image {spec.image!r} is missing; build it "
-                    "with `agentrl sandbox build-image` to use Docker"
-                )
         logger.info("sandbox backend 'auto' chose %r (%s)", chosen, why)
     if chosen == "docker":
         from sandboxes.docker import DockerSandbox

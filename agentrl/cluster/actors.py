@@ -72,19 +72,30 @@ def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) ->
 
 
 def make_env_factory(cfg: Config, run_id: str):
-    """The factory the rollout worker calls per episode: a fresh sandbox, injected into a
-    fresh environment (the worker closes both)."""
+    """The factory the rollout worker calls per episode: a fresh environment with its own
+    sandbox (the worker closes both), or with none when the environment class says
+    ``uses_sandbox = False`` (Sokoban, GuessNumber, TextWorld run in-process).
+
+    ``sandbox.backend`` is resolved once here (``sandboxes.choose_backend``), logged, and
+    used for every sandbox of the run.
+
+    Raises:
+        ConfigError: the env id is not registered in this process, or an unknown backend.
+    """
     import gymnasium
 
     import environments
-    from sandboxes import SandboxSpec, make_sandbox
+    from sandboxes import SandboxSpec, choose_backend, make_sandbox
 
     environments.import_env_modules(cfg.env.import_modules)
     try:
-        gymnasium.spec(cfg.env.id)
+        env_spec = gymnasium.spec(cfg.env.id)
     except Exception as exc:
         raise ConfigError(f"env.id={cfg.env.id!r} is not registered in the rollout process ({exc}); "
                           "list the module that registers it in env.import_modules") from None
+    entry = env_spec.entry_point
+    env_cls = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    uses_sandbox = bool(getattr(env_cls, "uses_sandbox", True))
 
     spec = SandboxSpec(
         memory_mb=cfg.sandbox.memory_mb,
@@ -94,18 +105,24 @@ def make_env_factory(cfg: Config, run_id: str):
         output_limit_bytes=cfg.sandbox.output_limit_bytes,
         run_id=run_id,
     )
+    backend = None
+    if uses_sandbox:
+        backend, why = choose_backend(cfg.sandbox.backend, spec.image)
+        log.info("sandbox backend for this run: %r (%s)", backend, why)
 
     pool = None
-    if cfg.sandbox.pool_size > 0:
+    if uses_sandbox and cfg.sandbox.pool_size > 0:
         from sandboxes.pool import SandboxPool
 
         cap = cfg.sandbox.max_sandboxes or max(cfg.sandbox.pool_size, cfg.rollout.max_num_seqs)
-        pool = SandboxPool(lambda: make_sandbox(cfg.sandbox.backend, spec), size=cfg.sandbox.pool_size,
+        pool = SandboxPool(lambda: make_sandbox(backend, spec), size=cfg.sandbox.pool_size,
                            max_sandboxes=cap, between_episodes=cfg.sandbox.between_episodes)
         pool.wait_ready(timeout_s=300.0)  # warm before the first episode asks
 
     def factory(req):
-        sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(cfg.sandbox.backend, spec)
+        if not uses_sandbox:
+            return gymnasium.make(req.env_id, disable_env_checker=True, **cfg.env.kwargs), None
+        sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(backend, spec)
         try:
             env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **cfg.env.kwargs)
         except BaseException:
@@ -114,6 +131,7 @@ def make_env_factory(cfg: Config, run_id: str):
         return env, sandbox
 
     factory.pool = pool  # type: ignore[attr-defined]
+    factory.backend = backend  # type: ignore[attr-defined]
     return factory
 
 

@@ -117,7 +117,7 @@ def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog)
         sb = make_sandbox("auto", SandboxSpec(run_id=run_id))
     try:
         assert isinstance(sb, DockerSandbox)
-        assert "chose 'docker' (a Docker daemon answers)" in caplog.text
+        assert "chose 'docker' (a Docker daemon answers and has the image)" in caplog.text
         assert sb.exec("echo ok").stdout == "ok\n"
     finally:
         sb.close()
