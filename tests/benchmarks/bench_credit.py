@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -66,9 +67,10 @@ def run(estimator: str, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def at_budget(rows: list[dict], budget: float) -> tuple[float, int, float]:
+def at_budget(rows: list[dict], budget: float) -> tuple[float, int, float, float]:
     """(success rate over the episodes of the iterations that started below ``budget``
-    cumulative tokens, the number of those iterations, the tokens they generated)."""
+    cumulative tokens, the number of those iterations, the tokens they generated, the
+    number of those episodes)."""
     cum, succ, eps, n = 0.0, 0.0, 0.0, 0
     for r in rows:
         if cum >= budget:
@@ -78,7 +80,13 @@ def at_budget(rows: list[dict], budget: float) -> tuple[float, int, float]:
         eps += e
         cum += float(r.get("tokens/generated") or 0.0)
         n += 1
-    return (succ / eps if eps else 0.0), n, cum
+    return (succ / eps if eps else 0.0), n, cum, eps
+
+
+def binomial_se(p: float, n: float) -> float:
+    """Standard error of a success rate ``p`` measured on ``n`` episodes (treated as
+    independent; rollouts of one group share a task, so the true error is somewhat larger)."""
+    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n > 0 else float("nan")
 
 
 def main() -> None:
@@ -99,10 +107,19 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--out", default="runs/bench-credit")
     p.add_argument("--estimators", default=",".join(ESTIMATORS))
+    p.add_argument("--report", metavar="RESULTS_JSON", help="print the tables of a finished run again, train nothing")
     args = p.parse_args()
     json.loads(args.env_kwargs)  # fail before training if it is not JSON
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        report(argparse.Namespace(**saved["args"]), saved["iterations"])
+        return
     results = {e: run(e, args) for e in args.estimators.split(",")}
+    report(args, results)
 
+
+def report(args: argparse.Namespace, results: dict[str, list[dict]]) -> None:
+    """Print the per-iteration table and the equal-budget comparison; write results.json."""
     print(f"\nsuccess rate / mean reward against cumulative rollout tokens ({args.env}, {args.mode}, "
           f"{args.tasks} tasks x {args.group} rollouts per iteration, seed {args.seed})")
     print(f"{'estimator':<12} {'iter':>4} {'cum tokens':>11} {'success':>8} {'reward':>8} {'invalid':>8} {'turns':>6}")
@@ -115,18 +132,22 @@ def main() -> None:
                   f"{r.get('rollout/turns_mean') or 0:>6.2f}")
     budget = min(sum(r.get("tokens/generated") or 0.0 for r in rows) for rows in results.values())
     print(f"\nat an equal budget of {budget:.0f} rollout tokens (success over all episodes of the "
-          "iterations started below it; iteration 1 is identical for every estimator):")
+          "iterations started below it, +- one binomial standard error; iteration 1 is identical "
+          "for every estimator):")
     summary = {}
     for est, rows in results.items():
-        rate, n, used = at_budget(rows, budget)
+        rate, n, used, eps = at_budget(rows, budget)
         first = float(rows[0].get("rollout/success_rate") or 0.0) if rows else 0.0
         half = rows[len(rows) // 2:]
-        late = (sum((r.get("rollout/success_rate") or 0.0) * (r.get("rollout/episodes") or 0.0) for r in half)
-                / max(1.0, sum(r.get("rollout/episodes") or 0.0 for r in half)))
-        summary[est] = {"success_at_budget": rate, "iterations_in_budget": n, "tokens_in_budget": used,
-                        "success_iter1": first, "success_second_half": late}
-        print(f"  {est:<12} success {rate:.3f} over {n} iterations ({used:.0f} tokens); iteration 1: {first:.3f}; "
-              f"second half of the run: {late:.3f}")
+        half_eps = sum(r.get("rollout/episodes") or 0.0 for r in half)
+        late = sum((r.get("rollout/success_rate") or 0.0) * (r.get("rollout/episodes") or 0.0) for r in half) / max(1.0, half_eps)
+        summary[est] = {"success_at_budget": rate, "success_at_budget_se": binomial_se(rate, eps),
+                        "iterations_in_budget": n, "tokens_in_budget": used, "episodes_in_budget": eps,
+                        "success_iter1": first, "success_second_half": late,
+                        "success_second_half_se": binomial_se(late, half_eps)}
+        print(f"  {est:<12} success {rate:.3f} +- {binomial_se(rate, eps):.3f} over {n} iterations "
+              f"({used:.0f} tokens, {eps:.0f} episodes); iteration 1: {first:.3f}; second half of the run: "
+              f"{late:.3f} +- {binomial_se(late, half_eps):.3f}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"args": vars(args), "budget_tokens": budget, "summary": summary,
