@@ -16,21 +16,26 @@ Tasks and split
     1,000,000..1,000,499 (``TRAIN_SEEDS``, ``TEST_SEEDS``); ``all`` both.
 
 Actions
-    The guess is the content of the last ``<guess>...</guess>`` tag if the reply has one,
-    else the first whole number (optionally signed) in the reply. A reply without a number
+    The guess is the first number (optionally signed, ASCII digits only) in the content of
+    the last ``<guess>...</guess>`` tag if the reply has one, else in the whole reply. A reply without a number
     is an invalid action (``info["invalid_action"] = True``); it still uses up one of the
     ``max_guesses`` turns. A number outside ``[low, high]`` is a valid but wasted guess, and
     the feedback states the range.
 
 Reward
     ``1.0`` on the turn the secret is guessed (``terminated``, ``info["success"] = True``),
-    else ``0.0``. After ``max_guesses`` turns without it the episode is ``truncated``.
+    else ``0.0``. After ``max_guesses`` turns without it the game is lost: ``terminated``
+    with ``info["success"] = False`` (the limit is a rule of the game, stated in the prompt,
+    not a cut-off; ``truncated`` is never set, the agent loop's own ``max_turns`` aside).
 
 Anchor (GiGPO, Feng et al. 2025, arXiv:2505.10978, §4.2)
     ``(task_id, lo, hi)``: the interval of numbers still consistent with the feedback so
     far, i.e. what an ideal player knows. Two trajectories of one task that narrowed the
-    secret down to the same interval are in the same state whatever the path or the turn,
-    so GiGPO's step groups compare their next guesses.
+    secret down to the same interval share an anchor whatever the path or the turn, so
+    GiGPO's step groups compare their next guesses. The guesses left are deliberately not
+    part of it (as Sokoban's anchor leaves out the moves left, and the paper's anchors are
+    the observations): the same interval with fewer guesses left is worth less, so this
+    anchor is an approximation of the full state that trades exactness for larger groups.
 """
 
 from __future__ import annotations
@@ -43,36 +48,27 @@ import numpy as np
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
+from environments.seeded import SPLITS, SeededTasks, last_tag_content
 
-__all__ = ["ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "parse_guess", "secret_of", "task_ids", "GuessNumberEnv"]
+__all__ = ["ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "TASKS", "GUESS_CLAMP", "parse_guess", "secret_of", "task_ids",
+           "GuessNumberEnv"]
 
 ENV_ID = "agentrl/GuessNumber-v0"
-SPLITS = ("train", "test", "all")
 TRAIN_SEEDS = range(0, 10_000)
 TEST_SEEDS = range(1_000_000, 1_000_500)
+TASKS = SeededTasks("guess", "GuessNumber", TRAIN_SEEDS, TEST_SEEDS)
+"""The task ids of this env and their seeds (``environments.seeded``)."""
+MAX_ABS_BOUND = 2**62
+"""``|low|`` and ``|high|`` must stay below this (numpy draws the secret as int64)."""
+GUESS_CLAMP = 10**18
+"""A guess longer than 18 digits reads as ``+-10**18``: out of any allowed range either way."""
 
-_TAG = re.compile(r"<guess>(.*?)</guess>", re.IGNORECASE | re.DOTALL)
-_INT = re.compile(r"[-+]?\d+")
+_INT = re.compile(r"[-+]?[0-9]+", re.ASCII)
 
 
 def task_ids(split: str = "train") -> list[str]:
     """``guess/<seed>`` for the seeds of ``split``. Raises ConfigError for an unknown split."""
-    if split == "train":
-        seeds: list[int] = list(TRAIN_SEEDS)
-    elif split == "test":
-        seeds = list(TEST_SEEDS)
-    elif split == "all":
-        seeds = list(TRAIN_SEEDS) + list(TEST_SEEDS)
-    else:
-        raise ConfigError(f"split={split!r} is not one of {SPLITS}")
-    return [f"guess/{s}" for s in seeds]
-
-
-def _seed_of(task_id: Any) -> int:
-    m = re.fullmatch(r"guess/(\d+)", task_id) if isinstance(task_id, str) else None
-    if m is None:
-        raise ConfigError(f"task_id={task_id!r} is not a GuessNumber task; expected 'guess/<seed>', e.g. 'guess/0'")
-    return int(m.group(1))
+    return TASKS.task_ids(split)
 
 
 def secret_of(task_id: str, low: int = 1, high: int = 10) -> int:
@@ -81,20 +77,30 @@ def secret_of(task_id: str, low: int = 1, high: int = 10) -> int:
     Raises:
         ConfigError: a malformed task id.
     """
-    return int(np.random.default_rng(_seed_of(task_id)).integers(low, high + 1))
+    return int(np.random.default_rng(TASKS.seed_of(task_id)).integers(low, high + 1))
 
 
 def parse_guess(text: str) -> int | None:
-    """The guess in a reply (see the module docstring), or None when it holds no number."""
-    tags = _TAG.findall(text)
-    src = tags[-1] if tags else text
-    m = _INT.search(src)
+    """The guess in a reply, or None when it holds no number (see the module docstring).
+
+    Only ASCII digits count; the first run of them is the number, so ``"3.5"`` reads as 3
+    and ``"1e5"`` as 1. A number of more than 18 digits (after leading zeros) reads as
+    ``+-GUESS_CLAMP``, a valid guess outside any allowed range, never an error.
+    """
+    tagged = last_tag_content(text, "guess")
+    m = _INT.search(tagged if tagged is not None else text)
     if m is None:
         return None
-    digits = m.group().lstrip("+-").lstrip("0") or "0"
-    if len(digits) > 18:  # a wall of digits is a number, but not one worth an int of that size
-        return None
-    return int(m.group())
+    raw = m.group()
+    sign = -1 if raw[0] == "-" else 1
+    digits = raw.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 18:
+        return sign * GUESS_CLAMP
+    return sign * int(digits)
+
+
+def _shown(guess: int) -> str:
+    return str(guess) if abs(guess) < GUESS_CLAMP else ("-" if guess < 0 else "") + "a number of more than 18 digits"
 
 
 class GuessNumberEnv(gymnasium.Env[str, str]):
@@ -115,9 +121,11 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
 
     def __init__(self, sandbox: Any = None, split: str = "train", low: int = 1, high: int = 10,
                  max_guesses: int = 5, render_mode: str | None = None) -> None:
-        task_ids(split)  # validates
+        self._split_seeds = TASKS.seeds(split)  # validates the split
         if not (isinstance(low, int) and isinstance(high, int)) or isinstance(low, bool) or isinstance(high, bool):
             raise ConfigError(f"low={low!r}, high={high!r} must be ints")
+        if not (-MAX_ABS_BOUND < low < MAX_ABS_BOUND and -MAX_ABS_BOUND < high < MAX_ABS_BOUND):
+            raise ConfigError(f"low={low}, high={high} must each lie strictly between -2**62 and 2**62")
         if high <= low:
             raise ConfigError(f"high={high} must be greater than low={low}")
         if not isinstance(max_guesses, int) or isinstance(max_guesses, bool) or max_guesses < 1:
@@ -129,7 +137,6 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         self.render_mode = render_mode
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
-        self._split_seeds = TRAIN_SEEDS if split == "train" else TEST_SEEDS if split == "test" else None
         self._task_id: str | None = None
         self._secret: int | None = None
         self._lo, self._hi = low, high
@@ -169,14 +176,11 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         if options:
             raise ConfigError(f"unknown reset options {sorted(options)}; expected only 'task_id'")
         if task_id is None:
-            seeds = self._split_seeds or TRAIN_SEEDS
-            task_id = f"guess/{seeds[int(self.np_random.integers(len(seeds)))]}"
+            task_id = f"guess/{self._split_seeds[int(self.np_random.integers(len(self._split_seeds)))]}"
         self._secret = secret_of(task_id, self.low, self.high)
         self._task_id, self._lo, self._hi, self._turns, self._done = task_id, self.low, self.high, 0, False
-        s = _seed_of(task_id)
         info = self._info(invalid=False, success=False)
-        info.update(system_prompt=self.system_prompt, tools=[],
-                    split="test" if s in TEST_SEEDS else "train" if s in TRAIN_SEEDS else None)
+        info.update(system_prompt=self.system_prompt, tools=[], split=TASKS.split_of(task_id))
         self._last = f"Guess the secret number from {self.low} to {self.high}. Your first guess?"
         return self._last, info
 
@@ -200,7 +204,7 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         if guess is None:
             feedback = f"No number in your reply. Reply with one whole number from {self.low} to {self.high}."
         elif not self.low <= guess <= self.high:
-            feedback = f"{guess} is outside the range; the secret number is from {self.low} to {self.high}."
+            feedback = f"{_shown(guess)} is outside the range; the secret number is from {self.low} to {self.high}."
         elif guess == self._secret:
             feedback, success = f"{guess} is correct!", True
         elif guess < self._secret:
@@ -209,13 +213,15 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         else:
             self._hi = min(self._hi, guess - 1)
             feedback = f"{guess} is too high: the secret number is lower than {guess}."
-        terminated = success
-        truncated = not terminated and self._turns >= self.max_guesses
-        if truncated:
+        out_of_guesses = not success and self._turns >= self.max_guesses
+        if out_of_guesses:
             feedback += f" Out of guesses ({self.max_guesses}); the secret number was {self._secret}."
-        elif not terminated:
+        elif not success:
             feedback += " Your next guess?"
-        self._done = terminated or truncated
+        # The guess limit is a rule of the game (the prompt states it, the last feedback
+        # reveals the secret): the game is over, not cut off, so it terminates either way.
+        terminated, truncated = success or out_of_guesses, False
+        self._done = terminated
         self._last = feedback
         return feedback, 1.0 if success else 0.0, terminated, truncated, self._info(invalid=guess is None, success=success)
 

@@ -48,7 +48,6 @@ Anchor
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Hashable
 
@@ -57,6 +56,7 @@ import numpy as np
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
+from environments.seeded import SPLITS, SeededTasks, last_tag_content
 
 __all__ = [
     "ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "ACTIONS", "STEP_PENALTY", "BOX_ON_TARGET",
@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 ENV_ID = "agentrl/Sokoban-v0"
-SPLITS = ("train", "test", "all")
 TRAIN_SEEDS = range(0, 10_000)
 TEST_SEEDS = range(1_000_000, 1_000_500)
 STEP_PENALTY = -0.1
@@ -98,24 +97,16 @@ class Board:
         return set(self.boxes) == set(self.targets)
 
 
+TASKS = SeededTasks("sokoban", "Sokoban", TRAIN_SEEDS, TEST_SEEDS)
+"""The task ids of this env and their seeds (``environments.seeded``)."""
+
+
 def task_ids(split: str = "train") -> list[str]:
     """``sokoban/<seed>`` for the seeds of ``split``. Raises ConfigError for an unknown split."""
-    if split == "train":
-        seeds: list[int] = list(TRAIN_SEEDS)
-    elif split == "test":
-        seeds = list(TEST_SEEDS)
-    elif split == "all":
-        seeds = list(TRAIN_SEEDS) + list(TEST_SEEDS)
-    else:
-        raise ConfigError(f"split={split!r} is not one of {SPLITS}")
-    return [f"sokoban/{s}" for s in seeds]
+    return TASKS.task_ids(split)
 
 
-def _seed_of(task_id: str) -> int:
-    m = re.fullmatch(r"sokoban/(\d+)", task_id) if isinstance(task_id, str) else None
-    if m is None:
-        raise ConfigError(f"task_id={task_id!r} is not a Sokoban task; expected 'sokoban/<seed>', e.g. 'sokoban/0'")
-    return int(m.group(1))
+_seed_of = TASKS.seed_of
 
 
 def _carve_room(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
@@ -222,13 +213,10 @@ def render(board: Board) -> str:
     return "\n".join(out)
 
 
-_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
-
-
 def parse_action(text: str) -> str | None:
     """``"up"``/``"down"``/``"left"``/``"right"`` from a reply, or None (see module docstring)."""
-    tags = _TAG.findall(text)
-    word = tags[-1] if tags else text
+    tagged = last_tag_content(text, "action")
+    word = tagged if tagged is not None else text
     word = word.strip().strip(".!,;:'\"`*").strip().lower()
     return word if word in ACTIONS else None
 
@@ -254,7 +242,7 @@ class SokobanEnv(gymnasium.Env[str, str]):
     def __init__(self, sandbox: Any = None, split: str = "train", dim_room: tuple[int, int] | list[int] = (7, 7),
                  num_boxes: int = 2, max_steps: int = 50, num_gen_steps: int | None = None,
                  render_mode: str | None = None) -> None:
-        task_ids(split)  # validates
+        self._split_seeds = TASKS.seeds(split)  # validates the split
         dim = tuple(dim_room)
         if len(dim) != 2 or not all(isinstance(x, int) and x >= 5 for x in dim):
             raise ConfigError(f"dim_room={dim_room!r} must be two ints >= 5")
@@ -272,7 +260,6 @@ class SokobanEnv(gymnasium.Env[str, str]):
         self.render_mode = render_mode
         self.observation_space = TextSpace()
         self.action_space = TextSpace()
-        self._split_seeds = TRAIN_SEEDS if split == "train" else TEST_SEEDS if split == "test" else None
         self._task_id: str | None = None
         self._board: Board | None = None
         self._steps = 0
@@ -317,13 +304,12 @@ class SokobanEnv(gymnasium.Env[str, str]):
         if options:
             raise ConfigError(f"unknown reset options {sorted(options)}; expected only 'task_id'")
         if task_id is None:
-            seeds = self._split_seeds or TRAIN_SEEDS
-            task_id = f"sokoban/{seeds[int(self.np_random.integers(len(seeds)))]}"
+            task_id = f"sokoban/{self._split_seeds[int(self.np_random.integers(len(self._split_seeds)))]}"
         board = generate_board(_seed_of(task_id), self.dim_room, self.num_boxes, self.num_gen_steps)
         self._task_id, self._board, self._steps, self._done = task_id, board, 0, False
         info = self._info(invalid=False)
         info.update(system_prompt=self.system_prompt, tools=[],
-                    split="test" if _seed_of(task_id) in TEST_SEEDS else "train" if _seed_of(task_id) in TRAIN_SEEDS else None)
+                    split=TASKS.split_of(task_id))
         return f"{render(board)}\nPush all {len(board.targets)} boxes onto the targets. Your move?", info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -51,6 +50,7 @@ import gymnasium
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
+from environments.seeded import SPLITS, SeededTasks, last_tag_content
 
 _TW_LOCK = threading.RLock()
 """TextWorld's generator (its TatSu grammar parser) and game engine keep process-global
@@ -62,26 +62,22 @@ __all__ = ["ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "CACHE_VAR", "TextWo
            "game_path", "generate_games", "parse_command"]
 
 ENV_ID = "agentrl/TextWorld-v0"
-SPLITS = ("train", "test", "all")
 TRAIN_SEEDS = range(0, 1000)
 TEST_SEEDS = range(100_000, 100_100)
 CACHE_VAR = "AGENTRL_TEXTWORLD_CACHE"
 MAX_COMMAND_CHARS = 200
 
 
+TASKS = SeededTasks("textworld", "TextWorld", TRAIN_SEEDS, TEST_SEEDS)
+"""The task ids of this env and their seeds (``environments.seeded``)."""
+
+
 def task_ids(split: str = "train") -> list[str]:
     """``textworld/<seed>`` for the seeds of ``split``. Raises ConfigError for an unknown split."""
-    seeds = {"train": list(TRAIN_SEEDS), "test": list(TEST_SEEDS), "all": list(TRAIN_SEEDS) + list(TEST_SEEDS)}
-    if split not in seeds:
-        raise ConfigError(f"split={split!r} is not one of {SPLITS}")
-    return [f"textworld/{s}" for s in seeds[split]]
+    return TASKS.task_ids(split)
 
 
-def _seed_of(task_id: str) -> int:
-    m = re.fullmatch(r"textworld/(\d+)", task_id) if isinstance(task_id, str) else None
-    if m is None:
-        raise ConfigError(f"task_id={task_id!r} is not a TextWorld task; expected 'textworld/<seed>'")
-    return int(m.group(1))
+_seed_of = TASKS.seed_of
 
 
 def _textworld():
@@ -146,13 +142,10 @@ def generate_games(seeds: Iterable[int], *, nb_rooms: int = 3, nb_objects: int =
     return paths
 
 
-_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
-
-
 def parse_command(text: str) -> str | None:
     """The command of a reply (see the module docstring), or None when invalid."""
-    tags = _TAG.findall(text)
-    command = " ".join((tags[-1] if tags else text).split())
+    tagged = last_tag_content(text, "action")
+    command = " ".join((tagged if tagged is not None else text).split())
     return command if 0 < len(command) <= MAX_COMMAND_CHARS else None
 
 
@@ -244,7 +237,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
                 self._state = self._game.reset()
         self._task_id, self._steps, self._done = task_id, 0, False
         info = self._info(invalid=False)
-        info.update(system_prompt=self.system_prompt, tools=[], split="test" if _seed_of(task_id) in TEST_SEEDS else "train")
+        info.update(system_prompt=self.system_prompt, tools=[], split=TASKS.split_of(task_id))
         text = f"Objective: {self._state.objective.strip()}\n\n{self._feedback()}"
         return text, info
 

@@ -403,11 +403,13 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     rewards = [e.total_reward for e in valid if e.total_reward is not None]
     turns = [len(e.turns) for e in episodes]
     resp = [len(t.completion_ids) for e in episodes for t in e.turns]
+    successes = sum(1 for e in valid if (e.success if e.success is not None else (e.total_reward or 0.0) >= 1.0))
     m: dict[str, float] = {
         "rollout/episodes": float(n),
+        "rollout/scored_episodes": float(len(valid)),  # the denominator of success_rate and reward_mean
+        "rollout/successes": float(successes),
         "rollout/reward_mean": float(sum(rewards) / len(rewards)) if rewards else float("nan"),
-        "rollout/success_rate": (float(sum(1 for e in valid if (e.success if e.success is not None else (e.total_reward or 0.0) >= 1.0)) / len(valid))
-                                 if valid else float("nan")),
+        "rollout/success_rate": float(successes / len(valid)) if valid else float("nan"),
         "rollout/turns_mean": float(sum(turns) / n) if n else 0.0,
         "rollout/response_length_mean": float(sum(resp) / len(resp)) if resp else 0.0,
         "rollout/response_length_max": float(max(resp)) if resp else 0.0,

@@ -20,7 +20,9 @@ rollouts are token-for-token identical across estimators and the curves differ o
 through the updates. Rollout tokens differ per iteration (reply lengths change as the
 policy changes), so the equal-budget comparison takes ``B`` = the smallest total any
 estimator generated, and for each estimator the success rate over every episode of the
-iterations that started before its cumulative token count reached ``B``.
+iterations within its first ``B`` tokens (the iteration that crosses ``B`` counts with the
+fraction of its tokens inside it). Success rates count scored episodes only: an episode
+that ended in an infrastructure or reward error is neither a success nor a failure.
 
 Results also go to ``<out>/results.json``. The run directories (metrics, replay DB)
 stay under ``<out>/<estimator>/``.
@@ -67,18 +69,34 @@ def run(estimator: str, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def _scored(r: dict) -> tuple[float, float]:
+    """(successes, scored episodes) of one iteration: errored episodes are in neither."""
+    if r.get("rollout/scored_episodes") is not None:
+        return float(r.get("rollout/successes") or 0.0), float(r["rollout/scored_episodes"])
+    rate, n = r.get("rollout/success_rate"), float(r.get("rollout/episodes") or 0.0)  # older metrics files
+    return (float(rate) * n, n) if rate is not None and rate == rate else (0.0, 0.0)
+
+
 def at_budget(rows: list[dict], budget: float) -> tuple[float, int, float, float]:
-    """(success rate over the episodes of the iterations that started below ``budget``
-    cumulative tokens, the number of those iterations, the tokens they generated, the
-    number of those episodes)."""
+    """Success rate within the first ``budget`` rollout tokens of a run.
+
+    Iterations are taken in order; the one that crosses ``budget`` counts with the
+    fraction of its tokens that falls inside it (its successes and episodes scaled
+    alike), so every estimator is measured on exactly ``min(budget, its total)`` tokens.
+
+    Returns:
+        ``(success rate, iterations touched, tokens counted, episodes counted)``.
+    """
     cum, succ, eps, n = 0.0, 0.0, 0.0, 0
     for r in rows:
         if cum >= budget:
             break
-        e = float(r.get("rollout/episodes") or 0.0)
-        succ += float(r.get("rollout/success_rate") or 0.0) * e
-        eps += e
-        cum += float(r.get("tokens/generated") or 0.0)
+        tokens = float(r.get("tokens/generated") or 0.0)
+        w = 1.0 if tokens <= 0 or cum + tokens <= budget else (budget - cum) / tokens
+        s, e = _scored(r)
+        succ += w * s
+        eps += w * e
+        cum += w * tokens
         n += 1
     return (succ / eps if eps else 0.0), n, cum, eps
 
@@ -131,16 +149,16 @@ def report(args: argparse.Namespace, results: dict[str, list[dict]]) -> None:
                   f"{r.get('rollout/reward_mean') or 0:>8.3f} {r.get('rollout/invalid_action_rate') or 0:>8.3f} "
                   f"{r.get('rollout/turns_mean') or 0:>6.2f}")
     budget = min(sum(r.get("tokens/generated") or 0.0 for r in rows) for rows in results.values())
-    print(f"\nat an equal budget of {budget:.0f} rollout tokens (success over all episodes of the "
-          "iterations started below it, +- one binomial standard error; iteration 1 is identical "
-          "for every estimator):")
+    print(f"\nat an equal budget of {budget:.0f} rollout tokens (success over the scored episodes "
+          "within it, +- one binomial standard error; iteration 1 is identical for every estimator):")
     summary = {}
     for est, rows in results.items():
         rate, n, used, eps = at_budget(rows, budget)
         first = float(rows[0].get("rollout/success_rate") or 0.0) if rows else 0.0
         half = rows[len(rows) // 2:]
-        half_eps = sum(r.get("rollout/episodes") or 0.0 for r in half)
-        late = sum((r.get("rollout/success_rate") or 0.0) * (r.get("rollout/episodes") or 0.0) for r in half) / max(1.0, half_eps)
+        half_scored = [_scored(r) for r in half]
+        half_eps = sum(e for _, e in half_scored)
+        late = sum(s for s, _ in half_scored) / max(1.0, half_eps)
         summary[est] = {"success_at_budget": rate, "success_at_budget_se": binomial_se(rate, eps),
                         "iterations_in_budget": n, "tokens_in_budget": used, "episodes_in_budget": eps,
                         "success_iter1": first, "success_second_half": late,

@@ -97,3 +97,15 @@ def test_success_comes_from_the_env_when_it_says_so():
     solved.success, failed.success = True, False  # failed has total reward 1.0 but did not solve it
     m = rollout_metrics([solved, failed, silent])
     assert m["rollout/success_rate"] == pytest.approx(2 / 3)  # silent falls back to total_reward >= 1
+
+
+def test_errored_episodes_are_neither_successes_nor_failures():
+    from agentrl.rollout.loop import rollout_metrics
+
+    solved, failed, broken = _episode(), _episode(), _episode()
+    solved.success, failed.success = True, False
+    broken.success = True  # an infra error is never scored, whatever the env said before it
+    broken.termination_reason, broken.error = TerminationReason.INFRA_ERROR, {"type": "SandboxError", "message": "x"}
+    m = rollout_metrics([solved, failed, broken])
+    assert (m["rollout/episodes"], m["rollout/scored_episodes"], m["rollout/successes"]) == (3.0, 2.0, 1.0)
+    assert m["rollout/success_rate"] == 0.5

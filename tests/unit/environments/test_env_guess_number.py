@@ -16,7 +16,9 @@ from environments.guess_number import GuessNumberEnv, parse_guess, secret_of, ta
 @pytest.mark.parametrize("text, expected", [
     ("7", 7), ("I think 3.", 3), ("<guess>4</guess>", 4), ("maybe 2, no <guess>9</guess>", 9),
     ("first 5 then 6", 5), ("-3", -3), ("+8", 8), ("007", 7), ("no idea", None), ("<guess>x</guess>", None),
-    ("9" * 40, None),
+    ("9" * 40, 10**18), ("-" + "9" * 40, -(10**18)), ("0" * 5000 + "5", 5), ("<guess>" + "0" * 5000 + "5</guess>", 5),
+    ("3.5", 3), ("1e5", 1), ("\u0663", None), ("\uff13", None), ("5\u0663", 5),
+    ("<GUESS>2</Guess> and <guess>7</guess>", 7), ("<guess>3", 3), ("<guess><guess>4</guess>", 4),
 ])
 def test_parse_guess(text, expected):
     assert parse_guess(text) == expected
@@ -40,7 +42,7 @@ def test_bisection_solves_every_task_within_log2_guesses():
         assert term and turn <= math.ceil(math.log2(11))
 
 
-def test_feedback_invalid_out_of_range_and_truncation():
+def test_feedback_invalid_out_of_range_and_out_of_guesses():
     env = GuessNumberEnv(low=1, high=10, max_guesses=3)
     tid = next(t for t in task_ids("train") if secret_of(t) == 6)
     env.reset(options={"task_id": tid})
@@ -50,10 +52,33 @@ def test_feedback_invalid_out_of_range_and_truncation():
     obs, r, term, trunc, info = env.step("42")
     assert not info["invalid_action"] and "outside the range" in obs and info["anchor"] == (tid, 1, 10)
     obs, r, term, trunc, info = env.step("8")
-    assert "too high" in obs and trunc and not term and r == 0.0 and "was 6" in obs
+    # the guess limit is a rule of the game: a lost game terminates, it is not truncated
+    assert "too high" in obs and term and not trunc and r == 0.0 and "was 6" in obs and not info["success"]
     assert info["anchor"] == (tid, 1, 7)
     with pytest.raises(EnvError, match="ended"):
         env.step("6")
+
+
+def test_huge_guess_is_a_valid_out_of_range_guess_not_an_error():
+    env = GuessNumberEnv()
+    env.reset(options={"task_id": "guess/0"})
+    obs, r, term, trunc, info = env.step("<guess>" + "7" * 6000 + "</guess>")
+    assert not info["invalid_action"] and "more than 18 digits is outside the range" in obs and len(obs) < 200
+
+
+def test_a_flood_of_opening_tags_parses():
+    # (a regex scan from every opening tag was quadratic: ~2 s for 8,000 tags, minutes here)
+    assert parse_guess("<guess>" * 100_000) is None
+    assert parse_guess("<guess>" * 100_000 + "6</guess>") == 6
+
+
+def test_split_all_draws_from_both_splits_and_task_ids_are_canonical():
+    env = GuessNumberEnv(split="all")
+    splits = {env.reset(seed=i)[1]["split"] for i in range(400)}
+    assert splits == {"train", "test"}
+    for bad in ("guess/03", "guess/\u0663", "guess/-1", "guess/ 3"):
+        with pytest.raises(ConfigError, match="decimal seed"):
+            env.reset(options={"task_id": bad})
 
 
 def test_secret_depends_on_seed_and_range_and_is_uniform_enough():
@@ -68,7 +93,8 @@ def test_secret_depends_on_seed_and_range_and_is_uniform_enough():
 
 def test_bad_arguments_and_calls():
     for kwargs, pattern in [({"low": 5, "high": 5}, "high=5"), ({"max_guesses": 0}, "max_guesses=0"),
-                            ({"split": "x"}, "split='x'"), ({"low": 1.5}, "low=1.5")]:
+                            ({"split": "x"}, "split='x'"), ({"low": 1.5}, "low=1.5"),
+                            ({"high": 2**63}, "2\\*\\*62")]:
         with pytest.raises(ConfigError, match=pattern):
             GuessNumberEnv(**kwargs)
     env = GuessNumberEnv()

@@ -143,3 +143,15 @@ def test_made_through_the_registry_without_a_sandbox_and_passes_the_checker():
     assert env.reset(options={"task_id": "sokoban/3"})[0].count("\n") >= 6
     report = check_env("agentrl/Sokoban-v0")
     assert report.ok, format_report(report)
+
+
+def test_task_ids_are_canonical_and_split_all_draws_both():
+    from environments.sokoban import SokobanEnv, parse_action
+
+    for bad in ("sokoban/03", "sokoban/\u0663"):
+        with pytest.raises(ConfigError, match="decimal seed"):
+            SokobanEnv(dim_room=(6, 6), num_boxes=1).reset(options={"task_id": bad})
+    env = SokobanEnv(split="all", dim_room=(6, 6), num_boxes=1)
+    assert {env.reset(seed=i)[1]["split"] for i in range(300)} == {"train", "test"}
+    assert parse_action("<action>" * 50_000 + "left</action>") == "left"
+    assert parse_action("<ACTION>up</Action> then <action>down</action>") == "down"
