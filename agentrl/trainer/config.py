@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agentrl.errors import ConfigError
 from agentrl.trainer.losses import LOSS_AGG_MODES, DEFAULT_CHUNK_TOKENS, LossAggMode
@@ -101,30 +102,7 @@ class TrainerConfig:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid field."""
-        if not isinstance(self.model_path, str) or not self.model_path:
-            raise ConfigError(f"model_path={self.model_path!r}; expected a model folder path")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype={self.dtype!r}; expected one of {DTYPES}")
-        if self.device not in DEVICES:
-            raise ConfigError(f"device={self.device!r}; expected one of {DEVICES}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr={self.lr}; expected > 0")
-        if not self.weight_decay >= 0:
-            raise ConfigError(f"weight_decay={self.weight_decay}; expected >= 0")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"betas={self.betas}; expected two values in [0, 1)")
-        if not self.eps > 0:
-            raise ConfigError(f"eps={self.eps}; expected > 0")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ConfigError(f"max_grad_norm={self.max_grad_norm}; expected > 0 or None")
-        if not (isinstance(self.warmup_steps, int) and self.warmup_steps >= 0):
-            raise ConfigError(f"warmup_steps={self.warmup_steps!r}; expected an int >= 0")
-        if not (isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1):
-            raise ConfigError(f"micro_batch_size={self.micro_batch_size!r}; expected an int >= 1")
-        if self.micro_batch_tokens is not None and not (
-            isinstance(self.micro_batch_tokens, int) and self.micro_batch_tokens >= 1
-        ):
-            raise ConfigError(f"micro_batch_tokens={self.micro_batch_tokens!r}; expected an int >= 1 or None")
+        validate_optim_fields(self)
         if not (isinstance(self.ppo_epochs, int) and self.ppo_epochs >= 1):
             raise ConfigError(f"ppo_epochs={self.ppo_epochs!r}; expected an int >= 1")
         if not 0.0 <= self.clip_ratio_low < 1.0:
@@ -137,5 +115,36 @@ class TrainerConfig:
             raise ConfigError(f"temperature={self.temperature}; expected a finite float > 0 or None")
         if not (isinstance(self.logprob_chunk_tokens, int) and self.logprob_chunk_tokens >= 1):
             raise ConfigError(f"logprob_chunk_tokens={self.logprob_chunk_tokens!r}; expected an int >= 1")
-        if not isinstance(self.seed, int):
-            raise ConfigError(f"seed={self.seed!r}; expected an int")
+
+
+def validate_optim_fields(cfg: Any) -> None:
+    """The checks the policy's ``TrainerConfig`` and the critic's ``CriticConfig`` share:
+    model path, dtype, device, AdamW settings, warmup, micro-batching and seed.
+
+    Raises:
+        ConfigError: naming the first invalid field, its value and what was expected.
+    """
+    if not isinstance(cfg.model_path, str) or not cfg.model_path:
+        raise ConfigError(f"model_path={cfg.model_path!r}; expected a model folder path")
+    if cfg.dtype not in DTYPES:
+        raise ConfigError(f"dtype={cfg.dtype!r}; expected one of {DTYPES}")
+    if cfg.device not in DEVICES:
+        raise ConfigError(f"device={cfg.device!r}; expected one of {DEVICES}")
+    if not cfg.lr > 0:
+        raise ConfigError(f"lr={cfg.lr}; expected > 0")
+    if not cfg.weight_decay >= 0:
+        raise ConfigError(f"weight_decay={cfg.weight_decay}; expected >= 0")
+    if len(cfg.betas) != 2 or not all(0.0 <= b < 1.0 for b in cfg.betas):
+        raise ConfigError(f"betas={cfg.betas}; expected two values in [0, 1)")
+    if not cfg.eps > 0:
+        raise ConfigError(f"eps={cfg.eps}; expected > 0")
+    if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
+        raise ConfigError(f"max_grad_norm={cfg.max_grad_norm}; expected > 0 or None")
+    if not (isinstance(cfg.warmup_steps, int) and cfg.warmup_steps >= 0):
+        raise ConfigError(f"warmup_steps={cfg.warmup_steps!r}; expected an int >= 0")
+    if not (isinstance(cfg.micro_batch_size, int) and cfg.micro_batch_size >= 1):
+        raise ConfigError(f"micro_batch_size={cfg.micro_batch_size!r}; expected an int >= 1")
+    if cfg.micro_batch_tokens is not None and not (isinstance(cfg.micro_batch_tokens, int) and cfg.micro_batch_tokens >= 1):
+        raise ConfigError(f"micro_batch_tokens={cfg.micro_batch_tokens!r}; expected an int >= 1 or None")
+    if not isinstance(cfg.seed, int):
+        raise ConfigError(f"seed={cfg.seed!r}; expected an int")

@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from agentrl.errors import ConfigError, ContractError
 from agentrl.trainer import _fsdp_common as fc
-from agentrl.trainer.config import DEVICES, DTYPES
+from agentrl.trainer.config import validate_optim_fields
 from agentrl.trainer.value_model import TurnValueModel
 from agentrl.types import TokenBatch
 
@@ -115,38 +115,13 @@ class CriticConfig:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid field."""
-        if not isinstance(self.model_path, str) or not self.model_path:
-            raise ConfigError(f"model_path={self.model_path!r}; expected a model folder path")
+        validate_optim_fields(self)
         if not (isinstance(self.head_init_std, (int, float)) and math.isfinite(self.head_init_std) and self.head_init_std >= 0):
             raise ConfigError(f"head_init_std={self.head_init_std!r}; expected a finite number >= 0")
         if self.value_clip is not None and not (math.isfinite(self.value_clip) and self.value_clip > 0):
             raise ConfigError(f"value_clip={self.value_clip!r}; expected a finite number > 0 or None")
         if not (isinstance(self.epochs, int) and self.epochs >= 1):
             raise ConfigError(f"epochs={self.epochs!r}; expected an int >= 1")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype={self.dtype!r}; expected one of {DTYPES}")
-        if self.device not in DEVICES:
-            raise ConfigError(f"device={self.device!r}; expected one of {DEVICES}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr={self.lr}; expected > 0")
-        if not self.weight_decay >= 0:
-            raise ConfigError(f"weight_decay={self.weight_decay}; expected >= 0")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ConfigError(f"betas={self.betas}; expected two values in [0, 1)")
-        if not self.eps > 0:
-            raise ConfigError(f"eps={self.eps}; expected > 0")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ConfigError(f"max_grad_norm={self.max_grad_norm}; expected > 0 or None")
-        if not (isinstance(self.warmup_steps, int) and self.warmup_steps >= 0):
-            raise ConfigError(f"warmup_steps={self.warmup_steps!r}; expected an int >= 0")
-        if not (isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1):
-            raise ConfigError(f"micro_batch_size={self.micro_batch_size!r}; expected an int >= 1")
-        if self.micro_batch_tokens is not None and not (
-            isinstance(self.micro_batch_tokens, int) and self.micro_batch_tokens >= 1
-        ):
-            raise ConfigError(f"micro_batch_tokens={self.micro_batch_tokens!r}; expected an int >= 1 or None")
-        if not isinstance(self.seed, int):
-            raise ConfigError(f"seed={self.seed!r}; expected an int")
 
 
 # ---------------------------------------------------------------------------- input

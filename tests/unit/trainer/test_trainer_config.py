@@ -48,3 +48,22 @@ def test_invalid_field_is_named(field: str, value: object, message: str) -> None
 
 def test_optional_fields_accept_none() -> None:
     TrainerConfig(model_path="m", max_grad_norm=None, micro_batch_tokens=None, temperature=None).validate()
+
+
+_SHARED = [
+    ("model_path", "", "model_path=''"), ("dtype", "float16", "dtype='float16'"), ("device", "tpu", "device='tpu'"),
+    ("lr", 0.0, "lr=0.0"), ("weight_decay", -0.1, "weight_decay=-0.1"), ("betas", (0.9, 1.0), r"betas=\(0.9, 1.0\)"),
+    ("eps", 0.0, "eps=0.0"), ("max_grad_norm", 0.0, "max_grad_norm=0.0"), ("warmup_steps", -1, "warmup_steps=-1"),
+    ("micro_batch_size", 0, "micro_batch_size=0"), ("micro_batch_tokens", 0, "micro_batch_tokens=0"),
+    ("seed", 1.5, "seed=1.5"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), _SHARED)
+def test_critic_config_checks_the_shared_fields_the_same_way(field: str, value: object, message: str) -> None:
+    from agentrl.trainer import CriticConfig
+
+    cfg = dataclasses.replace(CriticConfig(model_path="/some/model"), **{field: value})
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate()
+    CriticConfig(model_path="/some/model").validate()
