@@ -1,7 +1,8 @@
 """The bubblewrap sandbox backend: each exec runs in a fresh ``bwrap`` with a shared,
 persistent working directory.
 
-Isolation (checked by tests/integration/sandboxes/test_bwrap_sandbox.py):
+Isolation (checked by tests/integration/sandboxes/test_contract.py on both backends, and by
+test_bwrap_sandbox.py for what only bubblewrap does):
 
 * ``--unshare-all`` (user, pid, ipc, uts, cgroup and, unless ``spec.network == "host"``,
   network namespaces), ``--cap-drop ALL``, ``--new-session`` (no TIOCSTI on the caller's

@@ -1,6 +1,6 @@
 """Fixtures shared by the sandbox suites: the backends to run the contract and abuse suites
-on, and checks of what is left running (by scanning ``/proc`` and asking the daemon,
-independently of the reaper's own scans).
+on, and checks of what is left behind (by scanning ``/proc``, the cgroup hierarchy and the
+sandbox root, and by asking the daemon, independently of the reaper's own scans).
 
 Docker cases are marked ``docker``. When no daemon answers they are skipped, unless
 ``AGENTRL_REQUIRE_DOCKER=1`` (set by scripts/test.sh, which starts dockerd), where that is
@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from sandboxes import SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
-from sandboxes.labels import RUN_ID_ENV
+from sandboxes.labels import RUN_ID_ENV, sandbox_root
+from sandboxes.limits import cgroup_v1_bases
 from sandboxes.reaper import docker_daemon_answers
 
 BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
@@ -73,6 +75,12 @@ def procs_with_cmdline(cmdline: str) -> list[int]:
     return found
 
 
+def cgroup_run_dirs(run_id: str) -> list[Path]:
+    """cgroup v1 directories of ``run_id`` (bubblewrap's memory, pids and cpu limits) that
+    exist; [] where the limits are rlimits."""
+    return [base / run_id for base in (cgroup_v1_bases() or {}).values() if (base / run_id).exists()]
+
+
 def containers_with_label(run_id: str) -> list[str]:
     """Ids of containers (any state) labelled with ``run_id``; [] without a daemon."""
     if not docker_daemon_answers():
@@ -110,7 +118,8 @@ def backend(request) -> str:
 @pytest.fixture
 def make(backend, run_id):
     """``make(**spec_fields)`` -> an open sandbox of the parametrized backend (closed at
-    the end of the test, after which nothing of the run may be left)."""
+    the end of the test, after which nothing of the run may be left: no process, container,
+    working directory or cgroup)."""
     made = []
 
     def factory(**fields):
@@ -130,6 +139,8 @@ def make(backend, run_id):
         sb.close()
     assert wait_until(lambda: procs_with_label(run_id) == [])
     assert containers_with_label(run_id) == []
+    assert not (sandbox_root() / run_id).exists()  # bubblewrap's working directories
+    assert cgroup_run_dirs(run_id) == []
 
 
 @pytest.fixture
