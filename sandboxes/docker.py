@@ -16,7 +16,9 @@ Container (checked by the contract and abuse suites in tests/integration/sandbox
 
 Exec: ``exec_create`` + ``exec_start(socket=True)``; stdin is written to the socket, the
 multiplexed stdout/stderr frames are read as they come into ``BoundedOutput`` (capped,
-incremental UTF-8, case C09). The command runs under a small shell wrapper:
+incremental UTF-8, case C09). The command runs under a small shell wrapper (bash when the
+image has it, so that its clean-up scan never forks and still works after a fork bomb has
+used up the pids limit):
 ``timeout -s KILL <timeout_s> <command>`` (the inside limit), and after it returns the
 wrapper SIGKILLs every process that still carries this exec's marker variable
 (``AGENTRL_EXEC_ID``), so ``setsid`` / ``nohup`` escapees do not outlive their exec. From
@@ -86,20 +88,35 @@ _FILE_LIMIT_BYTES = 1 << 30
 # A process that scrubs the marker from its own environment is not found; it lives until the
 # sandbox is closed (or its pool reset), which is where the bubblewrap backend, with a pid
 # namespace per exec, is stricter.
-_WRAPPER = (
+#
+# The scan must not fork: after a fork bomb has used up the container's pids limit, every
+# `grep` the scan started failed, the pass "found" nothing and the bomb outlived its exec.
+# With bash the scan reads each /proc/<pid>/environ with builtins only (read -d ''). Images
+# without bash fall back to the POSIX version, which needs one grep per process.
+_SCAN_BASH = (
+    'scan() { f=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+    'while IFS= read -r -d "" kv; do [ "$kv" = "AGENTRL_EXEC_ID=$1" ] && '
+    '{ kill -9 "${p#/proc/}" && f=1; break; }; done < "$p/environ"; done; }; '
+)
+_SCAN_SH = (
+    'scan() { f=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
+    'grep -qsxz "AGENTRL_EXEC_ID=$1" "$p/environ" && kill -9 "${p#/proc/}" && f=1; done; }; '
+)
+_RUN_AND_SCAN = (
     'id=$1; t=$2; shift 2; exec 3>&2 2>/dev/null; '
     '(exec 2>&3 3>&- timeout -s KILL "$t" /bin/sh -c \'exec "$@"\' sh "$@"); rc=$?; '
-    'n=0; while [ $n -lt 100 ]; do n=$((n+1)); f=; '
-    'for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
-    'grep -qsxz "AGENTRL_EXEC_ID=$id" "$p/environ" && kill -9 "${p#/proc/}" && f=1; done; '
-    '[ -z "$f" ] && break; done; '
+    'n=0; while [ $n -lt 100 ]; do n=$((n+1)); scan "$id"; [ -z "$f" ] && break; done; '
     'exit $rc'
 )
 # Run as root from outside: kill every process of one exec (wrapper included).
-_KILL_EXEC = (
-    'for p in /proc/[0-9]*; do grep -qsxz "AGENTRL_EXEC_ID=$1" "$p/environ" '
-    '&& kill -9 "${p#/proc/}"; done; exit 0'
-)
+_KILL_ONLY = 'exec 2>/dev/null; scan "$1"; exit 0'
+# Starts bash with the fork-free scan when the image has it, else sh with the grep scan.
+_LAUNCH = 'b=$1; s=$2; shift 2; [ -x /bin/bash ] && exec /bin/bash -c "$b" sh "$@"; exec /bin/sh -c "$s" sh "$@"'
+
+
+def _launch(body: str, *args: str) -> list[str]:
+    """argv running ``body`` (after ``scan``'s definition) with ``args`` as ``$1...``."""
+    return ["/bin/sh", "-c", _LAUNCH, "sh", _SCAN_BASH + body, _SCAN_SH + body, *args]
 
 
 def _boot_id() -> str:
@@ -359,7 +376,7 @@ class DockerSandbox:
         environment[EXEC_ID_ENV] = exec_id
         # `timeout` takes seconds with a fraction; round up to 10 ms.
         t_arg = f"{max(1, math.ceil(timeout * 100)) / 100:.2f}"
-        full = ["/bin/sh", "-c", _WRAPPER, "sh", exec_id, t_arg, *argv]
+        full = _launch(_RUN_AND_SCAN, exec_id, t_arg, *argv)
         start = time.monotonic()
         api = self._client.api
         try:
@@ -498,7 +515,7 @@ class DockerSandbox:
         try:
             self._client.api.exec_start(
                 self._client.api.exec_create(
-                    self.container_id, ["/bin/sh", "-c", _KILL_EXEC, "sh", exec_id], user="0:0",
+                    self.container_id, _launch(_KILL_ONLY, exec_id), user="0:0",
                 )["Id"]
             )
         except _INFRA_ERRORS as exc:
