@@ -440,8 +440,14 @@ class DockerSandbox:
         exit_code = info.get("ExitCode")
         if info.get("Running") or exit_code is None:
             raise self._infra_error(record, RuntimeError(f"exec still running after its stream ended: {info}"))
-        if exit_code == 126 and "OCI runtime exec failed" in stdout + stderr:
-            raise SandboxError(f"the exec did not start: {(stdout + stderr).strip()[-2000:]}", command=record)
+        if exit_code == 126:
+            # 126 is the runtime's "could not exec" (the container stopping or gone under a
+            # starting exec: "cannot exec in a stopped state") as well as a command's "not
+            # executable". The first is the sandbox's fault, never the command's.
+            said = stdout + stderr
+            if "OCI runtime exec failed" in said or "cannot exec in a stopped state" in said:
+                raise SandboxError(f"the exec did not start: {said.strip()[-2000:]}", command=record)
+            self._raise_unless_running(record, "exec ended with exit code 126")
         if exit_code >= 128 and not killed_from_outside:
             # Killed by a signal: the command's doing (or the OOM killer's), unless the
             # container itself stopped or went away under it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -10,6 +11,14 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# A test run started in the background by a shell without job control (`cmd &` in a
+# script, a CI runner's step) inherits SIGINT as *ignored*, and so does every program the
+# tests spawn: then the C10 tests' SIGINT to a training run or a sandbox owner does nothing
+# and they time out. A handler here (not SIG_IGN) makes exec'd children start with SIGINT
+# at its default again, as from an interactive shell.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -96,13 +96,13 @@ def test_container_removed_mid_exec_raises_sandbox_error(dsb, client):
 
     def run():
         try:
-            outcome["result"] = dsb.exec("sleep 1000", timeout_s=60)
+            outcome["result"] = dsb.exec("sleep 1013", timeout_s=60)  # a number no other test uses
         except SandboxError as exc:
             outcome["error"] = exc
 
     worker = threading.Thread(target=run)
     worker.start()
-    assert wait_until(lambda: procs_with_cmdline("sleep 1000") != [], timeout_s=10)
+    assert wait_until(lambda: procs_with_cmdline("sleep 1013") != [], timeout_s=10)
     client.api.remove_container(dsb.container_id, force=True)
     worker.join(timeout=20)
     assert not worker.is_alive()
