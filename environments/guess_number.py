@@ -48,7 +48,7 @@ import numpy as np
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
-from environments.seeded import SPLITS, SeededTasks, last_tag_content
+from environments.seeded import SPLITS, SeededTasks, check_step, last_tag_content
 
 __all__ = ["ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "TASKS", "GUESS_CLAMP", "parse_guess", "secret_of", "task_ids",
            "GuessNumberEnv"]
@@ -171,12 +171,7 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         if self._closed:
             raise EnvError("GuessNumberEnv.reset() after close(); make a new environment")
         super().reset(seed=seed)
-        options = dict(options or {})
-        task_id = options.pop("task_id", None)
-        if options:
-            raise ConfigError(f"unknown reset options {sorted(options)}; expected only 'task_id'")
-        if task_id is None:
-            task_id = f"guess/{self._split_seeds[int(self.np_random.integers(len(self._split_seeds)))]}"
+        task_id = TASKS.task_for_reset(options, self.np_random, self._split_seeds)
         self._secret = secret_of(task_id, self.low, self.high)
         self._task_id, self._lo, self._hi, self._turns, self._done = task_id, self.low, self.high, 0, False
         info = self._info(invalid=False, success=False)
@@ -190,14 +185,7 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: no game running, or ``action`` is not a str.
         """
-        if self._closed:
-            raise EnvError("GuessNumberEnv.step() after close(); make a new environment")
-        if self._secret is None:
-            raise EnvError("GuessNumberEnv.step() before reset(); call reset() first")
-        if self._done:
-            raise EnvError(f"GuessNumberEnv.step() after the game on {self._task_id} ended; call reset()")
-        if not isinstance(action, str):
-            raise EnvError(f"action must be the completion text (str), got {type(action).__name__}")
+        check_step(self, started=self._secret is not None, action=action)
         self._turns += 1
         guess = parse_guess(action)
         success = False

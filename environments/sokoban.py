@@ -56,7 +56,7 @@ import numpy as np
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
-from environments.seeded import SPLITS, SeededTasks, last_tag_content
+from environments.seeded import SPLITS, SeededTasks, check_step, last_tag_content
 
 __all__ = [
     "ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "ACTIONS", "STEP_PENALTY", "BOX_ON_TARGET",
@@ -299,12 +299,7 @@ class SokobanEnv(gymnasium.Env[str, str]):
         if self._closed:
             raise EnvError("SokobanEnv.reset() after close(); make a new environment")
         super().reset(seed=seed)
-        options = dict(options or {})
-        task_id = options.pop("task_id", None)
-        if options:
-            raise ConfigError(f"unknown reset options {sorted(options)}; expected only 'task_id'")
-        if task_id is None:
-            task_id = f"sokoban/{self._split_seeds[int(self.np_random.integers(len(self._split_seeds)))]}"
+        task_id = TASKS.task_for_reset(options, self.np_random, self._split_seeds)
         board = generate_board(_seed_of(task_id), self.dim_room, self.num_boxes, self.num_gen_steps)
         self._task_id, self._board, self._steps, self._done = task_id, board, 0, False
         info = self._info(invalid=False)
@@ -318,14 +313,7 @@ class SokobanEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: no episode running, or ``action`` is not a str.
         """
-        if self._closed:
-            raise EnvError("SokobanEnv.step() after close(); make a new environment")
-        if self._board is None:
-            raise EnvError("SokobanEnv.step() before reset(); call reset() first")
-        if self._done:
-            raise EnvError(f"SokobanEnv.step() after the episode on {self._task_id} ended; call reset()")
-        if not isinstance(action, str):
-            raise EnvError(f"action must be the completion text (str), got {type(action).__name__}")
+        check_step(self, started=self._board is not None, action=action)
         self._steps += 1
         reward = STEP_PENALTY
         move = parse_action(action)

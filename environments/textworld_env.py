@@ -50,7 +50,7 @@ import gymnasium
 
 from agentrl.errors import ConfigError, EnvError
 from environments.humaneval import TextSpace
-from environments.seeded import SPLITS, SeededTasks, last_tag_content
+from environments.seeded import SPLITS, SeededTasks, check_step, last_tag_content
 
 _TW_LOCK = threading.RLock()
 """TextWorld's generator (its TatSu grammar parser) and game engine keep process-global
@@ -173,7 +173,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
                  quest_length: int = 3, max_steps: int = 40, cache_dir: str | os.PathLike | None = None,
                  show_admissible_commands: bool = False) -> None:
         self._tw = _textworld()
-        self._split_ids = task_ids(split)
+        self._split_seeds = TASKS.seeds(split)  # validates the split
         for name, value in (("nb_rooms", nb_rooms), ("nb_objects", nb_objects), ("quest_length", quest_length),
                             ("max_steps", max_steps)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -218,12 +218,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         if self._closed:
             raise EnvError("TextWorldEnv.reset() after close(); make a new environment")
         super().reset(seed=seed)
-        options = dict(options or {})
-        task_id = options.pop("task_id", None)
-        if options:
-            raise ConfigError(f"unknown reset options {sorted(options)}; expected only 'task_id'")
-        if task_id is None:
-            task_id = self._split_ids[int(self.np_random.integers(len(self._split_ids)))]
+        task_id = TASKS.task_for_reset(options, self.np_random, self._split_seeds)
         (path,) = generate_games([_seed_of(task_id)], cache_dir=self.cache_dir, **self.options)
         if self._game is not None:
             self._game.close()
@@ -247,14 +242,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: no episode running, or ``action`` is not a str.
         """
-        if self._closed:
-            raise EnvError("TextWorldEnv.step() after close(); make a new environment")
-        if self._game is None:
-            raise EnvError("TextWorldEnv.step() before reset(); call reset() first")
-        if self._done:
-            raise EnvError(f"TextWorldEnv.step() after the episode on {self._task_id} ended; call reset()")
-        if not isinstance(action, str):
-            raise EnvError(f"action must be the completion text (str), got {type(action).__name__}")
+        check_step(self, started=self._game is not None, action=action)
         self._steps += 1
         command = parse_command(action)
         reward, terminated = 0.0, False
