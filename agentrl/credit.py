@@ -25,7 +25,7 @@ import numpy as np
 import critics
 from agentrl.config import AlgorithmConfig
 from agentrl.errors import ConfigError, ContractError
-from agentrl.types import Episode, SamplingRecord, TokenBatch, TokenSequence
+from agentrl.types import Episode, SamplingRecord, TokenBatch, TokenSequence, ValueRow
 
 
 @dataclass
@@ -233,14 +233,12 @@ def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | No
       per sampled token per episode, in stream order.
 
     Returns:
-        ``list[CriticRow]``; its values, concatenated, are in episode order, then turn (or
+        ``list[ValueRow]``; its values, concatenated, are in episode order, then turn (or
         sampled-token) order.
 
     Raises:
         ContractError: a count that does not match an episode, or a bad ``level``.
     """
-    from agentrl.trainer.critic_trainer import CriticRow
-
     _check_level(level)
     positions, split = ((critics.episode_boundaries, critics.split_per_row) if level == "turn"
                         else (critics.episode_token_positions, critics.split_tokens_per_row))
@@ -250,5 +248,5 @@ def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | No
         rets = split(e, returns[i]) if returns is not None else [None] * len(seqs)
         olds = split(e, old_values[i]) if old_values is not None else [None] * len(seqs)
         for seq, b, r, o in zip(seqs, positions(e), rets, olds):
-            out.append(CriticRow(seq.input_ids, b, returns=r, old_values=o, episode_id=e.episode_id))
+            out.append(ValueRow(seq.input_ids, b, returns=r, old_values=o, episode_id=e.episode_id))
     return out

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from agentrl.errors import ConfigError
-from agentrl.rollout.loop import EpisodeRequest
+from agentrl.types import EpisodeRequest
 
 
 @dataclass

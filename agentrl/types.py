@@ -1,5 +1,6 @@
-"""The data contract of agentrl: ``Turn``, ``Episode``, ``TokenBatch`` (and the sandbox's
-``ExecResult``). Nothing else defines these (design.md).
+"""The data contract of agentrl: ``EpisodeRequest``, ``Turn``, ``Episode``, ``TokenBatch``,
+``ValueBatch`` (value targets for a critic), and the sandbox's ``ExecResult``. Nothing else
+defines these (design.md).
 
 Token bookkeeping rules enforced here:
 
@@ -91,6 +92,25 @@ class ExecResult:
     duration_s: float
     timed_out: bool = False
     truncated_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to roll out: the arrow from the ``TaskSource`` to the rollout engines
+    (design.md, "One round, as data").
+
+    Attributes:
+        env_id, task_id, seed: passed to the environment's ``reset(seed=..., options={"task_id": ...})``.
+        group_id: shared by all rollouts of one task instance and seed.
+        sample_seed: base seed of the engine's sampling for this episode (turn k uses
+            ``sample_seed * 1009 + k``), so a resumed run samples the same tokens.
+    """
+
+    env_id: str
+    task_id: str
+    seed: int
+    group_id: str
+    sample_seed: int
 
 
 @dataclass
@@ -306,7 +326,6 @@ class TokenSequence:
         loss_mask: ``[L]`` 0/1.
         behavior_log_probs: ``[sum(loss_mask)]`` engine log-probs of the masked tokens.
         advantages: ``[L]`` per-token advantages (0 where ``loss_mask`` is 0).
-        returns: ``[L]`` value targets, or ``None`` when no critic is trained.
         group_id, policy_version, episode_id: metadata.
     """
 
@@ -317,7 +336,6 @@ class TokenSequence:
     group_id: str
     policy_version: int
     episode_id: str = ""
-    returns: Sequence[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -333,7 +351,6 @@ class TokenBatch:
         loss_mask: ``[T]`` float32 of 0.0/1.0.
         behavior_log_probs: ``[T]`` float32, engine log-probs on masked tokens, 0 elsewhere.
         advantages: ``[T]`` float32, 0 where ``loss_mask`` is 0.
-        returns: ``[T]`` float32 value targets, or ``None``.
         seq_lens: ``[B]`` int64 row lengths, ``sum(seq_lens) == T``.
         group_ids: ``B`` strings. policy_versions: ``[B]`` int64. episode_ids: ``B``.
         sampling: the transform every row was sampled with (must be uniform).
@@ -349,7 +366,6 @@ class TokenBatch:
     group_ids: tuple[str, ...]
     episode_ids: tuple[str, ...]
     sampling: SamplingRecord
-    returns: Any = None
 
     @property
     def num_rows(self) -> int:
@@ -387,7 +403,6 @@ class TokenBatch:
             loss_mask=take(self.loss_mask),
             behavior_log_probs=take(self.behavior_log_probs),
             advantages=take(self.advantages),
-            returns=take(self.returns),
             seq_lens=self.seq_lens[list(rows)] if rows else self.seq_lens[:0],
             policy_versions=self.policy_versions[list(rows)] if rows else self.policy_versions[:0],
             group_ids=tuple(self.group_ids[r] for r in rows),
@@ -408,8 +423,7 @@ class TokenBatch:
 
         if not rows:
             raise ContractError("TokenBatch.pack got no rows")
-        ids, pos, mask, blp, adv, ret, lens = [], [], [], [], [], [], []
-        with_returns = rows[0].returns is not None
+        ids, pos, mask, blp, adv, lens = [], [], [], [], [], []
         for i, r in enumerate(rows):
             n = len(r.input_ids)
             if n == 0:
@@ -419,10 +433,6 @@ class TokenBatch:
                     f"row {i} ({r.episode_id}): input_ids has {n} tokens, loss_mask "
                     f"{len(r.loss_mask)}, advantages {len(r.advantages)}; expected equal"
                 )
-            if (r.returns is not None) != with_returns:
-                raise ContractError("either every row carries returns or none does")
-            if r.returns is not None and len(r.returns) != n:
-                raise ContractError(f"row {i}: returns has {len(r.returns)} values, expected {n}")
             m = [int(x) for x in r.loss_mask]
             if any(x not in (0, 1) for x in m):
                 raise ContractError(f"row {i}: loss_mask must be 0/1")
@@ -455,8 +465,6 @@ class TokenBatch:
             mask.extend(m)
             blp.extend(full_lp)
             adv.extend(a)
-            if with_returns:
-                ret.extend(float(x) for x in r.returns)  # type: ignore[union-attr]
             lens.append(n)
         return cls(
             input_ids=torch.tensor(ids, dtype=torch.long),
@@ -464,10 +472,293 @@ class TokenBatch:
             loss_mask=torch.tensor(mask, dtype=torch.float32),
             behavior_log_probs=torch.tensor(blp, dtype=torch.float32),
             advantages=torch.tensor(adv, dtype=torch.float32),
-            returns=torch.tensor(ret, dtype=torch.float32) if with_returns else None,
             seq_lens=torch.tensor(lens, dtype=torch.long),
             policy_versions=torch.tensor([r.policy_version for r in rows], dtype=torch.long),
             group_ids=tuple(r.group_id for r in rows),
             episode_ids=tuple(r.episode_id for r in rows),
             sampling=sampling,
         )
+
+
+# ---------------------------------------------------------------------------- value targets
+
+
+def _slices(lens: Sequence[int]) -> list[slice]:
+    out, start = [], 0
+    for n in lens:
+        out.append(slice(start, start + n))
+        start += n
+    return out
+
+
+@dataclass(frozen=True)
+class ValueRow:
+    """One value-model row before packing (what ``ValueBatch.pack`` takes).
+
+    The one batch type for value targets: a critic reads values at chosen *positions* of
+    the same token rows the policy trains on, and is fitted to ``returns`` there.
+    ``TokenBatch`` carries no value targets (a per-token ``returns`` would be wrong for the
+    turn-level critic, which has one target per turn, not per token).
+
+    Attributes:
+        input_ids: ``[L]`` token ids (a row of ``Episode.training_sequences``).
+        positions: ``[K]`` row-local token indices in ``[0, L)`` where values are read:
+            each turn's boundary (the last token before turn k's completion) for
+            ``turn_critic``, or ``p - 1`` for every sampled token ``p`` for ``gae``.
+        returns: ``[K]`` value targets, or ``None`` for a batch that is only evaluated.
+        old_values: ``[K]`` values at rollout time (for value clipping), or ``None``.
+        episode_id: for error messages.
+    """
+
+    input_ids: Sequence[int]
+    positions: Sequence[int]
+    returns: Sequence[float] | None = None
+    old_values: Sequence[float] | None = None
+    episode_id: str = ""
+
+
+@dataclass(frozen=True)
+class ValueBatch:
+    """Packed value-model input (no padding). Build it only with ``ValueBatch.pack``.
+
+    Attributes:
+        input_ids: ``[T]`` int64, rows concatenated.
+        position_ids: ``[T]`` int64, restarting at 0 per row.
+        seq_lens: ``[B]`` int64 row lengths, ``sum(seq_lens) == T``.
+        positions: ``[N]`` int64 row-local token index of every value position, rows in
+            order (``N`` = total value positions).
+        positions_per_row: ``[B]`` int64, ``sum == N``.
+        returns: ``[N]`` float32 targets, or ``None`` (evaluation only).
+        old_values: ``[N]`` float32 rollout-time values, or ``None``.
+        episode_ids: ``B`` strings.
+    """
+
+    input_ids: Any
+    position_ids: Any
+    seq_lens: Any
+    positions: Any
+    positions_per_row: Any
+    returns: Any
+    old_values: Any
+    episode_ids: tuple[str, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.seq_lens.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_positions(self) -> int:
+        return int(self.positions.shape[0])
+
+    def row_slices(self) -> list[slice]:
+        """Token-range slice of each row in the packed token tensors."""
+        return _slices(self.seq_lens.tolist())
+
+    def position_slices(self) -> list[slice]:
+        """Range of each row's value positions in ``positions`` / ``returns`` / ``old_values``."""
+        return _slices(self.positions_per_row.tolist())
+
+    @classmethod
+    def pack(cls, rows: Sequence[ValueRow]) -> "ValueBatch":
+        """Validate and pack rows (position ids ``0..L-1`` per row).
+
+        Raises:
+            ContractError: no rows, an empty row, a position outside its row,
+                ``len(returns) != len(positions)`` (or ``old_values``), a non-finite
+                return or old value, ``returns`` or ``old_values`` on some rows only.
+        """
+        import torch
+
+        if not rows:
+            raise ContractError("ValueBatch.pack got no rows")
+        with_old = rows[0].old_values is not None
+        with_ret = rows[0].returns is not None
+        ids: list[int] = []
+        pos: list[int] = []
+        lens: list[int] = []
+        where: list[int] = []
+        ret: list[float] = []
+        old: list[float] = []
+        counts: list[int] = []
+        for i, r in enumerate(rows):
+            n = len(r.input_ids)
+            if n == 0:
+                raise ContractError(f"row {i} ({r.episode_id}) has no tokens")
+            p = [int(x) for x in r.positions]
+            k = len(p)
+            bad = [x for x in p if not 0 <= x < n]
+            if bad:
+                raise ContractError(f"row {i} ({r.episode_id}): position {bad[0]} outside the row's tokens [0, {n})")
+            if (r.old_values is not None) != with_old:
+                raise ContractError("either every row carries old_values or none does")
+            if (r.returns is not None) != with_ret:
+                raise ContractError("either every row carries returns or none does")
+            for name, vals, out in (("returns", r.returns, ret), ("old_values", r.old_values, old)):
+                if vals is None:
+                    continue
+                v = [float(x) for x in vals]
+                if len(v) != k:
+                    raise ContractError(
+                        f"row {i} ({r.episode_id}): {len(v)} {name} for {k} positions; expected one per position"
+                    )
+                if not all(math.isfinite(x) for x in v):
+                    raise ContractError(f"row {i} ({r.episode_id}): {name} {v} are not all finite")
+                out.extend(v)
+            ids.extend(int(x) for x in r.input_ids)
+            pos.extend(range(n))
+            lens.append(n)
+            where.extend(p)
+            counts.append(k)
+        return cls(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            position_ids=torch.tensor(pos, dtype=torch.long),
+            seq_lens=torch.tensor(lens, dtype=torch.long),
+            positions=torch.tensor(where, dtype=torch.long),
+            positions_per_row=torch.tensor(counts, dtype=torch.long),
+            returns=torch.tensor(ret, dtype=torch.float32) if with_ret else None,
+            old_values=torch.tensor(old, dtype=torch.float32) if with_old else None,
+            episode_ids=tuple(r.episode_id for r in rows),
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Step info: what an environment hands the rollout beside the observation
+# --------------------------------------------------------------------------------------
+
+ObservationRole = Literal["user", "tool", "system"]
+OBSERVATION_ROLES: tuple[str, ...] = ("user", "tool", "system")
+_NO_ANCHOR: Any = None
+STEP_INFO_KEYS: tuple[str, ...] = (
+    "anchor", "observation_role", "tool_outputs", "system_prompt", "tools",
+    "system_prompt_describes_tools", "invalid_action", "success",
+)
+"""The ``info`` keys ``StepInfo`` owns; every other key is the env's own."""
+
+
+class StepInfoError(ContractError):
+    """An environment's ``info`` broke the step-info contract. ``env_id``, ``key`` and
+    ``value`` name what was wrong; the message also says what was expected."""
+
+    def __init__(self, message: str, *, env_id: str, key: str, value: Any) -> None:
+        super().__init__(message)
+        self.env_id = env_id
+        self.key = key
+        self.value = value
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """The part of Gymnasium's ``info`` dict that the rollout reads (design.md, "Step
+    info"). An env returns a plain dict (Gymnasium's API); build it with ``to_info()`` so
+    the key strings live here only, and read it with ``from_info()``, the one validator the
+    rollout loop and ``environments.checker`` share. Other keys of ``info`` (``task_id``,
+    ``split``, counters) are the env's own and pass through untouched.
+
+    Attributes:
+        anchor: hashable key of the state before the next action (GiGPO's anchor state,
+            Feng et al. 2025, arXiv:2505.10978). None (or absent): the observation text is
+            the anchor.
+        observation_role: chat role of the observation message: ``user`` (default),
+            ``tool`` or ``system``.
+        tool_outputs: with role ``tool``, one string per tool call run; each becomes its
+            own tool message (chat templates expect one per call). None: absent.
+        system_prompt: (reset) the system message of the episode; None: absent.
+        tools: (reset) OpenAI-style function schemas offered to the model, as dicts.
+            None: absent; ``()``: no tools.
+        system_prompt_describes_tools: (reset) the system prompt already explains the
+            tools in words, so the rollout must not append a generated description.
+        invalid_action: the action could not be parsed (the model's format fault).
+        success: whether the episode's task was achieved (on the step that ends it);
+            None: the env does not say.
+    """
+
+    anchor: Hashable = _NO_ANCHOR
+    observation_role: ObservationRole = "user"
+    tool_outputs: tuple[str, ...] | None = None
+    system_prompt: str | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+    system_prompt_describes_tools: bool = False
+    invalid_action: bool = False
+    success: bool | None = None
+
+    def anchor_or(self, observation: str) -> Hashable:
+        """The anchor, or ``observation`` when the env gave none."""
+        return observation if self.anchor is None else self.anchor
+
+    def to_info(self, **extra: Any) -> dict[str, Any]:
+        """The ``info`` dict an env returns: ``anchor``, ``observation_role`` and
+        ``invalid_action`` always, the other fields when set (``system_prompt_describes_tools``
+        when True), then the env's own keys ``extra``.
+
+        Raises:
+            ContractError: a key of ``extra`` is one of ``STEP_INFO_KEYS``.
+        """
+        clash = sorted(k for k in extra if k in STEP_INFO_KEYS)
+        if clash:
+            raise ContractError(f"info keys {clash} are StepInfo fields; pass them to StepInfo(...), not as extra keys")
+        info: dict[str, Any] = {"anchor": self.anchor, "observation_role": self.observation_role,
+                                "invalid_action": self.invalid_action}
+        if self.tool_outputs is not None:
+            info["tool_outputs"] = list(self.tool_outputs)
+        if self.system_prompt is not None:
+            info["system_prompt"] = self.system_prompt
+        if self.tools is not None:
+            info["tools"] = [dict(t) for t in self.tools]
+        if self.system_prompt_describes_tools:
+            info["system_prompt_describes_tools"] = True
+        if self.success is not None:
+            info["success"] = self.success
+        info.update(extra)
+        return info
+
+    @classmethod
+    def from_info(cls, info: Any, *, env_id: str, where: str = "step") -> "StepInfo":
+        """Parse and validate the step-info keys of an env's ``info`` dict.
+
+        Args:
+            info: what ``reset`` or ``step`` returned as ``info``.
+            env_id: the env, for messages.
+            where: ``"reset"`` or ``"step"`` (or e.g. ``"step 3"``), for messages.
+
+        Raises:
+            StepInfoError (a ContractError): ``info`` is not a dict, or a key has a value of
+                the wrong type; the message names the env, the key, the value and what was
+                expected.
+        """
+        def bad(key: str, value: Any, expected: str) -> StepInfoError:
+            return StepInfoError(f"{env_id} {where}: info[{key!r}]={value!r:.200} {expected}",
+                                 env_id=env_id, key=key, value=value)
+
+        if not isinstance(info, dict):
+            raise StepInfoError(f"{env_id} {where}: info of type {type(info).__name__}; expected dict",
+                                env_id=env_id, key="info", value=info)
+        anchor = info.get("anchor")
+        try:
+            hash(anchor)
+        except TypeError:
+            raise bad("anchor", anchor, "is not hashable; use a tuple/str/int state key (GiGPO groups steps by it)") from None
+        role = info.get("observation_role", "user")
+        if role not in OBSERVATION_ROLES:
+            raise bad("observation_role", role, f"; expected one of {OBSERVATION_ROLES}")
+        outputs = info.get("tool_outputs")
+        if outputs is not None and not (isinstance(outputs, (list, tuple)) and all(isinstance(o, str) for o in outputs)):
+            raise bad("tool_outputs", outputs, "must be a list of str (one per tool call)")
+        prompt = info.get("system_prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise bad("system_prompt", prompt, f"must be str, got {type(prompt).__name__}")
+        tools = info.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise bad("tools", tools, "must be a list of dict (OpenAI-style function schemas)")
+        flags = {}
+        for key, default in (("system_prompt_describes_tools", False), ("invalid_action", False), ("success", None)):
+            value = info.get(key, default)
+            if not (isinstance(value, bool) or (value is None and default is None)):
+                raise bad(key, value, f"must be bool, got {type(value).__name__}")
+            flags[key] = value
+        return cls(anchor=anchor, observation_role=role,
+                   tool_outputs=tuple(outputs) if outputs is not None else None,
+                   system_prompt=prompt, tools=tuple(tools) if tools is not None else None, **flags)

@@ -36,7 +36,6 @@ from environments.tools import (
     HermesToolParser,
     ToolCall,
     get_parser,
-    render_tools_for_prompt,
 )
 
 register_envs()
@@ -60,5 +59,4 @@ __all__ = [
     "HermesToolParser",
     "ToolCall",
     "get_parser",
-    "render_tools_for_prompt",
 ]

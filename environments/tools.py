@@ -7,8 +7,8 @@ Two named parsers and a registry:
   number per completion, validated against OpenAI-style JSON-schema tool definitions.
 * ``FencedCodeParser`` ("fenced_code"): the last Markdown code block tagged as Python.
 
-``get_parser(name, **kwargs)`` builds one by name; ``render_tools_for_prompt(tools)``
-describes JSON-schema tools in plain text for chat templates that do not render ``tools=``.
+``get_parser(name, **kwargs)`` builds one by name. Describing the tools in the prompt is
+the chat layer's job (``agentrl.rollout.chat.render_tools_for_prompt``).
 
 A malformed tool call is the *model's* fault: it raises ``agentrl.errors.ToolParseError``
 (a ``ModelOutputError``) whose message says what is wrong and what was expected, so an
@@ -32,7 +32,6 @@ __all__ = [
     "FencedCodeParser",
     "PARSERS",
     "get_parser",
-    "render_tools_for_prompt",
     "python_tool_schema",
 ]
 
@@ -306,50 +305,3 @@ def get_parser(name: str, **kwargs: Any) -> Any:
     except KeyError:
         raise ConfigError(f"unknown parser {name!r}; expected one of {sorted(PARSERS)}") from None
     return cls(**kwargs)
-
-
-def render_tools_for_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
-    """Describe JSON-schema tools in plain text, with the exact call format to use.
-
-    For chat templates that do not render ``tools=`` themselves (small models' templates
-    often do not). Example output for the python tool::
-
-        Tool `python`: Run a Python 3 program ...
-          Arguments:
-          - code (string, required): The complete Python program to run.
-        To call a tool, write:
-        <tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>
-
-    Returns ``""`` for no tools.
-
-    Raises:
-        ConfigError: a tool schema has no function name.
-    """
-    if not tools:
-        return ""
-    lines: list[str] = []
-    example: str | None = None
-    for tool in tools:
-        fn = _function_of(tool)
-        desc = str(fn.get("description", "")).strip()
-        lines.append(f"Tool `{fn['name']}`: {desc}" if desc else f"Tool `{fn['name']}`.")
-        params = fn.get("parameters") or {}
-        props: Mapping[str, Any] = params.get("properties") or {}
-        required = set(params.get("required") or [])
-        if props:
-            lines.append("  Arguments:")
-            for pname, pschema in props.items():
-                ptype = pschema.get("type", "any")
-                if isinstance(ptype, list):
-                    ptype = " or ".join(map(str, ptype))
-                flag = "required" if pname in required else "optional"
-                pdesc = str(pschema.get("description", "")).strip()
-                lines.append(f"  - {pname} ({ptype}, {flag}){': ' + pdesc if pdesc else ''}")
-        else:
-            lines.append("  Arguments: none.")
-        if example is None:
-            example_args = {p: "..." for p in props if p in required}
-            example = json.dumps({"name": fn["name"], "arguments": example_args})
-    lines.append("To call a tool, write:")
-    lines.append(f"<tool_call>{example}</tool_call>")
-    return "\n".join(lines)

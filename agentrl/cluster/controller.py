@@ -115,28 +115,28 @@ def _critic_credit(episodes, cfg: Config, sampling, trainers, level: str, estima
     ``old_values`` for value clipping).
 
     Returns:
-        ``(CreditResult, CriticBatch | None)``; ``None`` when no episode (or, for ``gae``,
+        ``(CreditResult, ValueBatch | None)``; ``None`` when no episode (or, for ``gae``,
         no sampled token) is left.
     """
     import numpy as np
     import ray
 
     from agentrl.credit import critic_rows, pack_batch, select_episodes, shaped_turn_rewards
-    from agentrl.trainer import CriticBatch
+    from agentrl.types import ValueBatch
 
     kept, m = select_episodes(episodes, cfg.algorithm, cfg.rollout.max_new_tokens)
     if not kept:
         return pack_batch(kept, [], sampling, m, level=level), None
-    values = ray.get([t.critic_values.remote(CriticBatch.pack(critic_rows(kept, level=level))) for t in trainers])[0]
+    values = ray.get([t.critic_values.remote(ValueBatch.pack(critic_rows(kept, level=level))) for t in trainers])[0]
     flat = np.asarray(values, dtype=np.float64)
     counts = [len(e.turns) if level == "turn" else e.num_generated_tokens() for e in kept]
     per_ep = np.split(flat, np.cumsum(counts)[:-1])
     rewards = [shaped_turn_rewards(e, cfg.algorithm, cfg.rollout.max_new_tokens) for e in kept]
     adv, rets = estimate(kept, rewards, per_ep)
     credit = pack_batch(kept, adv, sampling, m, level=level)
-    critic_batch = CriticBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep, level=level))
+    critic_batch = ValueBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep, level=level))
     credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
-    return credit, (critic_batch if critic_batch.num_turns else None)  # no value position: nothing to fit
+    return credit, (critic_batch if critic_batch.num_positions else None)  # no value position: nothing to fit
 
 
 def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):

@@ -18,10 +18,10 @@ be extended turn by turn (for example, templates that rewrite earlier turns).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+import json
+from typing import Any, Mapping, Sequence
 
-from agentrl.errors import TemplateError
-from environments.tools import render_tools_for_prompt
+from agentrl.errors import ConfigError, TemplateError
 
 Message = dict[str, Any]
 
@@ -170,3 +170,61 @@ class ChatTokenizer:
                 f"{pos} (got {stream[pos:pos + 5]}, full rendering has {expected[pos:pos + 5]}); this "
                 "template cannot be extended turn by turn"
             )
+
+
+def _tool_function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``function`` part of an OpenAI tool schema (or the schema itself if flat)."""
+    fn = tool.get("function", tool)
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise ConfigError(
+            f"tool schema {tool!r} has no function name; expected "
+            '{"type": "function", "function": {"name": ..., "parameters": {...}}}'
+        )
+    return fn
+
+
+def render_tools_for_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
+    """Describe JSON-schema tools in plain text, with the exact call format to use.
+
+    For chat templates that do not render ``tools=`` themselves (small models' templates
+    often do not). Example output for the python tool::
+
+        Tool `python`: Run a Python 3 program ...
+          Arguments:
+          - code (string, required): The complete Python program to run.
+        To call a tool, write:
+        <tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>
+
+    Returns ``""`` for no tools.
+
+    Raises:
+        ConfigError: a tool schema has no function name.
+    """
+    if not tools:
+        return ""
+    lines: list[str] = []
+    example: str | None = None
+    for tool in tools:
+        fn = _tool_function(tool)
+        desc = str(fn.get("description", "")).strip()
+        lines.append(f"Tool `{fn['name']}`: {desc}" if desc else f"Tool `{fn['name']}`.")
+        params = fn.get("parameters") or {}
+        props: Mapping[str, Any] = params.get("properties") or {}
+        required = set(params.get("required") or [])
+        if props:
+            lines.append("  Arguments:")
+            for pname, pschema in props.items():
+                ptype = pschema.get("type", "any")
+                if isinstance(ptype, list):
+                    ptype = " or ".join(map(str, ptype))
+                flag = "required" if pname in required else "optional"
+                pdesc = str(pschema.get("description", "")).strip()
+                lines.append(f"  - {pname} ({ptype}, {flag}){': ' + pdesc if pdesc else ''}")
+        else:
+            lines.append("  Arguments: none.")
+        if example is None:
+            example_args = {p: "..." for p in props if p in required}
+            example = json.dumps({"name": fn["name"], "arguments": example_args})
+    lines.append("To call a tool, write:")
+    lines.append(f"<tool_call>{example}</tool_call>")
+    return "\n".join(lines)

@@ -41,27 +41,9 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 from agentrl.errors import EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
-from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, TerminationReason, Turn
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EpisodeRequest:
-    """One episode to roll out.
-
-    Attributes:
-        env_id, task_id, seed: passed to the environment's ``reset(seed=..., options={"task_id": ...})``.
-        group_id: shared by all rollouts of one task instance and seed.
-        sample_seed: base seed of the engine's sampling for this episode (turn k uses
-            ``sample_seed * 1009 + k``), so a resumed run samples the same tokens.
-    """
-
-    env_id: str
-    task_id: str
-    seed: int
-    group_id: str
-    sample_seed: int
 
 
 class EngineLike(Protocol):

@@ -4,7 +4,7 @@ Imports only ``agentrl.types``, ``agentrl.errors``, torch and transformers (desi
 """
 
 from agentrl.trainer.config import TrainerConfig
-from agentrl.trainer.critic_trainer import CriticBatch, CriticConfig, CriticRow, CriticTrainer
+from agentrl.trainer.critic_trainer import CriticConfig, CriticTrainer
 from agentrl.trainer.distributed import init_single_process_group
 from agentrl.trainer.losses import (
     LOSS_AGG_MODES,
@@ -15,9 +15,7 @@ from agentrl.trainer.losses import (
 from agentrl.trainer.trainer import PolicyTrainer
 
 __all__ = [
-    "CriticBatch",
     "CriticConfig",
-    "CriticRow",
     "CriticTrainer",
     "LOSS_AGG_MODES",
     "PolicyTrainer",

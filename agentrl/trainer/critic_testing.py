@@ -1,14 +1,15 @@
 """Small real inputs for ``CriticTrainer`` tests: synthetic multi-turn critic batches and a
 runner that compares set-ups (micro-batch sizes, 1 vs N ranks), like
 ``agentrl.trainer.testing`` does for ``PolicyTrainer``. Nothing here is a fake: the batches
-go through ``CriticBatch.pack`` and the model is a real (tiny, random) Llama.
+go through ``ValueBatch.pack`` and the model is a real (tiny, random) Llama.
 """
 
 from __future__ import annotations
 
 import torch
 
-from agentrl.trainer.critic_trainer import CriticBatch, CriticConfig, CriticRow, CriticTrainer
+from agentrl.trainer.critic_trainer import CriticConfig, CriticTrainer
+from agentrl.types import ValueBatch, ValueRow
 from agentrl.trainer.testing import TINY_VOCAB, full_grads
 from critics.turn_critic import turn_boundaries
 
@@ -20,7 +21,7 @@ def make_critic_batch(
     max_turns: int = 3,
     with_old_values: bool = False,
     vocab_size: int = TINY_VOCAB,
-) -> CriticBatch:
+) -> ValueBatch:
     """``num_rows`` rows of 1..``max_turns`` turns; each turn a prompt/observation of 1..4
     tokens and a completion of 1..4 tokens. Returns ~ N(0, 1); old values (when asked)
     returns plus N(0, 0.5^2) noise, so value clipping is active on some turns.
@@ -36,9 +37,9 @@ def make_critic_batch(
         ret = torch.randn(k, generator=g)
         old = (ret + 0.5 * torch.randn(k, generator=g)).tolist() if with_old_values else None
         rows.append(
-            CriticRow(input_ids=ids, boundaries=turn_boundaries(p, c), returns=ret.tolist(), old_values=old, episode_id=f"ep{i}")
+            ValueRow(input_ids=ids, positions=turn_boundaries(p, c), returns=ret.tolist(), old_values=old, episode_id=f"ep{i}")
         )
-    return CriticBatch.pack(rows)
+    return ValueBatch.pack(rows)
 
 
 def critic_full_state_dict(trainer: CriticTrainer) -> dict[str, torch.Tensor]:

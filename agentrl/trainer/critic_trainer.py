@@ -15,12 +15,12 @@ The targets are the ``returns`` those give back. Below, "turn" means one value p
 (a turn for ``turn_critic``, a sampled token for ``gae``): the loss is a mean over them
 (token-mean for ``gae``, as verl's critic loss).
 
-Reading order: ``CriticConfig`` → ``CriticRow`` / ``CriticBatch`` (the input) →
+Reading order: ``CriticConfig`` → ``agentrl.types.ValueBatch`` (the input) →
 ``CriticTrainer.__init__`` → ``compute_values`` → ``step`` → checkpoints.
 
 Distributed contract: as ``PolicyTrainer`` (see ``agentrl.trainer.trainer``): the caller
 initialises the default process group, then calls every public method on every rank with
-the same full ``CriticBatch``; rank ``r`` works on rows ``r, r + W, ...``, micro-batched;
+the same full ``ValueBatch``; rank ``r`` works on rows ``r, r + W, ...``, micro-batched;
 a rank with fewer micro-batches runs dummy one-token passes with zero weight. The loss is
 divided by the *global* number of turns (value positions) of the step and gradients are summed across ranks,
 so they do not depend on the micro-batch size or the number of ranks (design.md,
@@ -42,7 +42,7 @@ from agentrl.errors import ConfigError, ContractError
 from agentrl.trainer import _fsdp_common as fc
 from agentrl.trainer.config import validate_optim_fields
 from agentrl.trainer.value_model import TurnValueModel
-from agentrl.types import TokenBatch
+from agentrl.types import ValueBatch
 
 # ---------------------------------------------------------------------------- config
 
@@ -64,7 +64,7 @@ class CriticConfig:
     """PPO value clipping range ``eps_v`` (``None``: plain MSE). With it the per-turn loss
     is ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)`` (PPO2 /
     CleanRL ``clip_vloss``; verl's ``cliprange_value`` defaults to 0.5). ``V_old`` is
-    ``CriticBatch.old_values`` or, when absent, the values of this step's first epoch
+    ``ValueBatch.old_values`` or, when absent, the values of this step's first epoch
     (then clipping only acts from the second epoch on). Returns in reward units."""
 
     epochs: int = 1
@@ -122,192 +122,6 @@ class CriticConfig:
             raise ConfigError(f"value_clip={self.value_clip!r}; expected a finite number > 0 or None")
         if not (isinstance(self.epochs, int) and self.epochs >= 1):
             raise ConfigError(f"epochs={self.epochs!r}; expected an int >= 1")
-
-
-# ---------------------------------------------------------------------------- input
-
-
-@dataclass(frozen=True)
-class CriticRow:
-    """One critic row before packing.
-
-    Attributes:
-        input_ids: ``[L]`` token ids (the same row the policy trains on).
-        boundaries: ``[K]`` token indices in ``[0, L)`` where values are read: each
-            turn's boundary (``critics.turn_boundaries``: the last token before turn k's
-            completion) for ``turn_critic``, or ``p - 1`` for every sampled token ``p``
-            (``critics.token_value_positions``) for ``gae``.
-        returns: ``[K]`` value targets (the returns of ``critics.turn_critic_advantages``
-            or ``critics.token_critic_advantages``), or ``None`` for a batch that only
-            goes to ``compute_values``.
-        old_values: ``[K]`` values at rollout time for value clipping, or ``None``.
-        episode_id: for error messages.
-    """
-
-    input_ids: Sequence[int]
-    boundaries: Sequence[int]
-    returns: Sequence[float] | None = None
-    old_values: Sequence[float] | None = None
-    episode_id: str = ""
-
-
-@dataclass(frozen=True)
-class CriticBatch:
-    """Packed critic input. Build it only with ``pack`` or ``from_token_batch``.
-
-    Attributes:
-        input_ids: ``[T]`` int64, rows concatenated.
-        position_ids: ``[T]`` int64, restarting at 0 per row.
-        seq_lens: ``[B]`` int64 row lengths.
-        boundaries: ``[N]`` int64 row-local token index of every value position (turn
-            boundary, or the token before a sampled token for ``gae``), rows in order
-            (``N`` = total positions, called turns below).
-        turns_per_row: ``[B]`` int64, ``sum == N``.
-        returns: ``[N]`` float32 targets, or ``None`` (``compute_values`` only).
-        old_values: ``[N]`` float32 or ``None``.
-        episode_ids: ``B`` strings.
-    """
-
-    input_ids: Any
-    position_ids: Any
-    seq_lens: Any
-    boundaries: Any
-    turns_per_row: Any
-    returns: Any
-    old_values: Any
-    episode_ids: tuple[str, ...]
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.seq_lens.shape[0])
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    @property
-    def num_turns(self) -> int:
-        return int(self.boundaries.shape[0])
-
-    def row_slices(self) -> list[slice]:
-        """Token-range slice of each row in the packed token tensors."""
-        return _slices(self.seq_lens.tolist())
-
-    def turn_slices(self) -> list[slice]:
-        """Range of each row's turns in ``boundaries`` / ``returns`` / ``old_values``."""
-        return _slices(self.turns_per_row.tolist())
-
-    @classmethod
-    def pack(cls, rows: Sequence[CriticRow]) -> "CriticBatch":
-        """Validate and pack rows (positions ``0..L-1`` per row).
-
-        Raises:
-            ContractError: no rows, an empty row, a boundary outside its row,
-                ``len(returns) != len(boundaries)`` (or ``old_values``), a non-finite
-                return or old value, ``returns`` or ``old_values`` on some rows only.
-        """
-        if not rows:
-            raise ContractError("CriticBatch.pack got no rows")
-        ids = [torch.as_tensor(list(r.input_ids), dtype=torch.long) for r in rows]
-        for i, t in enumerate(ids):
-            if t.numel() == 0:
-                raise ContractError(f"row {i} ({rows[i].episode_id}) has no tokens")
-        lens = torch.tensor([t.numel() for t in ids], dtype=torch.long)
-        pos = torch.cat([torch.arange(n, dtype=torch.long) for n in lens.tolist()])
-        return cls._build(torch.cat(ids), pos, lens, rows)
-
-    @classmethod
-    def from_token_batch(
-        cls,
-        batch: TokenBatch,
-        boundaries: Sequence[Sequence[int]],
-        returns: Sequence[Sequence[float]] | None = None,
-        old_values: Sequence[Sequence[float]] | None = None,
-    ) -> "CriticBatch":
-        """The critic input over the policy's ``TokenBatch`` rows (same ids and positions).
-
-        Args:
-            batch: the policy batch.
-            boundaries, returns, old_values: per row of ``batch``, ``[K_b]`` each.
-
-        Raises:
-            ContractError: as ``pack``, or a per-row list count other than
-                ``batch.num_rows``.
-        """
-        n = batch.num_rows
-        for name, x in (("boundaries", boundaries), ("returns", returns), ("old_values", old_values)):
-            if x is not None and len(x) != n:
-                raise ContractError(f"{name} has {len(x)} rows but the TokenBatch has {n}")
-        rows = [
-            CriticRow(
-                input_ids=(),
-                boundaries=boundaries[b],
-                returns=None if returns is None else returns[b],
-                old_values=None if old_values is None else old_values[b],
-                episode_id=batch.episode_ids[b],
-            )
-            for b in range(n)
-        ]
-        return cls._build(
-            batch.input_ids.to(torch.long), batch.position_ids.to(torch.long), batch.seq_lens.to(torch.long), rows
-        )
-
-    @classmethod
-    def _build(cls, input_ids: Any, position_ids: Any, seq_lens: Any, rows: Sequence[CriticRow]) -> "CriticBatch":
-        with_old = rows[0].old_values is not None
-        with_ret = rows[0].returns is not None
-        bnd, ret, old, counts = [], [], [], []
-        for i, (r, n) in enumerate(zip(rows, seq_lens.tolist())):
-            b = [int(x) for x in r.boundaries]
-            k = len(b)
-            if any(not 0 <= x < n for x in b):
-                bad = next(x for x in b if not 0 <= x < n)
-                raise ContractError(
-                    f"row {i} ({r.episode_id}): boundary {bad} outside the row's tokens [0, {n})"
-                )
-            if (r.old_values is not None) != with_old:
-                raise ContractError("either every row carries old_values or none does")
-            if (r.returns is not None) != with_ret:
-                raise ContractError("either every row carries returns or none does")
-            if with_ret:
-                if len(r.returns) != k:
-                    raise ContractError(
-                        f"row {i} ({r.episode_id}): {len(r.returns)} returns for {k} boundaries; "
-                        "expected one return per turn"
-                    )
-                rt = torch.as_tensor(list(r.returns), dtype=torch.float32).reshape(k)
-                if not bool(torch.isfinite(rt).all()):
-                    raise ContractError(f"row {i} ({r.episode_id}): returns {rt.tolist()} are not all finite")
-                ret.append(rt)
-            if with_old:
-                if len(r.old_values) != k:
-                    raise ContractError(
-                        f"row {i} ({r.episode_id}): {len(r.old_values)} old_values for {k} boundaries"
-                    )
-                ov = torch.as_tensor(list(r.old_values), dtype=torch.float32).reshape(k)
-                if not bool(torch.isfinite(ov).all()):
-                    raise ContractError(f"row {i} ({r.episode_id}): old_values {ov.tolist()} are not all finite")
-                old.append(ov)
-            bnd.append(torch.tensor(b, dtype=torch.long))
-            counts.append(k)
-        return cls(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            seq_lens=seq_lens,
-            boundaries=torch.cat(bnd),
-            turns_per_row=torch.tensor(counts, dtype=torch.long),
-            returns=torch.cat(ret) if with_ret else None,
-            old_values=torch.cat(old) if with_old else None,
-            episode_ids=tuple(r.episode_id for r in rows),
-        )
-
-
-def _slices(lens: Sequence[int]) -> list[slice]:
-    out, start = [], 0
-    for n in lens:
-        out.append(slice(start, start + n))
-        start += n
-    return out
 
 
 # ---------------------------------------------------------------------------- loss
@@ -381,22 +195,22 @@ class CriticTrainer:
     # ------------------------------------------------------------------ values
 
     @torch.no_grad()
-    def compute_values(self, batch: CriticBatch) -> torch.Tensor:
-        """The value at every position of ``batch.boundaries`` (``V(s_k)`` at each turn
+    def compute_values(self, batch: ValueBatch) -> torch.Tensor:
+        """The value at every position of ``batch.positions`` (``V(s_k)`` at each turn
         boundary, or ``V`` before each sampled token for ``gae``) under the current weights.
 
         Collective: call on every rank with the same batch; every rank gets the result.
 
         Returns:
-            ``[N]`` float32 on CPU, turns in ``batch.boundaries`` order (split per row with
-            ``batch.turn_slices()``).
+            ``[N]`` float32 on CPU, turns in ``batch.positions`` order (split per row with
+            ``batch.position_slices()``).
 
         Raises:
             ContractError: a token id outside the vocabulary.
         """
         self._check_batch(batch, for_training=False)
-        out = torch.zeros(batch.num_turns, dtype=torch.float32, device=self.device)  # (N,)
-        tsl = batch.turn_slices()
+        out = torch.zeros(batch.num_positions, dtype=torch.float32, device=self.device)  # (N,)
+        tsl = batch.position_slices()
         for rows in self._groups(batch):
             if not rows:
                 self._dummy_forward(with_grad=False)
@@ -410,7 +224,7 @@ class CriticTrainer:
 
     # ------------------------------------------------------------------ training
 
-    def step(self, batch: CriticBatch) -> dict[str, float]:
+    def step(self, batch: ValueBatch) -> dict[str, float]:
         """``config.epochs`` optimizer steps of value regression on ``batch``.
 
         Loss per epoch: ``sum over the batch's turns of value_loss_terms(...) / N`` with
@@ -429,20 +243,20 @@ class CriticTrainer:
             ``perf/step_s``.
 
         Raises:
-            ContractError: no turns or no ``returns`` in the batch, a token id outside the
+            ContractError: no value positions or no ``returns`` in the batch, a token id outside the
                 vocabulary, or ranks holding different batches.
         """
         t0 = time.perf_counter()
         cfg = self.config
         self._check_batch(batch, for_training=True)
         dev = self.device
-        n_turns = float(batch.num_turns)  # every rank holds the full batch (checked)
+        n_turns = float(batch.num_positions)  # every rank holds the full batch (checked)
         if n_turns == 0:
-            raise ContractError("CriticBatch has no turns; nothing to train on")
+            raise ContractError("ValueBatch has no value positions; nothing to train on")
         if batch.returns is None:
-            raise ContractError("CriticBatch has no returns; step() needs value targets (compute_values does not)")
+            raise ContractError("ValueBatch has no returns; step() needs value targets (compute_values does not)")
         groups = self._groups(batch)
-        tsl = batch.turn_slices()
+        tsl = batch.position_slices()
         old_first: list[torch.Tensor | None] = [None] * len(groups)
         names = ("losses/value_loss", "losses/value_clipfrac", "critic/values_mean")
         totals = {k: 0.0 for k in names}
@@ -499,7 +313,7 @@ class CriticTrainer:
                 "critic/explained_variance": 1.0 - var_e / var_r if var_r > 1e-12 else 0.0,
                 "train/grad_norm": grad_norm_total / n_ep,
                 "train/lr": lr_used,
-                "train/num_turns": n_turns,
+                "train/num_value_positions": n_turns,
                 "train/skipped_step": float(skipped),
                 "train/global_step": float(self.global_step),
                 "perf/step_s": time.perf_counter() - t0,
@@ -546,9 +360,9 @@ class CriticTrainer:
 
     # ------------------------------------------------------------------ internals
 
-    def _check_batch(self, batch: CriticBatch, *, for_training: bool) -> None:
-        if not isinstance(batch, CriticBatch):
-            raise ContractError(f"expected a CriticBatch, got {type(batch).__name__}")
+    def _check_batch(self, batch: ValueBatch, *, for_training: bool) -> None:
+        if not isinstance(batch, ValueBatch):
+            raise ContractError(f"expected a ValueBatch, got {type(batch).__name__}")
         ids = batch.input_ids
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._vocab_size):
             bad = int(ids.max()) if int(ids.max()) >= self._vocab_size else int(ids.min())
@@ -557,34 +371,34 @@ class CriticTrainer:
             fp = [
                 float(batch.num_tokens),
                 float(batch.num_rows),
-                float(batch.num_turns),
+                float(batch.num_positions),
                 float((batch.input_ids % 9973).sum()),
                 float(batch.returns.double().sum()) if batch.returns is not None else 0.0,
             ]
             if not fc.same_on_all_ranks(fp, self.device, self.world_size):
                 raise ContractError(
                     "ranks hold different critic batches (token, row or turn count, id or "
-                    "return checksum differ); every rank must get the same full CriticBatch"
+                    "return checksum differ); every rank must get the same full ValueBatch"
                 )
 
-    def _groups(self, batch: CriticBatch) -> list[list[int]]:
+    def _groups(self, batch: ValueBatch) -> list[list[int]]:
         mine = fc.rank_rows(batch.num_rows, self.rank, self.world_size)
         groups = fc.micro_batches(
             mine, batch.seq_lens.tolist(), self.config.micro_batch_size, self.config.micro_batch_tokens
         )
         return fc.align_micro_batches(groups, self.device, self.world_size)
 
-    def _values_of_rows(self, batch: CriticBatch, rows: Sequence[int], *, with_grad: bool) -> torch.Tensor:
+    def _values_of_rows(self, batch: ValueBatch, rows: Sequence[int], *, with_grad: bool) -> torch.Tensor:
         """Forward ``rows`` right-padded; return their turns' values ``[n]`` in order."""
         dev = self.device
         ids, pos, attn = fc.right_pad_rows(batch.input_ids, batch.position_ids, batch.row_slices(), rows)  # (B, L)
-        tsl = batch.turn_slices()
+        tsl = batch.position_slices()
         counts = [tsl[r].stop - tsl[r].start for r in rows]
         k_max = max(max(counts), 1)
         bidx = torch.zeros(len(rows), k_max, dtype=torch.long)  # (B, K), pad index 0
         valid = torch.zeros(len(rows), k_max, dtype=torch.bool)  # (B, K)
         for b, (r, k) in enumerate(zip(rows, counts)):
-            bidx[b, :k] = batch.boundaries[tsl[r]]
+            bidx[b, :k] = batch.positions[tsl[r]]
             valid[b, :k] = True
         with torch.set_grad_enabled(with_grad):
             v = self.model(ids.to(dev), attn.to(dev), pos.to(dev), bidx.to(dev))  # (B, K)

@@ -26,7 +26,7 @@ TOL = 1e-6  # fp32
 # gradients of 1e-3..1e-1 still move weights by about lr, so the weight check stays meaningful.
 BASE = {"lr": 1e-3, "max_grad_norm": 1.0, "eps": 1e-4, "head_init_std": 0.1}
 METRICS = ("losses/value_loss", "losses/value_clipfrac", "critic/values_mean", "critic/returns_mean",
-           "critic/explained_variance", "train/grad_norm", "train/num_turns")
+           "critic/explained_variance", "train/grad_norm", "train/num_value_positions")
 
 
 def _assert_same(a: dict, b: dict, what: str) -> None:

@@ -9,7 +9,7 @@ import sandboxes
 from agentrl.cluster.actors import make_env_factory
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.rollout.loop import EpisodeRequest
+from agentrl.types import EpisodeRequest
 
 
 def _cfg(env_id: str, backend: str = "bwrap", **extra: str):

@@ -39,7 +39,7 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
     from agentrl.cluster.controller import _free_port, _token_critic_credit
     from agentrl.config import load_config
     from agentrl.credit import critic_rows
-    from agentrl.trainer import CriticBatch
+    from agentrl.types import ValueBatch
 
     cfg = load_config(None, [f"model.path={tiny_model_path}", "algorithm.advantage=gae", "algorithm.token_gamma=0.99",
                              "algorithm.token_lam=0.9", "critic.head_init_std=0.05", "critic.lr=1e-3",
@@ -55,10 +55,10 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
         assert credit.metrics["filter/infra_errors"] == 1 and "c" not in credit.turn_advantages
         batch = credit.batch
         assert batch.num_rows == 1 + 3  # one row, then one row per step
-        assert critic_batch.num_turns == sum(n_tokens) == batch.num_loss_tokens == 12
+        assert critic_batch.num_positions == sum(n_tokens) == batch.num_loss_tokens == 12
 
         # the values the controller used: the critic's, read before each sampled token
-        values = ray.get(trainer.critic_values.remote(CriticBatch.pack(critic_rows(kept, level="token")))).double()
+        values = ray.get(trainer.critic_values.remote(ValueBatch.pack(critic_rows(kept, level="token")))).double()
         np.testing.assert_allclose(critic_batch.old_values.double().numpy(), values.numpy(), rtol=0, atol=1e-6)
         assert values.abs().min() > 1e-6  # a non-zero head: the advantages depend on the values
         per_ep = list(values.numpy().reshape(2, 6))
@@ -75,7 +75,7 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
         policy = ray.get(trainer.step.remote(batch))
         assert math.isfinite(policy["losses/policy_loss"])
         m = ray.get(trainer.critic_step.remote(critic_batch))
-        assert m["train/num_turns"] == 12 and m["losses/value_loss"] > 0
+        assert m["train/num_value_positions"] == 12 and m["losses/value_loss"] > 0
         assert all(math.isfinite(v) for v in m.values())
     finally:
         ray.kill(trainer)

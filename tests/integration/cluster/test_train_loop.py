@@ -100,7 +100,7 @@ def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_
 
 
 CRITIC_KEYS = ("critic/value_loss", "critic/value_clipfrac", "critic/values_mean", "critic/returns_mean",
-               "critic/explained_variance", "critic/grad_norm", "critic/num_turns", "critic/global_step",
+               "critic/explained_variance", "critic/grad_norm", "critic/num_value_positions", "critic/global_step",
                "critic/values_mean_rollout")
 
 
@@ -113,7 +113,7 @@ def _check_critic_metrics(m):
         assert m.get(key) is not None and math.isfinite(m[key]), key  # None in metrics.jsonl = not finite
     assert m["critic/value_loss"] >= 0
     # one value position per trained (sampled) token: the critic is token-level
-    assert m["critic/num_turns"] == m["tokens/trained"] > 0
+    assert m["critic/num_value_positions"] == m["tokens/trained"] > 0
 
 
 def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, tiny_model_path):

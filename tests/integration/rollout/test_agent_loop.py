@@ -9,7 +9,8 @@ import pytest
 
 from agentrl.errors import RewardError, SandboxError
 from agentrl.rollout.chat import ChatTokenizer
-from agentrl.rollout.loop import EpisodeRequest, RolloutLimits, RolloutWorker
+from agentrl.rollout.loop import RolloutLimits, RolloutWorker
+from agentrl.types import EpisodeRequest
 from agentrl.types import SamplingRecord, TerminationReason
 
 pytestmark = pytest.mark.slow

@@ -8,15 +8,9 @@ from transformers import AutoModel
 
 from agentrl.errors import CheckpointError, ConfigError, ContractError
 from agentrl.trainer.critic_testing import critic_full_state_dict, make_critic_batch
-from agentrl.trainer.critic_trainer import (
-    CriticBatch,
-    CriticConfig,
-    CriticRow,
-    CriticTrainer,
-    value_loss_terms,
-)
+from agentrl.trainer.critic_trainer import CriticConfig, CriticTrainer, value_loss_terms
 from agentrl.trainer.testing import full_grads
-from agentrl.types import SamplingRecord, TokenBatch, TokenSequence
+from agentrl.types import SamplingRecord, TokenBatch, TokenSequence, ValueBatch, ValueRow
 from critics import turn_boundaries, turn_critic_advantages
 
 pytestmark = pytest.mark.usefixtures("process_group")
@@ -28,6 +22,16 @@ ROW = [11, 12, 13, 101, 102, 21, 22, 103, 104, 105, 31, 32, 106]
 
 def _trainer(path: str, **kw) -> CriticTrainer:
     return CriticTrainer(CriticConfig(model_path=path, **{"lr": 1e-3, "head_init_std": 0.1, **kw}))
+
+
+def _on_policy_rows(tb: TokenBatch, positions, returns=None, old_values=None) -> ValueBatch:
+    """The value batch over the policy batch's own rows (same ids), one list per row."""
+    return ValueBatch.pack([
+        ValueRow(input_ids=tb.input_ids[s].tolist(), positions=positions[b],
+                 returns=None if returns is None else returns[b],
+                 old_values=None if old_values is None else old_values[b], episode_id=tb.episode_ids[b])
+        for b, s in enumerate(tb.row_slices())
+    ])
 
 
 def _reference_values(model_path: str, head: dict[str, torch.Tensor], ids: list[int], positions: list[int]) -> torch.Tensor:
@@ -44,10 +48,10 @@ def test_values_read_at_turn_boundaries_match_direct_hf_forward(tiny_llama_path:
     assert bounds == [2, 6, 11]
     trainer = _trainer(tiny_llama_path)
     other = [7, 8, 9, 10, 11, 12, 13, 14, 15]
-    batch = CriticBatch.pack(
+    batch = ValueBatch.pack(
         [
-            CriticRow(input_ids=ROW, boundaries=bounds, episode_id="a"),
-            CriticRow(input_ids=other, boundaries=[0, 4], episode_id="b"),
+            ValueRow(input_ids=ROW, positions=bounds, episode_id="a"),
+            ValueRow(input_ids=other, positions=[0, 4], episode_id="b"),
         ]
     )
     values = trainer.compute_values(batch)
@@ -64,8 +68,8 @@ def test_values_read_at_turn_boundaries_match_direct_hf_forward(tiny_llama_path:
     row2[3:5] = [200, 201]
     row3 = list(ROW)
     row3[12] = 250
-    v2 = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=row2, boundaries=bounds)]))
-    v3 = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=row3, boundaries=bounds)]))
+    v2 = trainer.compute_values(ValueBatch.pack([ValueRow(input_ids=row2, positions=bounds)]))
+    v3 = trainer.compute_values(ValueBatch.pack([ValueRow(input_ids=row3, positions=bounds)]))
     assert float(v2[0]) == pytest.approx(float(values[0]), abs=1e-6)
     assert (v2[1:] - values[1:3]).abs().min() > 1e-5
     torch.testing.assert_close(v3, values[:3], atol=1e-6, rtol=0)
@@ -74,7 +78,7 @@ def test_values_read_at_turn_boundaries_match_direct_hf_forward(tiny_llama_path:
 def test_zero_initialised_head_predicts_zero_and_backbone_gets_no_first_gradient(tiny_llama_path: str) -> None:
     trainer = _trainer(tiny_llama_path, head_init_std=0.0)
     batch = make_critic_batch(num_rows=3, seed=1)
-    assert torch.equal(trainer.compute_values(batch), torch.zeros(batch.num_turns))
+    assert torch.equal(trainer.compute_values(batch), torch.zeros(batch.num_positions))
     trainer.step(batch)
     grads = full_grads(trainer)  # type: ignore[arg-type]
     assert grads["head.bias"].abs().sum() > 0 and grads["head.weight"].abs().sum() > 0
@@ -117,7 +121,7 @@ def test_step_reports_the_loss_of_the_current_values(tiny_llama_path: str, value
     assert m["critic/returns_mean"] == pytest.approx(float(r.mean()), abs=1e-6)
     ev = 1 - float((r - v).var(unbiased=False) / r.var(unbiased=False))
     assert m["critic/explained_variance"] == pytest.approx(ev, abs=1e-6)
-    assert m["train/num_turns"] == batch.num_turns
+    assert m["train/num_value_positions"] == batch.num_positions
     assert m["train/global_step"] == 1.0 and m["train/grad_norm"] > 0
 
 
@@ -160,7 +164,7 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_llama_path: str, tmp
         b.load_checkpoint(tmp_path / "nothing")
 
 
-def test_from_token_batch_uses_the_policy_rows_and_feeds_turn_gae(tiny_llama_path: str) -> None:
+def test_value_rows_over_the_policy_rows_feed_turn_gae(tiny_llama_path: str) -> None:
     mask = [0] * 3 + [1] * 2 + [0] * 2 + [1] * 3 + [0] * 2 + [1] * 1
     seq = TokenSequence(
         input_ids=ROW, loss_mask=mask, behavior_log_probs=[-1.0] * 6, advantages=[0.0] * 13,
@@ -169,32 +173,32 @@ def test_from_token_batch_uses_the_policy_rows_and_feeds_turn_gae(tiny_llama_pat
     tb = TokenBatch.pack([seq, seq], SamplingRecord())
     bounds = turn_boundaries(PROMPTS, COMPLETIONS)
     trainer = _trainer(tiny_llama_path)
-    values = trainer.compute_values(CriticBatch.from_token_batch(tb, [bounds, bounds]))
-    direct = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=bounds)]))
+    values = trainer.compute_values(_on_policy_rows(tb, [bounds, bounds]))
+    direct = trainer.compute_values(ValueBatch.pack([ValueRow(input_ids=ROW, positions=bounds)]))
     torch.testing.assert_close(values[:3], direct, atol=1e-6, rtol=0)
     torch.testing.assert_close(values[3:], direct, atol=1e-6, rtol=0)
-    per_ep = [values[s].tolist() for s in CriticBatch.from_token_batch(tb, [bounds, bounds]).turn_slices()]
+    per_ep = [values[s].tolist() for s in _on_policy_rows(tb, [bounds, bounds]).position_slices()]
     adv, ret = turn_critic_advantages([[0.0, 0.0, 1.0]] * 2, per_ep, gamma=1.0, lam=0.95)
-    train = CriticBatch.from_token_batch(tb, [bounds, bounds], [r.tolist() for r in ret], per_ep)
+    train = _on_policy_rows(tb, [bounds, bounds], [r.tolist() for r in ret], per_ep)
     m = trainer.step(train)
-    assert m["train/num_turns"] == 6
+    assert m["train/num_value_positions"] == 6
     assert m["critic/values_mean"] == pytest.approx(float(values.mean()), abs=1e-6)
 
 
 def test_bad_input_raises_clear_errors(tiny_llama_path: str) -> None:
-    with pytest.raises(ContractError, match=r"boundary 13 outside the row's tokens \[0, 13\)"):
-        CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=[2, 13], returns=[0.0, 0.0])])
-    with pytest.raises(ContractError, match="1 returns for 2 boundaries"):
-        CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=[2, 6], returns=[0.0])])
+    with pytest.raises(ContractError, match=r"position 13 outside the row's tokens \[0, 13\)"):
+        ValueBatch.pack([ValueRow(input_ids=ROW, positions=[2, 13], returns=[0.0, 0.0])])
+    with pytest.raises(ContractError, match="1 returns for 2 positions"):
+        ValueBatch.pack([ValueRow(input_ids=ROW, positions=[2, 6], returns=[0.0])])
     with pytest.raises(ContractError, match="not all finite"):
-        CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=[2], returns=[float("nan")])])
+        ValueBatch.pack([ValueRow(input_ids=ROW, positions=[2], returns=[float("nan")])])
     with pytest.raises(ContractError, match="either every row carries old_values or none"):
-        CriticBatch.pack(
-            [CriticRow(input_ids=ROW, boundaries=[2], returns=[0.0], old_values=[0.0]),
-             CriticRow(input_ids=ROW, boundaries=[2], returns=[0.0])]
+        ValueBatch.pack(
+            [ValueRow(input_ids=ROW, positions=[2], returns=[0.0], old_values=[0.0]),
+             ValueRow(input_ids=ROW, positions=[2], returns=[0.0])]
         )
     with pytest.raises(ContractError, match="no rows"):
-        CriticBatch.pack([])
+        ValueBatch.pack([])
     with pytest.raises(ConfigError, match="value_clip=-0.1"):
         CriticConfig(model_path=tiny_llama_path, value_clip=-0.1).validate()
     with pytest.raises(ConfigError, match="epochs=0"):
@@ -203,23 +207,23 @@ def test_bad_input_raises_clear_errors(tiny_llama_path: str) -> None:
         CriticTrainer(CriticConfig(model_path="/nonexistent/model"))
     trainer = _trainer(tiny_llama_path)
     with pytest.raises(ContractError, match="token id 999 outside the model's vocabulary"):
-        trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=[1, 999], boundaries=[0])]))
+        trainer.compute_values(ValueBatch.pack([ValueRow(input_ids=[1, 999], positions=[0])]))
     with pytest.raises(ContractError, match="no returns"):
-        trainer.step(CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=[2])]))
-    with pytest.raises(ContractError, match="no turns"):
-        trainer.step(CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=[], returns=[])]))
+        trainer.step(ValueBatch.pack([ValueRow(input_ids=ROW, positions=[2])]))
+    with pytest.raises(ContractError, match="no value positions"):
+        trainer.step(ValueBatch.pack([ValueRow(input_ids=ROW, positions=[], returns=[])]))
 
 
 def test_rows_without_turns_change_nothing(tiny_llama_path: str) -> None:
     rows = [
-        CriticRow(input_ids=ROW, boundaries=[2, 6, 11], returns=[0.5, -1.0, 2.0]),
-        CriticRow(input_ids=[5, 6, 7, 8], boundaries=[], returns=[]),  # e.g. a row with no turn left
-        CriticRow(input_ids=[9, 10, 11], boundaries=[1], returns=[1.5]),
+        ValueRow(input_ids=ROW, positions=[2, 6, 11], returns=[0.5, -1.0, 2.0]),
+        ValueRow(input_ids=[5, 6, 7, 8], positions=[], returns=[]),  # e.g. a row with no turn left
+        ValueRow(input_ids=[9, 10, 11], positions=[1], returns=[1.5]),
     ]
     with_empty = _trainer(tiny_llama_path, micro_batch_size=1)
     without = _trainer(tiny_llama_path, micro_batch_size=1)
-    m1 = with_empty.step(CriticBatch.pack(rows))
-    m2 = without.step(CriticBatch.pack([rows[0], rows[2]]))
+    m1 = with_empty.step(ValueBatch.pack(rows))
+    m2 = without.step(ValueBatch.pack([rows[0], rows[2]]))
     assert m1["losses/value_loss"] == pytest.approx(m2["losses/value_loss"], abs=1e-7)
     g1, g2 = full_grads(with_empty), full_grads(without)  # type: ignore[arg-type]
     for k in g2:
@@ -249,7 +253,7 @@ def test_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -> None:
     tb = TokenBatch.pack(seqs, SamplingRecord())
     bounds = [b for e in episodes for b in critics.episode_boundaries(e)]
     assert tb.num_rows == len(bounds) == 4
-    values = trainer.compute_values(CriticBatch.from_token_batch(tb, bounds))  # (6,)
+    values = trainer.compute_values(_on_policy_rows(tb, bounds))  # (6,)
     per_ep = list(torch.split(values, [len(e.turns) for e in episodes]))
     # turn 0 reads the same context (the first prompt) in both modes
     assert float(per_ep[0][0]) == pytest.approx(float(per_ep[1][0]), abs=1e-6)
@@ -260,7 +264,7 @@ def test_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -> None:
     )
     ret_rows = [r for e, ret in zip(episodes, returns) for r in critics.split_per_row(e, ret)]
     old_rows = [r for e, v in zip(episodes, per_ep) for r in critics.split_per_row(e, v)]
-    batch = CriticBatch.from_token_batch(tb, bounds, ret_rows, old_rows)
+    batch = _on_policy_rows(tb, bounds, ret_rows, old_rows)
     m = trainer.step(batch)
     want = 0.5 * float(((values.double() - batch.returns.double()) ** 2).mean())  # V == V_old: no clipping yet
     assert m["losses/value_loss"] == pytest.approx(want, abs=1e-6)
@@ -291,14 +295,14 @@ def test_token_level_values_are_read_before_each_sampled_token(tiny_llama_path: 
     pos = critics.token_value_positions(mask)
     assert pos == [2, 3, 6, 7, 8, 11]
     trainer = _trainer(tiny_llama_path)
-    values = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=ROW, boundaries=pos)]))  # (6,)
+    values = trainer.compute_values(ValueBatch.pack([ValueRow(input_ids=ROW, positions=pos)]))  # (6,)
     want = _reference_values(tiny_llama_path, critic_full_state_dict(trainer), ROW, pos)
     torch.testing.assert_close(values, want, atol=1e-5, rtol=0)
     # changing the sampled token at 4 leaves its own value (read at 3) and the ones before
     # alone and changes every later one
     row2 = list(ROW)
     row2[4] = 222
-    v2 = trainer.compute_values(CriticBatch.pack([CriticRow(input_ids=row2, boundaries=pos)]))
+    v2 = trainer.compute_values(ValueBatch.pack([ValueRow(input_ids=row2, positions=pos)]))
     torch.testing.assert_close(v2[:2], values[:2], atol=1e-6, rtol=0)
     assert (v2[2:] - values[2:]).abs().min() > 1e-5
 
@@ -312,7 +316,7 @@ def test_token_level_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -
 
     trainer = _trainer(tiny_llama_path, value_clip=0.5)
     episodes = [_episode("full_history", "a"), _episode("per_step", "b")]
-    values = trainer.compute_values(CriticBatch.pack(critic_rows(episodes, level="token")))
+    values = trainer.compute_values(ValueBatch.pack(critic_rows(episodes, level="token")))
     n_tokens = [e.num_generated_tokens() for e in episodes]
     assert values.shape == (sum(n_tokens),) == (12,)
     per_ep = list(torch.split(values, n_tokens))
@@ -322,9 +326,9 @@ def test_token_level_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -
     rewards = [[t.reward for t in e.turns] for e in episodes]
     adv, returns = critics.token_critic_advantages(episodes, rewards, per_ep, gamma=1.0, lam=0.95)
     assert all(a.shape == (n,) for a, n in zip(adv, n_tokens))
-    batch = CriticBatch.pack(critic_rows(episodes, returns=returns, old_values=per_ep, level="token"))
+    batch = ValueBatch.pack(critic_rows(episodes, returns=returns, old_values=per_ep, level="token"))
     m = trainer.step(batch)
-    assert m["train/num_turns"] == 12  # one value per sampled token
+    assert m["train/num_value_positions"] == 12  # one value per sampled token
     want = 0.5 * float(((values.double() - batch.returns.double()) ** 2).mean())  # token-mean, no clipping yet
     assert m["losses/value_loss"] == pytest.approx(want, abs=1e-6)
     assert m["losses/value_clipfrac"] == 0.0 and torch.isfinite(torch.tensor(m["critic/explained_variance"]))

@@ -11,7 +11,7 @@ import critics
 from agentrl.config import AlgorithmConfig
 from agentrl.credit import build_batch, critic_rows, pack_batch, select_episodes, shaped_turn_rewards
 from agentrl.errors import ConfigError, ContractError
-from agentrl.trainer.critic_trainer import CriticBatch
+from agentrl.types import ValueBatch
 from agentrl.types import Episode, SamplingRecord, TerminationReason, Turn
 
 # Stream (both modes): PPP CC OO CCC
@@ -89,17 +89,17 @@ def test_critic_rows_read_a_value_before_every_sampled_token(mode):
     rows = critic_rows([ep], returns=[WANT_RET], old_values=[VALUES], level="token")
     assert [list(r.input_ids) for r in rows] == [list(s.input_ids) for s in ep.training_sequences([0.0, 0.0])]
     if mode == "full_history":
-        assert [list(r.boundaries) for r in rows] == [[2, 3, 6, 7, 8]]
+        assert [list(r.positions) for r in rows] == [[2, 3, 6, 7, 8]]
     else:
-        assert [list(r.boundaries) for r in rows] == [[2, 3], [1, 2, 3]]
-    batch = CriticBatch.pack(rows)
-    assert batch.num_turns == 5  # one value position per sampled token
+        assert [list(r.positions) for r in rows] == [[2, 3], [1, 2, 3]]
+    batch = ValueBatch.pack(rows)
+    assert batch.num_positions == 5  # one value position per sampled token
     np.testing.assert_allclose(batch.returns.numpy(), WANT_RET, rtol=0, atol=1e-6)
     np.testing.assert_allclose(batch.old_values.numpy(), VALUES, rtol=0, atol=1e-6)
     for r, seq in zip(rows, ep.training_sequences([0.0, 0.0])):  # position + 1 is exactly the sampled tokens
-        assert [b + 1 for b in r.boundaries] == [i for i, x in enumerate(seq.loss_mask) if x == 1]
+        assert [b + 1 for b in r.positions] == [i for i, x in enumerate(seq.loss_mask) if x == 1]
     # turn level keeps its one boundary per turn
-    assert [list(r.boundaries) for r in critic_rows([ep])] == ([[2, 6]] if mode == "full_history" else [[2], [1]])
+    assert [list(r.positions) for r in critic_rows([ep])] == ([[2, 6]] if mode == "full_history" else [[2], [1]])
 
 
 def test_pack_batch_checks_counts_and_level():

@@ -14,8 +14,8 @@ from environments.tools import (
     ToolCall,
     get_parser,
     python_tool_schema,
-    render_tools_for_prompt,
 )
+from agentrl.rollout.chat import render_tools_for_prompt
 
 TOOLS = [python_tool_schema()]
 
