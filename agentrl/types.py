@@ -743,7 +743,7 @@ class StepInfo:
             raise bad("anchor", anchor, "is not hashable; use a tuple/str/int state key (GiGPO groups steps by it)") from None
         role = info.get("observation_role", "user")
         if role not in OBSERVATION_ROLES:
-            raise bad("observation_role", role, f"; expected one of {OBSERVATION_ROLES}")
+            raise bad("observation_role", role, f"is not one of {OBSERVATION_ROLES}")
         outputs = info.get("tool_outputs")
         if outputs is not None and not (isinstance(outputs, (list, tuple)) and all(isinstance(o, str) for o in outputs)):
             raise bad("tool_outputs", outputs, "must be a list of str (one per tool call)")

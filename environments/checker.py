@@ -41,11 +41,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
 from agentrl.errors import EnvError
+from agentrl.types import OBSERVATION_ROLES, StepInfo, StepInfoError
+from environments.core import DEFAULT_CHECKER_ACTIONS
 
-__all__ = ["CheckProblem", "CheckReport", "EnvCheckError", "check_env", "format_report"]
+__all__ = ["CheckProblem", "CheckReport", "EnvCheckError", "check_env", "format_report", "OBSERVATION_ROLES"]
 
-OBSERVATION_ROLES = ("user", "tool", "system")
-DEFAULT_ACTIONS = ("Hello.", "I am done.")
+DEFAULT_ACTIONS = DEFAULT_CHECKER_ACTIONS
 
 
 class EnvCheckError(EnvError):
@@ -247,18 +248,14 @@ class _Checker:
 
     # contract of one call ---------------------------------------------------------------
 
-    def check_info(self, check: str, where: str, info: dict) -> None:
-        if "anchor" in info and not _hashable(info["anchor"]):
-            self.fail("anchor", f"{where}: info['anchor']={info['anchor']!r} is not hashable; use a tuple/str/int state key (GiGPO groups steps by it)")
-        role = info.get("observation_role", "user")
-        if role not in OBSERVATION_ROLES:
-            self.fail(check, f"{where}: info['observation_role']={role!r}; expected one of {OBSERVATION_ROLES}")
-        outs = info.get("tool_outputs")
-        if outs is not None and not (isinstance(outs, list) and all(isinstance(o, str) for o in outs)):
-            self.fail(check, f"{where}: info['tool_outputs'] must be a list of str, got {outs!r:.80}")
-        for key, typ in (("system_prompt", str), ("tools", list), ("invalid_action", bool), ("system_prompt_describes_tools", bool)):
-            if key in info and not isinstance(info[key], typ):
-                self.fail(check, f"{where}: info[{key!r}] must be {typ.__name__}, got {type(info[key]).__name__}")
+    def check_info(self, check: str, where: str, info: dict) -> StepInfo | None:
+        """``StepInfo.from_info`` (the validator the rollout uses); a failure is a problem
+        of ``check`` (of ``anchor`` for the anchor key). None when it failed."""
+        try:
+            return StepInfo.from_info(info, env_id=self.env_id, where=where)
+        except StepInfoError as exc:
+            self.fail("anchor" if exc.key == "anchor" else check, str(exc))
+            return None
 
     def reset(self, env: Any, seed: int | None) -> tuple[str, Hashable]:
         try:
@@ -275,9 +272,9 @@ class _Checker:
         if not isinstance(info, dict):
             self.fail("reset", f"reset returned info of type {type(info).__name__}; expected dict")
             raise _Failed
-        self.check_info("reset", "reset", info)
-        anchor = info.get("anchor", obs)
-        return obs, (anchor if _hashable(anchor) else repr(anchor))
+        parsed = self.check_info("reset", "reset", info)
+        anchor = parsed.anchor_or(obs) if parsed is not None else repr(info.get("anchor", obs))
+        return obs, anchor
 
     def step(self, env: Any, action: str, k: int) -> tuple[str, float, bool, bool, Hashable]:
         try:
@@ -299,9 +296,9 @@ class _Checker:
         if not isinstance(info, dict):
             self.fail("step", f"step {k}: info of type {type(info).__name__}; expected dict")
             raise _Failed
-        self.check_info("step", f"step {k}", info)
-        anchor = info.get("anchor", obs)
-        return obs, float(reward), bool(terminated), bool(truncated), (anchor if _hashable(anchor) else repr(anchor))
+        parsed = self.check_info("step", f"step {k}", info)
+        anchor = parsed.anchor_or(obs) if parsed is not None else repr(info.get("anchor", obs))
+        return obs, float(reward), bool(terminated), bool(truncated), anchor
 
     def actions(self, cls: Any) -> list[str]:
         if self.scripted is not None:

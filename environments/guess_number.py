@@ -43,12 +43,12 @@ from __future__ import annotations
 import re
 from typing import Any, Hashable
 
-import gymnasium
 import numpy as np
 
-from agentrl.errors import ConfigError, EnvError
-from environments.humaneval import TextSpace
-from environments.seeded import SPLITS, SeededTasks, check_step, last_tag_content
+from agentrl.errors import ConfigError
+from agentrl.types import StepInfo
+from environments.core import TextEnv
+from environments.seeded import SPLITS, SeededTasks, last_tag_content
 
 __all__ = ["ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "TASKS", "GUESS_CLAMP", "parse_guess", "secret_of", "task_ids",
            "GuessNumberEnv"]
@@ -103,7 +103,7 @@ def _shown(guess: int) -> str:
     return str(guess) if abs(guess) < GUESS_CLAMP else ("-" if guess < 0 else "") + "a number of more than 18 digits"
 
 
-class GuessNumberEnv(gymnasium.Env[str, str]):
+class GuessNumberEnv(TextEnv):
     """Guess the secret number; see the module docstring.
 
     Args:
@@ -121,6 +121,7 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
 
     def __init__(self, sandbox: Any = None, split: str = "train", low: int = 1, high: int = 10,
                  max_guesses: int = 5, render_mode: str | None = None) -> None:
+        super().__init__()
         self._split_seeds = TASKS.seeds(split)  # validates the split
         if not (isinstance(low, int) and isinstance(high, int)) or isinstance(low, bool) or isinstance(high, bool):
             raise ConfigError(f"low={low!r}, high={high!r} must be ints")
@@ -135,14 +136,9 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         self.split = split
         self.low, self.high, self.max_guesses = low, high, max_guesses
         self.render_mode = render_mode
-        self.observation_space = TextSpace()
-        self.action_space = TextSpace()
-        self._task_id: str | None = None
         self._secret: int | None = None
         self._lo, self._hi = low, high
         self._turns = 0
-        self._done = False
-        self._closed = False
         self._last = ""
 
     @classmethod
@@ -168,14 +164,11 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: after ``close``. ConfigError: unknown option or task id.
         """
-        if self._closed:
-            raise EnvError("GuessNumberEnv.reset() after close(); make a new environment")
-        super().reset(seed=seed)
-        task_id = TASKS.task_for_reset(options, self.np_random, self._split_seeds)
+        task_id = TASKS.task_for_reset(self._start_reset(seed, options), self.np_random, self._split_seeds)
         self._secret = secret_of(task_id, self.low, self.high)
         self._task_id, self._lo, self._hi, self._turns, self._done = task_id, self.low, self.high, 0, False
-        info = self._info(invalid=False, success=False)
-        info.update(system_prompt=self.system_prompt, tools=[], split=TASKS.split_of(task_id))
+        info = self._info(invalid=False, success=False, system_prompt=self.system_prompt, tools=())
+        info["split"] = TASKS.split_of(task_id)
         self._last = f"Guess the secret number from {self.low} to {self.high}. Your first guess?"
         return self._last, info
 
@@ -185,7 +178,7 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: no game running, or ``action`` is not a str.
         """
-        check_step(self, started=self._secret is not None, action=action)
+        self._check_step(action)
         self._turns += 1
         guess = parse_guess(action)
         success = False
@@ -218,11 +211,10 @@ class GuessNumberEnv(gymnasium.Env[str, str]):
 
     def close(self) -> None:
         """Nothing to release; idempotent."""
-        self._closed = True
-        self._done = True
+        super().close()
 
-    def _info(self, *, invalid: bool, success: bool) -> dict[str, Any]:
+    def _info(self, *, invalid: bool, success: bool, **step_info: Any) -> dict[str, Any]:
         assert self._task_id is not None
         anchor: Hashable = (self._task_id, self._lo, self._hi)
-        return {"task_id": self._task_id, "anchor": anchor, "invalid_action": invalid, "observation_role": "user",
-                "guesses": self._turns, "interval": (self._lo, self._hi), "success": success}
+        return StepInfo(anchor=anchor, invalid_action=invalid, success=success, **step_info).to_info(
+            task_id=self._task_id, guesses=self._turns, interval=(self._lo, self._hi))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from agentrl.errors import ConfigError, EnvError
+from agentrl.errors import ConfigError
 
-__all__ = ["SPLITS", "SeededTasks", "check_step", "last_tag_content"]
+__all__ = ["SPLITS", "SeededTasks", "last_tag_content"]
 
 SPLITS = ("train", "test", "all")
 
@@ -62,17 +62,14 @@ class SeededTasks:
                               f"'{self.prefix}/<seed>' with a decimal seed, e.g. '{self.prefix}/0'")
         return int(m.group(1))
 
-    def task_for_reset(self, options: Mapping[str, Any] | None, rng: Any, seeds: Sequence[int]) -> str:
-        """The task a ``reset(options=...)`` asks for: ``options["task_id"]`` (validated),
-        else one drawn with ``rng`` (the env's ``np_random``) from ``seeds``.
+    def task_for_reset(self, task_id: object, rng: Any, seeds: Sequence[int]) -> str:
+        """The task of a ``reset``: ``task_id`` (what ``TextEnv._start_reset`` parsed from
+        the options; validated here), else, when it is None, one drawn with ``rng`` (the
+        env's ``np_random``) from ``seeds``.
 
         Raises:
-            ConfigError: an option other than ``task_id``, or a malformed task id.
+            ConfigError: a malformed task id.
         """
-        rest = dict(options or {})
-        task_id = rest.pop("task_id", None)
-        if rest:
-            raise ConfigError(f"unknown reset options {sorted(rest)}; expected only 'task_id'")
         if task_id is None:
             return f"{self.prefix}/{seeds[int(rng.integers(len(seeds)))]}"
         self.seed_of(task_id)
@@ -82,28 +79,6 @@ class SeededTasks:
         """``"train"``, ``"test"`` or None (a seed outside both ranges)."""
         s = self.seed_of(task_id)
         return "train" if s in self.train else "test" if s in self.test else None
-
-
-def check_step(env: Any, *, started: bool, action: Any) -> None:
-    """The guards every ``step`` of these envs starts with.
-
-    Args:
-        env: the environment (its class name, ``_closed``, ``_done`` and ``_task_id`` are read).
-        started: whether ``reset`` has run.
-        action: the completion text.
-
-    Raises:
-        EnvError: after ``close``, before ``reset``, after the episode ended, or a non-str action.
-    """
-    name = type(env).__name__
-    if env._closed:
-        raise EnvError(f"{name}.step() after close(); make a new environment")
-    if not started:
-        raise EnvError(f"{name}.step() before reset(); call reset() first")
-    if env._done:
-        raise EnvError(f"{name}.step() after the episode on {env._task_id} ended; call reset()")
-    if not isinstance(action, str):
-        raise EnvError(f"action must be the completion text (str), got {type(action).__name__}")
 
 
 def last_tag_content(text: str, tag: str) -> str | None:

@@ -51,11 +51,9 @@ import secrets
 import zlib
 from typing import Any, Hashable
 
-import gymnasium
-
-from agentrl.errors import ConfigError, EnvError, RewardError, SandboxError, ToolParseError
-from agentrl.types import ExecResult
-from environments.humaneval import TextSpace, _clip_text
+from agentrl.errors import ConfigError, RewardError, SandboxError, ToolParseError
+from agentrl.types import ExecResult, StepInfo
+from environments.core import TextEnv, clip_text
 from environments.shell_task_bank import TASKS, ShellTask
 from environments.tools import HermesToolParser, ToolCall
 from sandboxes.base import Sandbox
@@ -135,7 +133,7 @@ def grade(sandbox: Sandbox, task: ShellTask, *, timeout_s: float = 30.0) -> list
     return [found[k] for k in range(len(task.checks))]
 
 
-class ShellTasksEnv(gymnasium.Env[str, str]):
+class ShellTasksEnv(TextEnv):
     """Shell tasks with a ``bash`` tool; see the module docstring for the protocol.
 
     Args:
@@ -151,11 +149,10 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
         ConfigError: an argument is out of range or ``sandbox`` lacks the interface.
     """
 
-    metadata = {"render_modes": []}
-
     def __init__(self, sandbox: Sandbox, split: str = "train", max_tool_calls: int = 10,
                  tool_timeout_s: float = 10.0, max_invalid_actions: int = 3,
                  tool_output_limit_chars: int = 4000) -> None:
+        super().__init__()
         if not isinstance(sandbox, Sandbox):
             raise ConfigError(f"sandbox={sandbox!r} does not implement sandboxes.base.Sandbox")
         self._split_ids = task_ids(split)
@@ -172,13 +169,9 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
         self.tool_timeout_s = float(tool_timeout_s)
         self.max_invalid_actions = max_invalid_actions
         self.tool_output_limit_chars = tool_output_limit_chars
-        self.observation_space = TextSpace()
-        self.action_space = TextSpace()
         self.tools = [bash_tool_schema()]
         self._parser = HermesToolParser(self.tools)
         self._task: ShellTask | None = None
-        self._done = False
-        self._closed = False
         self._dirty = False
         self._history = hashlib.sha256()
         self._num_tool_calls = 0
@@ -228,25 +221,16 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
             EnvError: after ``close``. ConfigError: unknown option or task.
             SandboxError: the setup failed.
         """
-        if self._closed:
-            raise EnvError("ShellTasksEnv.reset() after close(); make a new environment")
-        super().reset(seed=seed)
-        options = dict(options or {})
-        task_id = options.pop("task_id", None)
-        if options:
-            raise ConfigError(f"unknown reset options {sorted(options)}; expected only 'task_id'")
-        if task_id is None:
-            task_id = self._split_ids[int(self.np_random.integers(len(self._split_ids)))]
-        task = get_task(task_id)
+        task_id = self._start_reset(seed, options)
+        task = get_task(task_id if task_id is not None else self._draw(self._split_ids))
         self._setup(task)
-        self._task = task
-        self._done = False
+        self._task, self._task_id, self._done = task, task.task_id, False
         self._history = hashlib.sha256()
         self._num_tool_calls = 0
         self._num_invalid_actions = 0
-        info = self._info(invalid_action=False, role="user")
-        info.update(split=_split_of(task.task_id), category=task.category, system_prompt=self.system_prompt,
-                    system_prompt_describes_tools=True, tools=json.loads(json.dumps(self.tools)))
+        info = self._info(system_prompt=self.system_prompt, system_prompt_describes_tools=True,
+                          tools=tuple(json.loads(json.dumps(self.tools))))
+        info.update(split=_split_of(task.task_id), category=task.category)
         prompt = (f"Task: {task.prompt}\n\nThe working directory is `{self.sandbox.spec.workdir}`. "
                   "Use the bash tool to do the task, then reply without a tool call.")
         return prompt, info
@@ -264,14 +248,7 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
             EnvError: no episode running or ``action`` not a str. RewardError: grading
             failed. SandboxError: the sandbox failed.
         """
-        if self._closed:
-            raise EnvError("ShellTasksEnv.step() after close(); make a new environment")
-        if self._task is None:
-            raise EnvError("ShellTasksEnv.step() before reset(); call reset() first")
-        if self._done:
-            raise EnvError(f"ShellTasksEnv.step() after the episode on {self._task.task_id} ended; call reset()")
-        if not isinstance(action, str):
-            raise EnvError(f"action must be the completion text (str), got {type(action).__name__}")
+        self._check_step(action)
         try:
             calls = self._parser.parse(action)
         except ToolParseError as exc:
@@ -296,14 +273,12 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
             info["tool_calls"] = calls
             return obs, reward, term, trunc, info
         observation = "\n\n".join(outputs) + f"\n\n(Tool calls left: {self.max_tool_calls - self._num_tool_calls}.)"
-        info = self._info(invalid_action=False, role="tool", calls=calls)
-        info["tool_outputs"] = outputs
+        info = self._info(calls=calls, observation_role="tool", tool_outputs=tuple(outputs))
         return observation, 0.0, False, False, info
 
     def close(self) -> None:
         """End the env; the sandbox is NOT closed (its owner closes it). Idempotent."""
-        self._closed = True
-        self._done = True
+        super().close()
 
     # -- internals ------------------------------------------------------------------------
 
@@ -323,13 +298,14 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
                 raise SandboxError(f"setup of {task.task_id} failed (exit {r.exit_code}): {r.stderr[-300:]}",
                                    command=r.command, output=r.stderr)
 
-    def _info(self, *, invalid_action: bool, role: str, calls: list[ToolCall] | None = None) -> dict[str, Any]:
+    def _info(self, *, calls: list[ToolCall] | None = None, **step_info: Any) -> dict[str, Any]:
+        """``StepInfo(anchor=..., **step_info).to_info()`` plus this env's own keys."""
         assert self._task is not None
         digest = self._history.hexdigest()[:16] if self._num_tool_calls or calls else ""
         anchor: Hashable = (self._task.task_id, digest)
-        return {"task_id": self._task.task_id, "anchor": anchor, "invalid_action": invalid_action,
-                "tool_calls": list(calls or []), "observation_role": role,
-                "num_tool_calls": self._num_tool_calls, "num_invalid_actions": self._num_invalid_actions}
+        return StepInfo(anchor=anchor, **step_info).to_info(
+            task_id=self._task.task_id, tool_calls=list(calls or []),
+            num_tool_calls=self._num_tool_calls, num_invalid_actions=self._num_invalid_actions)
 
     def _invalid(self, message: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._num_invalid_actions += 1
@@ -338,7 +314,7 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
                 truncated=True, prefix=f"{message}\nToo many invalid replies; the task is over.")
             info.update(invalid_action=True, error=message)
             return obs, reward, term, trunc, info
-        info = self._info(invalid_action=True, role="user")
+        info = self._info(invalid_action=True)
         info["error"] = message
         left = self.max_invalid_actions - self._num_invalid_actions
         return f"{message}\n(Invalid replies left before the task ends: {left}.)", 0.0, False, False, info
@@ -351,8 +327,8 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
         lines = [prefix] if prefix else []
         lines.append(f"Checked the working directory: {sum(passed)} of {len(passed)} criteria met.")
         lines += [f"- [{'x' if ok else ' '}] {c.description}" for ok, c in zip(passed, self._task.checks)]
-        info = self._info(invalid_action=False, role="user")
-        info.update(checks_passed=passed, checks=[c.description for c in self._task.checks], success=all(passed))
+        info = self._info(success=all(passed))
+        info.update(checks_passed=passed, checks=[c.description for c in self._task.checks])
         return "\n".join(lines), float(reward), not truncated, truncated, info
 
     def _format(self, result: ExecResult) -> str:
@@ -361,5 +337,5 @@ class ShellTasksEnv(gymnasium.Env[str, str]):
             lines.append(f"Timed out after {self.tool_timeout_s:g} s; the command was killed.")
         lines.append("Exit code: none (did not start)." if result.exit_code is None else f"Exit code: {result.exit_code}")
         for name, text in (("stdout", result.stdout), ("stderr", result.stderr)):
-            lines.append(f"{name}:\n{_clip_text(text, self.tool_output_limit_chars).rstrip(chr(10))}" if text else f"{name}: (empty)")
+            lines.append(f"{name}:\n{clip_text(text, self.tool_output_limit_chars).rstrip(chr(10))}" if text else f"{name}: (empty)")
         return "\n".join(lines)

@@ -51,12 +51,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Hashable
 
-import gymnasium
 import numpy as np
 
-from agentrl.errors import ConfigError, EnvError
-from environments.humaneval import TextSpace
-from environments.seeded import SPLITS, SeededTasks, check_step, last_tag_content
+from agentrl.errors import ConfigError
+from agentrl.types import StepInfo
+from environments.core import TextEnv
+from environments.seeded import SPLITS, SeededTasks, last_tag_content
 
 __all__ = [
     "ENV_ID", "SPLITS", "TRAIN_SEEDS", "TEST_SEEDS", "ACTIONS", "STEP_PENALTY", "BOX_ON_TARGET",
@@ -221,7 +221,7 @@ def parse_action(text: str) -> str | None:
     return word if word in ACTIONS else None
 
 
-class SokobanEnv(gymnasium.Env[str, str]):
+class SokobanEnv(TextEnv):
     """Sokoban with text observations and actions; see the module docstring.
 
     Args:
@@ -242,6 +242,7 @@ class SokobanEnv(gymnasium.Env[str, str]):
     def __init__(self, sandbox: Any = None, split: str = "train", dim_room: tuple[int, int] | list[int] = (7, 7),
                  num_boxes: int = 2, max_steps: int = 50, num_gen_steps: int | None = None,
                  render_mode: str | None = None) -> None:
+        super().__init__()
         self._split_seeds = TASKS.seeds(split)  # validates the split
         dim = tuple(dim_room)
         if len(dim) != 2 or not all(isinstance(x, int) and x >= 5 for x in dim):
@@ -258,13 +259,8 @@ class SokobanEnv(gymnasium.Env[str, str]):
         self.max_steps = max_steps
         self.num_gen_steps = num_gen_steps
         self.render_mode = render_mode
-        self.observation_space = TextSpace()
-        self.action_space = TextSpace()
-        self._task_id: str | None = None
         self._board: Board | None = None
         self._steps = 0
-        self._done = False
-        self._closed = False
 
     @classmethod
     def task_ids(cls, split: str = "train") -> list[str]:
@@ -296,15 +292,11 @@ class SokobanEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: after ``close``. ConfigError: unknown option or task id.
         """
-        if self._closed:
-            raise EnvError("SokobanEnv.reset() after close(); make a new environment")
-        super().reset(seed=seed)
-        task_id = TASKS.task_for_reset(options, self.np_random, self._split_seeds)
+        task_id = TASKS.task_for_reset(self._start_reset(seed, options), self.np_random, self._split_seeds)
         board = generate_board(_seed_of(task_id), self.dim_room, self.num_boxes, self.num_gen_steps)
         self._task_id, self._board, self._steps, self._done = task_id, board, 0, False
-        info = self._info(invalid=False)
-        info.update(system_prompt=self.system_prompt, tools=[],
-                    split=TASKS.split_of(task_id))
+        info = self._info(invalid=False, system_prompt=self.system_prompt, tools=())
+        info["split"] = TASKS.split_of(task_id)
         return f"{render(board)}\nPush all {len(board.targets)} boxes onto the targets. Your move?", info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -313,7 +305,7 @@ class SokobanEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: no episode running, or ``action`` is not a str.
         """
-        check_step(self, started=self._board is not None, action=action)
+        self._check_step(action)
         self._steps += 1
         reward = STEP_PENALTY
         move = parse_action(action)
@@ -359,13 +351,12 @@ class SokobanEnv(gymnasium.Env[str, str]):
 
     def close(self) -> None:
         """Nothing to release; idempotent."""
-        self._closed = True
-        self._done = True
+        super().close()
 
-    def _info(self, *, invalid: bool) -> dict[str, Any]:
+    def _info(self, *, invalid: bool, **step_info: Any) -> dict[str, Any]:
         b = self._board
         assert b is not None and self._task_id is not None
         anchor: Hashable = (self._task_id, b.player, b.boxes)
-        return {"task_id": self._task_id, "anchor": anchor, "invalid_action": invalid, "observation_role": "user",
-                "boxes_on_target": sum(x in b.targets for x in b.boxes), "steps": self._steps,
-                "success": all(x in b.targets for x in b.boxes)}
+        return StepInfo(anchor=anchor, invalid_action=invalid, success=all(x in b.targets for x in b.boxes),
+                        **step_info).to_info(task_id=self._task_id, boxes_on_target=sum(x in b.targets for x in b.boxes),
+                                             steps=self._steps)

@@ -46,11 +46,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
-import gymnasium
 
-from agentrl.errors import ConfigError, EnvError
-from environments.humaneval import TextSpace
-from environments.seeded import SPLITS, SeededTasks, check_step, last_tag_content
+from agentrl.errors import ConfigError
+from agentrl.types import StepInfo
+from environments.core import TextEnv
+from environments.seeded import SPLITS, SeededTasks, last_tag_content
 
 _TW_LOCK = threading.RLock()
 """TextWorld's generator (its TatSu grammar parser) and game engine keep process-global
@@ -149,7 +149,7 @@ def parse_command(text: str) -> str | None:
     return command if 0 < len(command) <= MAX_COMMAND_CHARS else None
 
 
-class TextWorldEnv(gymnasium.Env[str, str]):
+class TextWorldEnv(TextEnv):
     """TextWorld games as a text env; see the module docstring.
 
     Args:
@@ -173,6 +173,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
                  quest_length: int = 3, max_steps: int = 40, cache_dir: str | os.PathLike | None = None,
                  show_admissible_commands: bool = False) -> None:
         self._tw = _textworld()
+        super().__init__()
         self._split_seeds = TASKS.seeds(split)  # validates the split
         for name, value in (("nb_rooms", nb_rooms), ("nb_objects", nb_objects), ("quest_length", quest_length),
                             ("max_steps", max_steps)):
@@ -183,14 +184,9 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         self.max_steps = max_steps
         self.cache_dir = _cache_dir(cache_dir)
         self.show_admissible_commands = bool(show_admissible_commands)
-        self.observation_space = TextSpace()
-        self.action_space = TextSpace()
         self._game: Any = None
-        self._task_id: str | None = None
         self._state: Any = None
         self._steps = 0
-        self._done = False
-        self._closed = False
 
     @classmethod
     def task_ids(cls, split: str = "train") -> list[str]:
@@ -215,10 +211,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: after ``close``. ConfigError: unknown option or task id.
         """
-        if self._closed:
-            raise EnvError("TextWorldEnv.reset() after close(); make a new environment")
-        super().reset(seed=seed)
-        task_id = TASKS.task_for_reset(options, self.np_random, self._split_seeds)
+        task_id = TASKS.task_for_reset(self._start_reset(seed, options), self.np_random, self._split_seeds)
         (path,) = generate_games([_seed_of(task_id)], cache_dir=self.cache_dir, **self.options)
         if self._game is not None:
             self._game.close()
@@ -231,8 +224,8 @@ class TextWorldEnv(gymnasium.Env[str, str]):
                 self._game = self._tw.start(str(path), request_infos=infos)
                 self._state = self._game.reset()
         self._task_id, self._steps, self._done = task_id, 0, False
-        info = self._info(invalid=False)
-        info.update(system_prompt=self.system_prompt, tools=[], split=TASKS.split_of(task_id))
+        info = self._info(invalid=False, system_prompt=self.system_prompt, tools=())
+        info["split"] = TASKS.split_of(task_id)
         text = f"Objective: {self._state.objective.strip()}\n\n{self._feedback()}"
         return text, info
 
@@ -242,7 +235,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
         Raises:
             EnvError: no episode running, or ``action`` is not a str.
         """
-        check_step(self, started=self._game is not None, action=action)
+        self._check_step(action)
         self._steps += 1
         command = parse_command(action)
         reward, terminated = 0.0, False
@@ -270,8 +263,7 @@ class TextWorldEnv(gymnasium.Env[str, str]):
             with _TW_LOCK:
                 self._game.close()
             self._game = None
-        self._closed = True
-        self._done = True
+        super().close()
 
     def _feedback(self) -> str:
         text = self._state.feedback.strip()
@@ -279,10 +271,9 @@ class TextWorldEnv(gymnasium.Env[str, str]):
             text += "\n\nValid commands: " + ", ".join(sorted(self._state.admissible_commands))
         return text
 
-    def _info(self, *, invalid: bool) -> dict[str, Any]:
+    def _info(self, *, invalid: bool, **step_info: Any) -> dict[str, Any]:
         facts = "\n".join(sorted(str(f) for f in self._state.facts))
         anchor = (self._task_id, hashlib.sha256(facts.encode()).hexdigest()[:16])
-        return {"task_id": self._task_id, "anchor": anchor, "invalid_action": invalid, "observation_role": "user",
-                "score": int(self._state.score), "max_score": int(self._state.max_score),
-                "won": bool(self._state.won), "lost": bool(self._state.lost), "steps": self._steps,
-                "success": bool(self._state.won)}
+        return StepInfo(anchor=anchor, invalid_action=invalid, success=bool(self._state.won), **step_info).to_info(
+            task_id=self._task_id, score=int(self._state.score), max_score=int(self._state.max_score),
+            won=bool(self._state.won), lost=bool(self._state.lost), steps=self._steps)

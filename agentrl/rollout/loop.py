@@ -41,7 +41,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 from agentrl.errors import EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
-from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, TerminationReason, Turn
+from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, StepInfo, TerminationReason, Turn
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,14 @@ class _Active:
     describes_tools: bool = False
 
 
-def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, dict]:
+def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, StepInfo]:
+    """``env.step``'s 5-tuple, checked, with ``info`` parsed by ``StepInfo.from_info``.
+
+    Raises:
+        EnvError: wrong tuple shape, observation or flag types.
+        RewardError: a reward that is not a finite number.
+        StepInfoError (a ContractError): an ``info`` key of the wrong type.
+    """
     if not isinstance(out, tuple) or len(out) != 5:
         raise EnvError(f"{env_id}.step returned {type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}; expected (observation, reward, terminated, truncated, info)")
     obs, reward, terminated, truncated, info = out
@@ -100,33 +107,16 @@ def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, d
         raise RewardError(f"{env_id}.step returned reward={reward!r}; expected a finite number")
     if not isinstance(terminated, bool) or not isinstance(truncated, bool):
         raise EnvError(f"{env_id}.step returned terminated={terminated!r}, truncated={truncated!r}; expected bools")
-    if not isinstance(info, dict):
-        raise EnvError(f"{env_id}.step returned info of type {type(info).__name__}; expected dict")
-    return obs, float(reward), terminated, truncated, info
+    return obs, float(reward), terminated, truncated, StepInfo.from_info(info, env_id=env_id, where="step")
 
 
-def _anchor_of(info: dict, obs: str, env_id: str) -> Hashable:
-    anchor = info.get("anchor", obs)
-    try:
-        hash(anchor)
-    except TypeError:
-        raise EnvError(f"{env_id}: info['anchor']={anchor!r} is not hashable; GiGPO needs a hashable state key") from None
-    return anchor
-
-
-def _observation_messages(obs: str, info: dict, env_id: str) -> list[dict[str, str]]:
-    """Chat messages for an observation: ``info["observation_role"]`` (default ``user``);
-    with role ``tool`` and ``info["tool_outputs"]`` (one string per tool call), one tool
-    message per call, as chat templates expect after several calls (case C02)."""
-    role = info.get("observation_role", "user")
-    if role not in ("user", "tool", "system"):
-        raise EnvError(f"{env_id}: info['observation_role']={role!r}; expected 'user', 'tool' or 'system'")
-    outputs = info.get("tool_outputs")
-    if role == "tool" and outputs:
-        if not isinstance(outputs, (list, tuple)) or not all(isinstance(o, str) for o in outputs):
-            raise EnvError(f"{env_id}: info['tool_outputs'] must be a list of str, got {outputs!r:.200}")
-        return [{"role": "tool", "content": o} for o in outputs]
-    return [{"role": role, "content": obs}]
+def _observation_messages(obs: str, info: StepInfo) -> list[dict[str, str]]:
+    """Chat messages for an observation: role ``info.observation_role``; with role ``tool``
+    and ``info.tool_outputs`` (one string per tool call), one tool message per call, as
+    chat templates expect after several calls (case C02)."""
+    if info.observation_role == "tool" and info.tool_outputs:
+        return [{"role": "tool", "content": o} for o in info.tool_outputs]
+    return [{"role": info.observation_role, "content": obs}]
 
 
 class RolloutWorker:
@@ -209,7 +199,7 @@ class RolloutWorker:
         return [st.episode for st in states]
 
     # --- environment side (thread pool) ------------------------------------------------
-    def _reset(self, st: _Active) -> tuple[str, dict]:
+    def _reset(self, st: _Active) -> tuple[str, StepInfo]:
         env, sandbox = self.env_factory(st.req)
         st.env, st.sandbox = env, sandbox
         if sandbox is not None and hasattr(sandbox, "add_listener"):
@@ -224,11 +214,9 @@ class RolloutWorker:
         obs, info = out
         if not isinstance(obs, str):
             raise EnvError(f"{st.req.env_id}.reset returned observation of type {type(obs).__name__}; expected str")
-        if not isinstance(info, dict):
-            raise EnvError(f"{st.req.env_id}.reset returned info of type {type(info).__name__}; expected dict")
-        return obs, info
+        return obs, StepInfo.from_info(info, env_id=st.req.env_id, where="reset")
 
-    def _step(self, st: _Active) -> tuple[str, float, bool, bool, dict]:
+    def _step(self, st: _Active) -> tuple[str, float, bool, bool, StepInfo]:
         return _check_step_output(st.env.step(st.episode.turns[-1].action_text), st.req.env_id)
 
     def _close(self, st: _Active) -> None:
@@ -284,7 +272,6 @@ class RolloutWorker:
         return False
 
     def _after_env(self, kind: str, fut: Future, st: _Active, policy_version: int, by_request: dict[str, _Active]) -> bool:
-        env_id = st.req.env_id
         try:
             result = fut.result()
         except RewardError as exc:
@@ -296,18 +283,18 @@ class RolloutWorker:
         try:
             if kind == "reset":
                 obs, info = result
-                st.anchor = _anchor_of(info, obs, env_id)
-                st.task_text, st.system_prompt = obs, info.get("system_prompt")
-                st.tools = info.get("tools") or None
-                st.describes_tools = bool(info.get("system_prompt_describes_tools"))
+                st.anchor = info.anchor_or(obs)
+                st.task_text, st.system_prompt = obs, info.system_prompt
+                st.tools = [dict(t) for t in info.tools] if info.tools else None
+                st.describes_tools = info.system_prompt_describes_tools
                 return self._queue_turn(st, self._first_prompt(st, obs), policy_version, by_request)
             obs, reward, terminated, truncated, info = result
             turn = st.episode.turns[-1]
             turn.reward = reward
             turn.observation_text = obs
-            turn.invalid_action = bool(info.get("invalid_action", False))
-            if "success" in info:
-                st.episode.success = bool(info["success"])
+            turn.invalid_action = info.invalid_action
+            if info.success is not None:
+                st.episode.success = info.success
             with st.lock:
                 turn.exec_results.extend(st.execs)
                 st.execs.clear()
@@ -324,10 +311,10 @@ class RolloutWorker:
                 return self._finish(st, TerminationReason.ENV_TRUNCATED)
             if len(st.episode.turns) >= self.limits.max_turns:
                 return self._finish(st, TerminationReason.MAX_TURNS)
-            st.anchor = _anchor_of(info, obs, env_id)
+            st.anchor = info.anchor_or(obs)
             if self.limits.prompt_mode == "per_step":
                 return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), policy_version, by_request)
-            delta = self.chat.delta_ids(_observation_messages(obs, info, env_id))
+            delta = self.chat.delta_ids(_observation_messages(obs, info))
             return self._queue_turn(st, delta, policy_version, by_request)
         except (EnvError, InfraError) as exc:
             return self._fail(st, TerminationReason.INFRA_ERROR, exc)

@@ -1,5 +1,5 @@
 """The host side of the grading protocol: reading the supervisor's event lines
-(environments/humaneval.py ``_parse_events`` and the report builders). The supervisor itself
+(environments/humaneval/scoring.py ``_parse_events`` and the report builders). The supervisor itself
 runs in the real sandbox in tests/integration/environments; here its output is given as
 ``ExecResult`` values, to pin how malformed or missing output is judged."""
 
@@ -11,14 +11,8 @@ import pytest
 
 from agentrl.errors import RewardError
 from agentrl.types import ExecResult
-from environments.humaneval import (
-    _complete_report,
-    _Job,
-    _killed_report,
-    _parse_events,
-    get_task,
-    split_check,
-)
+from environments.humaneval import get_task, split_check
+from environments.humaneval.scoring import _complete_report, _Job, _killed_report, _parse_events
 
 NONCE = "ab" * 16
 

