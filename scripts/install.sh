@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 # The Docker sandbox backend: the daemon, and debootstrap to make the base image without a
-# registry (sandboxes/images.py).
+# registry (sandboxes/docker/images.py).
 command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
 if [ "${AGENTRL_INSTALL_TEST_DEPS:-0}" = 1 ]; then
@@ -42,9 +42,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 echo "[install] preparing smollm2-135m-instruct"
 .venv/bin/agentrl models prepare smollm2-135m-instruct
-if .venv/bin/python -c "import sys; from sandboxes.reaper import docker_daemon_answers; sys.exit(0 if docker_daemon_answers() else 1)"; then
+if .venv/bin/python -c "import sys; from sandboxes.docker.daemon import docker_daemon_answers; sys.exit(0 if docker_daemon_answers() else 1)"; then
   echo "[install] building the sandbox base image (cached; first time about a minute)"
-  .venv/bin/python -c "from sandboxes.images import build_image; build_image(progress=print)"
+  .venv/bin/python -c "from sandboxes.docker.images import build_image; build_image(progress=print)"
 else
   echo "[install] no Docker daemon answers: sandboxes will use bubblewrap (start dockerd, then" \
        "run this again or 'agentrl sandbox build-image', to use Docker)"

@@ -21,7 +21,7 @@ if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   if [ "$started" = started ]; then
     trap '$PY "$CTL" stop >/dev/null' EXIT
   fi
-  $PY -c "from sandboxes.images import build_image; build_image(progress=lambda m: print('[test] ' + m))" \
+  $PY -c "from sandboxes.docker.images import build_image; build_image(progress=lambda m: print('[test] ' + m))" \
     || { echo "scripts/test.sh: building the sandbox base image failed" >&2; exit 1; }
   export AGENTRL_REQUIRE_DOCKER=1
 fi

@@ -46,6 +46,49 @@ def stop_token_ids(model_path: str, tokenizer: Any) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ids))
 
 
+def _close_env_ids(env_id: str) -> str:
+    """``"; did you mean 'agentrl/HumanEval-v0'?"`` for an unregistered ``env_id`` (registered
+    ids close to it by difflib, as Gymnasium suggests names), or ``""`` when none is close."""
+    import difflib
+
+    import gymnasium
+
+    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=3, cutoff=0.75)
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?" if close else ""
+
+
+PROBE_TOOLS: tuple[dict, ...] = (
+    {"type": "function", "function": {"name": "python", "description": "Run Python code.",
+                                      "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
+                                                     "required": ["code"]}}},
+)
+"""The tools the start-up template check renders for an environment class that declares none."""
+
+
+def check_chat_template(chat: Any, cfg: Config, env_cls: Any) -> bool:
+    """The start-up template check (``rollout.check_template``): prove that turn-by-turn
+    (delta) tokenization equals the full chat-template rendering, which ``full_history``
+    relies on. ``per_step`` renders each step's whole prompt and never extends one turn by
+    turn, so it needs no check and a template that cannot be extended is allowed there.
+
+    The probe renders the environment class's own ``tools`` when the class declares them
+    (a class attribute: a sequence of OpenAI-style tool schemas, empty for none), else
+    ``PROBE_TOOLS`` (a python tool).
+
+    Returns:
+        True when the check ran (and passed), False when this run needs none.
+
+    Raises:
+        TemplateError: the template cannot be extended turn by turn (``full_history`` only).
+    """
+    if not cfg.rollout.check_template or cfg.rollout.prompt_mode != "full_history":
+        return False
+    declared = getattr(env_cls, "tools", None)
+    tools = [dict(t) for t in declared] if isinstance(declared, (list, tuple)) else [dict(t) for t in PROBE_TOOLS]
+    chat.check_incremental(tools=tools or None)
+    return True
+
+
 def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) -> list[str]:
     """Task ids of a registered environment's split (its class's ``task_ids(split)``)."""
     import gymnasium
@@ -57,7 +100,7 @@ def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) ->
     try:
         spec = gymnasium.spec(env_id)
     except Exception as exc:
-        raise ConfigError(f"env.id={env_id!r} is not a registered environment ({exc})") from None
+        raise ConfigError(f"env.id={env_id!r} is not a registered environment ({exc}){_close_env_ids(env_id)}") from None
     from gymnasium.envs.registration import load_env_creator
 
     creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
@@ -85,13 +128,13 @@ def make_env_factory(cfg: Config, run_id: str):
     import gymnasium
 
     import environments
-    from sandboxes import SandboxSpec, choose_backend, make_sandbox
+    from sandboxes import PooledSandbox, SandboxSpec, choose_backend, make_sandbox
 
     environments.import_env_modules(cfg.env.import_modules)
     try:
         env_spec = gymnasium.spec(cfg.env.id)
     except Exception as exc:
-        raise ConfigError(f"env.id={cfg.env.id!r} is not registered in the rollout process ({exc}); "
+        raise ConfigError(f"env.id={cfg.env.id!r} is not registered in the rollout process ({exc}){_close_env_ids(cfg.env.id)}; "
                           "list the module that registers it in env.import_modules") from None
     entry = env_spec.entry_point
     env_cls = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
@@ -135,22 +178,6 @@ def make_env_factory(cfg: Config, run_id: str):
     return factory
 
 
-class PooledSandbox:
-    """A sandbox leased from a ``SandboxPool`` for one episode: everything is the sandbox's,
-    except ``close()``, which hands it back to the pool (reset or replaced there)."""
-
-    def __init__(self, pool, sandbox) -> None:
-        self._pool, self._sandbox, self._released = pool, sandbox, False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sandbox, name)
-
-    def close(self) -> None:
-        if not self._released:
-            self._released = True
-            self._pool.release(self._sandbox)
-
-
 @ray.remote
 class RolloutActor:
     """Holds the vLLM engine and runs the agent loop with its sandboxes."""
@@ -166,8 +193,11 @@ class RolloutActor:
         self.cfg = cfg
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         chat = ChatTokenizer(tokenizer, stop_token_ids(model_path, tokenizer))
-        if cfg.rollout.check_template:
-            chat.check_incremental(tools=[{"type": "function", "function": {"name": "python", "description": "Run Python code.", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}])
+        if cfg.rollout.check_template and cfg.rollout.prompt_mode == "full_history":
+            import environments
+
+            environments.import_env_modules(cfg.env.import_modules)
+            check_chat_template(chat, cfg, environments.env_class(cfg.env.id))
         t0 = time.perf_counter()
         self.engine = VLLMEngine(model_path, dtype=cfg.model.dtype, max_model_len=cfg.rollout.max_context_tokens,
                                  seed=cfg.run.seed, kv_cache_gb=cfg.rollout.kv_cache_gb, max_num_seqs=cfg.rollout.max_num_seqs)

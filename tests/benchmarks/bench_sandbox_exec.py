@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
 
 from sandboxes import BwrapSandbox, SandboxPool, SandboxSpec  # noqa: E402
-from sandboxes.reaper import docker_daemon_answers  # noqa: E402
+from sandboxes.docker.daemon import docker_daemon_answers  # noqa: E402
 
 CONCURRENCY = 32
 

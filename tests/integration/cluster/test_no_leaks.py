@@ -24,7 +24,7 @@ BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
 
 
 def _containers(name: str) -> list:
-    from sandboxes.reaper import docker_daemon_answers
+    from sandboxes.docker.daemon import docker_daemon_answers
 
     if not docker_daemon_answers():
         return []
@@ -38,7 +38,7 @@ def _containers(name: str) -> list:
 def _need_backend(backend: str) -> None:
     if backend != "docker":
         return
-    from sandboxes.reaper import docker_daemon_answers
+    from sandboxes.docker.daemon import docker_daemon_answers
 
     if not docker_daemon_answers():
         if os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1":

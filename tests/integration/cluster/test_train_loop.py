@@ -169,7 +169,7 @@ def test_humaneval_end_to_end_on_docker_sandboxes(ray_session, tmp_path, tiny_mo
     import os
 
     from agentrl.cluster.controller import train
-    from sandboxes.reaper import docker_daemon_answers
+    from sandboxes.docker.daemon import docker_daemon_answers
 
     if not docker_daemon_answers():
         if os.environ.get("AGENTRL_REQUIRE_DOCKER") == "1":

@@ -20,7 +20,7 @@ from sandboxes import SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
 from sandboxes.labels import RUN_ID_ENV, sandbox_root
 from sandboxes.limits import cgroup_v1_bases
-from sandboxes.reaper import docker_daemon_answers
+from sandboxes.docker.daemon import docker_daemon_answers
 
 BACKENDS = ["bwrap", pytest.param("docker", marks=pytest.mark.docker)]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from sandboxes.reaper import docker_daemon_answers  # noqa: E402
+from sandboxes.docker.daemon import docker_daemon_answers  # noqa: E402
 
 STATE = Path(os.environ.get("AGENTRL_TEST_DOCKERD_STATE", "/tmp/agentrl-test-dockerd/state.json"))
 

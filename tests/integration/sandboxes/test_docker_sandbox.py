@@ -135,11 +135,15 @@ def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog)
 # ---------------------------------------------------------------------------- reaper (C10)
 
 _OWNER_SCRIPT = """
-import sys, time
+import signal, sys, time
 sys.path.insert(0, sys.argv[2])
 from sandboxes.docker import DockerSandbox
 from sandboxes import SandboxSpec
 sb = DockerSandbox(SandboxSpec(run_id=sys.argv[1]))
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # constructing installs no handler
+def on_sigterm(signum, frame):  # the owner program decides what SIGTERM does (as the CLI does)
+    raise SystemExit(128 + signum)
+signal.signal(signal.SIGTERM, on_sigterm)
 print(sb.container_id, flush=True)
 sb.exec("sleep 1000", timeout_s=600)
 """
@@ -226,7 +230,7 @@ def test_abuse_daemon_restarted_mid_episode_raises_sandbox_error(run_id):
 
 
 def test_base_image_is_cached_by_recipe(caplog):
-    from sandboxes.images import BASE_IMAGE, RECIPE_LABEL, base_recipe, build_image
+    from sandboxes.docker.images import BASE_IMAGE, RECIPE_LABEL, base_recipe, build_image
 
     lines: list[str] = []
     t0 = time.monotonic()
@@ -242,7 +246,7 @@ def test_base_image_is_cached_by_recipe(caplog):
 
 def test_environment_image_from_a_dockerfile_is_rebuilt_only_when_its_recipe_changes(tmp_path, client, run_id):
     from sandboxes.docker import DockerSandbox
-    from sandboxes.images import BASE_IMAGE, build_image
+    from sandboxes.docker.images import BASE_IMAGE, build_image
 
     name = f"agentrl-test-env-{uuid.uuid4().hex[:8]}:v1"
     (tmp_path / "hello.txt").write_text("hello from the env image\n")
@@ -271,7 +275,7 @@ def test_environment_image_from_a_dockerfile_is_rebuilt_only_when_its_recipe_cha
 
 
 def test_build_image_errors_name_the_value(tmp_path):
-    from sandboxes.images import build_image
+    from sandboxes.docker.images import build_image
 
     with pytest.raises(ConfigError, match="name='Bad Name'"):
         build_image("Bad Name")

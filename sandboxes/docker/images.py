@@ -72,6 +72,27 @@ def _client():
     return client
 
 
+def image_exists(image: str, client=None) -> bool:
+    """True when ``image`` is on the daemon (``client``: a ``docker.DockerClient``, default
+    ``docker_client()``).
+
+    Raises:
+        SandboxError: the daemon does not answer.
+    """
+    import docker.errors
+
+    from sandboxes.docker.daemon import docker_client, infra_errors
+
+    client = client if client is not None else docker_client()
+    try:
+        client.api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        return False
+    except infra_errors() as exc:
+        raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
+    return True
+
+
 def base_recipe(suite: str = DEFAULT_SUITE, mirror: str = DEFAULT_MIRROR) -> str:
     """SHA-256 (hex) of the base image's recipe."""
     parts = [BASE_RECIPE_VERSION, suite, mirror, *BASE_PACKAGES, str(SANDBOX_UID)]

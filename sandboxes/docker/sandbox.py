@@ -6,13 +6,17 @@ Container (checked by the contract and abuse suites in tests/integration/sandbox
   it, so no swap), ``pids_limit``, ``nano_cpus`` from the spec; ``init=True`` (Docker's
   ``tini`` as pid 1 reaps orphans, so zombies do not eat the pids limit); ``cap_drop=ALL``
   and ``no-new-privileges``; user ``1000:1000`` (``sandbox`` in the base image, see
-  ``sandboxes.images``); a read-only root file system with tmpfs ``/tmp`` and
+  ``sandboxes.docker.images``); a read-only root file system with tmpfs ``/tmp`` and
   ``spec.workdir`` (owned by the sandbox user, sized to ``memory_mb``), so the only
   writable places are the working directory and ``/tmp``.
 * Labels: ``agentrl.run_id``, ``agentrl.sandbox_id``, ``agentrl.owner_pid``,
   ``agentrl.owner_start``, ``agentrl.owner_boot`` (``LABEL_*``): the reaper
-  (``reap_containers``, called by ``sandboxes.reaper.reap_orphans``) removes containers whose
-  owner process is gone (design.md invariant 8, case C10).
+  (``sandboxes.docker.reaper``, called by ``sandboxes.reaper.reap_orphans``) removes
+  containers whose owner process is gone (design.md invariant 8, case C10). The first
+  sandbox of a process reaps once; a finalizer removes the container when the sandbox is
+  closed, collected, or at interpreter exit. Constructing a sandbox installs no signal
+  handler: a program that wants SIGTERM to remove its containers turns SIGTERM into an
+  exception itself (the CLI and the controller do), else the reaper removes them later.
 
 Exec: ``exec_create`` + ``exec_start(socket=True)``; stdin is written to the socket, the
 multiplexed stdout/stderr frames are read as they come into ``BoundedOutput`` (capped,
@@ -28,19 +32,19 @@ kills the marked processes; if even that fails the container is killed and the e
 
 Faults are not the model's: a container that fails to start, is gone, or stops, and a
 daemon that does not answer, raise ``SandboxError``.
+
+What both backends share (argument checks, environment, listeners, closed state) is
+``sandboxes.front.SandboxFront``.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 import os
 import posixpath
-import select
-import signal
 import socket
-import struct
-import threading
 import time
 import uuid
 import weakref
@@ -48,181 +52,38 @@ from collections.abc import Mapping, Sequence
 
 import docker
 import docker.errors
-import requests.exceptions
 
-from agentrl.errors import ConfigError, SandboxError
+from agentrl.errors import SandboxError
 from agentrl.types import ExecResult
-from sandboxes.base import ExecListener, ExecListeners, SandboxSpec
+from sandboxes import front
+from sandboxes.base import SandboxSpec
+from sandboxes.docker.daemon import daemon_is_remote, docker_client, infra_errors
+from sandboxes.docker.exec_io import KILL_ONLY, RUN_AND_SCAN, launch, pump
+from sandboxes.docker.reaper import (
+    LABEL_OWNER_BOOT, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_RUN_ID, LABEL_SANDBOX_ID, boot_id,
+    reap_containers, reap_containers_once, remove_container,
+)
+from sandboxes.front import HOSTNAME, TIMEOUT_EXIT_CODE, SandboxFront
 from sandboxes.hostfs import workdir_components
-from sandboxes.labels import Owner, SandboxLabel
+from sandboxes.labels import process_start_ticks
 from sandboxes.output import BoundedOutput
-from sandboxes.validation import normalize_command, validate_env, validate_spec, validate_timeout
 
 logger = logging.getLogger(__name__)
 
-LABEL_RUN_ID = "agentrl.run_id"
-LABEL_SANDBOX_ID = "agentrl.sandbox_id"
-LABEL_OWNER_PID = "agentrl.owner_pid"
-LABEL_OWNER_START = "agentrl.owner_start"
-LABEL_OWNER_BOOT = "agentrl.owner_boot"
-"""``/proc/sys/kernel/random/boot_id`` of the owner's machine: the owner's liveness is only
-judged on that machine (and boot)."""
 EXEC_ID_ENV = "AGENTRL_EXEC_ID"
 SANDBOX_USER = "1000:1000"
-SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-HOSTNAME = "agentrl-sandbox"
-TIMEOUT_EXIT_CODE = 137
-"""``exit_code`` of a command killed at its timeout (128 + SIGKILL)."""
 
 _OUTSIDE_GRACE_S = 2.0
-_DAEMON_TIMEOUT_S = 30
-_MAX_POOL = 128
-"""HTTP connections kept to the daemon (concurrent execs each hold one while they start)."""
-_READ_CHUNK = 1 << 16
 _FILE_LIMIT_BYTES = 1 << 30
 
-# $1 = exec id, $2 = timeout (s), rest = the command. The command's stderr is its own; the
-# wrapper's messages go nowhere. After the command (or its timeout), every process still
-# carrying this exec's marker dies: setsid/nohup escapees do not outlive their exec. The scan
-# repeats until a pass finds none (a process forked during a pass is seen by the next one).
-# A process that scrubs the marker from its own environment is not found; it lives until the
-# sandbox is closed (or its pool reset), which is where the bubblewrap backend, with a pid
-# namespace per exec, is stricter.
-#
-# The scan must not fork: after a fork bomb has used up the container's pids limit, every
-# `grep` the scan started failed, the pass "found" nothing and the bomb outlived its exec.
-# With bash the scan reads each /proc/<pid>/environ with builtins only (read -d ''). Images
-# without bash fall back to the POSIX version, which needs one grep per process.
-_SCAN_BASH = (
-    'scan() { f=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
-    'while IFS= read -r -d "" kv; do [ "$kv" = "AGENTRL_EXEC_ID=$1" ] && '
-    '{ kill -9 "${p#/proc/}" && f=1; break; }; done < "$p/environ"; done; }; '
-)
-_SCAN_SH = (
-    'scan() { f=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
-    'grep -qsxz "AGENTRL_EXEC_ID=$1" "$p/environ" && kill -9 "${p#/proc/}" && f=1; done; }; '
-)
-_RUN_AND_SCAN = (
-    'id=$1; t=$2; shift 2; exec 3>&2 2>/dev/null; '
-    '(exec 2>&3 3>&- timeout -s KILL "$t" /bin/sh -c \'exec "$@"\' sh "$@"); rc=$?; '
-    'n=0; while [ $n -lt 100 ]; do n=$((n+1)); scan "$id"; [ -z "$f" ] && break; done; '
-    'exit $rc'
-)
-# Run as root from outside: kill every process of one exec (wrapper included).
-_KILL_ONLY = 'exec 2>/dev/null; scan "$1"; exit 0'
-# Starts bash with the fork-free scan when the image has it, else sh with the grep scan.
-_LAUNCH = 'b=$1; s=$2; shift 2; [ -x /bin/bash ] && exec /bin/bash -c "$b" sh "$@"; exec /bin/sh -c "$s" sh "$@"'
-
-
-def _launch(body: str, *args: str) -> list[str]:
-    """argv running ``body`` (after ``scan``'s definition) with ``args`` as ``$1...``."""
-    return ["/bin/sh", "-c", _LAUNCH, "sh", _SCAN_BASH + body, _SCAN_SH + body, *args]
-
-
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
-_INFRA_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
-
-
-def docker_client(timeout_s: float = _DAEMON_TIMEOUT_S) -> docker.DockerClient:
-    """A client of the daemon named by the environment (``DOCKER_HOST``, default socket)
-    that answered a ping.
-
-    Raises:
-        SandboxError: the daemon does not answer.
-    """
-    try:
-        client = docker.from_env(timeout=int(max(1, timeout_s)), max_pool_size=_MAX_POOL)
-        client.ping()
-    except _INFRA_ERRORS as exc:
-        raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
-    return client
-
-
-def _daemon_is_remote() -> bool:
-    host = os.environ.get("DOCKER_HOST", "")
-    return bool(host) and not host.startswith("unix://")
-
-
-def docker_available(timeout_s: float = 2.0) -> bool:
-    """True when a Docker daemon answers a ping within ``timeout_s``."""
-    host = os.environ.get("DOCKER_HOST", "")
-    if not host and not os.path.exists("/var/run/docker.sock"):
-        return False
-    try:
-        client = docker_client(timeout_s)
-    except SandboxError:
-        return False
-    client.close()
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
-def image_exists(image: str, client: docker.DockerClient | None = None) -> bool:
-    """True when ``image`` is on the daemon.
-
-    Raises:
-        SandboxError: the daemon does not answer.
-    """
-    client = client if client is not None else docker_client()
-    try:
-        client.api.inspect_image(image)
-    except docker.errors.ImageNotFound:
-        return False
-    except _INFRA_ERRORS as exc:
-        raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
-    return True
-
-
-def _remove_container(client: docker.DockerClient, container_id: str) -> None:
-    """Finalizer: force-remove the container (also at interpreter exit). Never from a
-    forked child."""
-    try:
-        client.api.remove_container(container_id, force=True)
-    except docker.errors.NotFound:
-        pass
-    except _INFRA_ERRORS as exc:
-        logger.warning("could not remove sandbox container %s: %s", container_id[:12], exc)
+_INFRA_ERRORS = infra_errors()
 
 
 def _finalize(owner_pid: int, client: docker.DockerClient, container_id: str) -> None:
+    """Finalizer: force-remove the container (also at interpreter exit). Never from a
+    forked child, whose copy of the finalizer is not the owner's."""
     if os.getpid() == owner_pid:
-        _remove_container(client, container_id)
-
-
-_SIGTERM_LOCK = threading.Lock()
-_SIGTERM_INSTALLED = False
-
-
-def _exit_on_sigterm() -> None:
-    """Turn SIGTERM into ``SystemExit(143)`` so finalizers remove containers (only when
-    SIGTERM still has its default action and we are on the main thread)."""
-    global _SIGTERM_INSTALLED
-    with _SIGTERM_LOCK:
-        if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
-            return
-        _SIGTERM_INSTALLED = True
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def handler(signum, frame):  # noqa: ARG001
-            raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, handler)
+        remove_container(client, container_id)
 
 
 class DockerSandbox:
@@ -250,24 +111,18 @@ class DockerSandbox:
     """
 
     def __init__(self, spec: SandboxSpec, *, client: docker.DockerClient | None = None) -> None:
-        self.spec = validate_spec(spec)
+        self._front: SandboxFront[socket.socket] = SandboxFront(self, spec)
+        self.spec = self._front.spec
+        self.label = self._front.label
         self._client = client if client is not None else docker_client()
-        _reap_containers_once(self._client)
-        _exit_on_sigterm()
-        self.label = SandboxLabel(spec.run_id, Owner.current(), uuid.uuid4().hex[:12])
-        self._lock = threading.Lock()
-        self._listeners = ExecListeners()
-        self._closed = False
-        self._running: dict[str, socket.socket] = {}
-        self._cancelled: set[str] = set()
-        self._base_env = {"PATH": SANDBOX_PATH, "HOME": spec.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+        reap_containers_once(reap_containers, client=self._client)
         t0 = time.monotonic()
         labels = {
             LABEL_RUN_ID: spec.run_id,
             LABEL_SANDBOX_ID: self.label.sandbox_id,
             LABEL_OWNER_PID: str(self.label.owner.pid),
             LABEL_OWNER_START: str(self.label.owner.start_ticks),
-            LABEL_OWNER_BOOT: _boot_id(),
+            LABEL_OWNER_BOOT: boot_id(),
         }
         tmpfs_mb = max(16, spec.memory_mb)
         try:
@@ -277,7 +132,7 @@ class DockerSandbox:
                 user=SANDBOX_USER,
                 working_dir=spec.workdir,
                 hostname=HOSTNAME,
-                environment={**self._base_env, **spec.env},
+                environment={**self._front.base_env, **spec.env},
                 labels=labels,
                 host_config=self._client.api.create_host_config(
                     init=True,
@@ -308,7 +163,7 @@ class DockerSandbox:
             self._client.api.start(self.container_id)
         except _INFRA_ERRORS as exc:
             self._finalizer()
-            self._closed = True
+            self._front.close()
             raise SandboxError(f"container of {spec.image!r} did not start: {exc}") from exc
         self.startup_s = time.monotonic() - t0
         logger.debug("created %r in %.0f ms", self, self.startup_s * 1e3)
@@ -345,15 +200,9 @@ class DockerSandbox:
                 is gone or stopped, the daemon does not answer, or the exec could not be
                 ended from outside.
         """
-        record, argv = normalize_command(command)
-        timeout = validate_timeout(
-            self.spec.default_timeout_s if timeout_s is None else timeout_s, "timeout_s"
-        )
-        stdin_bytes = _stdin_bytes(stdin)
-        extra = validate_env(env, "env") if env is not None else {}
-        workdir_cwd = self._resolve_cwd(cwd)
+        args = self._front.exec_args(command, timeout_s, stdin, env, cwd)
         return self._run(
-            record, argv, timeout, stdin_bytes, extra, workdir_cwd,
+            args.record, args.argv, args.timeout_s, args.stdin, args.env, args.cwd,
             self.spec.output_limit_bytes, notify=True,
         )
 
@@ -369,14 +218,13 @@ class DockerSandbox:
         *,
         notify: bool,
     ) -> ExecResult:
-        self._check_open(record)
+        self._front.check_open(record)
         exec_id = uuid.uuid4().hex
-        environment = {**self._base_env, **self.spec.env, **extra_env}
-        environment.update(self.label.environ())
+        environment = self._front.environment(extra_env)  # the run label last: not overridable
         environment[EXEC_ID_ENV] = exec_id
         # `timeout` takes seconds with a fraction; round up to 10 ms.
         t_arg = f"{max(1, math.ceil(timeout * 100)) / 100:.2f}"
-        full = _launch(_RUN_AND_SCAN, exec_id, t_arg, *argv)
+        full = launch(RUN_AND_SCAN, exec_id, t_arg, *argv)
         start = time.monotonic()
         api = self._client.api
         try:
@@ -390,21 +238,18 @@ class DockerSandbox:
         except _INFRA_ERRORS as exc:
             raise self._infra_error(record, exc) from exc
         raw = getattr(sock, "_sock", sock)
-        with self._lock:
-            self._running[exec_id] = raw
-            if self._closed:
-                self._cancelled.add(exec_id)
+        self._front.begin(exec_id, raw)  # cancelled at once if closed since the check above
         out, err = BoundedOutput(limit_bytes), BoundedOutput(limit_bytes)
         timed_out = False
         killed_from_outside = False
         try:
-            if exec_id in self._cancelled:
+            if self._front.cancelled(exec_id):
                 raise _Cancelled
-            status = self._pump(raw, stdin_bytes, out, err, start + timeout + _OUTSIDE_GRACE_S)
+            status = pump(raw, stdin_bytes, out, err, start + timeout + _OUTSIDE_GRACE_S)
             if status == "deadline":
                 killed_from_outside = True
                 self._kill_exec(exec_id)
-                status = self._pump(raw, None, out, err, time.monotonic() + _OUTSIDE_GRACE_S)
+                status = pump(raw, None, out, err, time.monotonic() + _OUTSIDE_GRACE_S)
                 if status == "deadline":
                     self._kill_container()
                     raise SandboxError(
@@ -414,17 +259,14 @@ class DockerSandbox:
         except _Cancelled:
             pass
         except OSError as exc:
-            if exec_id not in self._cancelled:
+            if not self._front.cancelled(exec_id):
                 raise self._infra_error(record, exc) from exc
         finally:
             try:
                 raw.close()
             except OSError:
                 pass
-            with self._lock:
-                self._running.pop(exec_id, None)
-                cancelled = exec_id in self._cancelled
-                self._cancelled.discard(exec_id)
+            cancelled = self._front.end(exec_id)
         duration = time.monotonic() - start
         stdout, out_dropped = out.finish()
         stderr, err_dropped = err.finish()
@@ -463,65 +305,14 @@ class DockerSandbox:
             duration_s=duration, timed_out=timed_out, truncated_bytes=out_dropped + err_dropped,
         )
         if notify:
-            self._notify(result)
+            self._front.listeners.notify(result)
         return result
-
-    @staticmethod
-    def _pump(
-        raw: socket.socket, stdin_bytes: bytes | None, out: BoundedOutput, err: BoundedOutput,
-        deadline: float,
-    ) -> str:
-        """Feed stdin and read multiplexed frames until EOF (``"eof"``) or ``deadline``
-        (``"deadline"``)."""
-        raw.setblocking(False)
-        pending = memoryview(stdin_bytes) if stdin_bytes else None
-        if stdin_bytes is not None and not stdin_bytes:
-            raw.shutdown(socket.SHUT_WR)
-        buf = bytearray()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return "deadline"
-            wlist = [raw] if pending is not None else []
-            readable, writable, _ = select.select([raw], wlist, [], remaining)
-            if writable:
-                try:
-                    n = raw.send(pending[:_READ_CHUNK])
-                except BlockingIOError:
-                    n = 0
-                except (BrokenPipeError, ConnectionResetError):
-                    pending = None
-                    n = 0
-                if pending is not None:
-                    pending = pending[n:]
-                    if len(pending) == 0:
-                        pending = None
-                        raw.shutdown(socket.SHUT_WR)
-            if readable:
-                try:
-                    data = raw.recv(_READ_CHUNK * 4)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    return "eof"
-                buf += data
-                # Frames: 1 byte stream, 3 zero bytes, 4 bytes big-endian length, payload.
-                pos = 0
-                while len(buf) - pos >= 8:
-                    kind, size = struct.unpack_from(">BxxxL", buf, pos)
-                    if len(buf) - pos - 8 < size:
-                        break
-                    payload = bytes(buf[pos + 8:pos + 8 + size])
-                    (err if kind == 2 else out).feed(payload)
-                    pos += 8 + size
-                if pos:
-                    del buf[:pos]
 
     def _kill_exec(self, exec_id: str) -> None:
         try:
             self._client.api.exec_start(
                 self._client.api.exec_create(
-                    self.container_id, _launch(_KILL_ONLY, exec_id), user="0:0",
+                    self.container_id, launch(KILL_ONLY, exec_id), user="0:0",
                 )["Id"]
             )
         except _INFRA_ERRORS as exc:
@@ -558,30 +349,16 @@ class DockerSandbox:
         except _INFRA_ERRORS as exc:
             raise SandboxError(f"the Docker daemon does not answer ({exc}); {what}", command=record) from exc
         running = bool(state.get("Running")) and state.get("Status") not in ("removing", "exited", "dead")
-        if running and not _daemon_is_remote() and state.get("Pid"):
+        if running and not daemon_is_remote() and state.get("Pid"):
             # The daemon may not have noticed yet that the container's init was killed
             # (docker kill / rm -f race): ask the kernel (same machine as a local daemon).
-            running = _pid_alive(int(state["Pid"]))
+            running = process_start_ticks(int(state["Pid"])) is not None
         if not running:
             raise SandboxError(
                 f"the sandbox container {self.container_id[:12]} is not running (status "
                 f"{state.get('Status')!r}, OOM killed {state.get('OOMKilled')}); {what}",
                 command=record,
             )
-
-    def _resolve_cwd(self, cwd: str | None) -> str:
-        if cwd is None:
-            return self.spec.workdir
-        if not isinstance(cwd, str) or not cwd or "\0" in cwd:
-            raise ConfigError(f"cwd={cwd!r} must be a non-empty path without NUL bytes")
-        return posixpath.normpath(posixpath.join(self.spec.workdir, cwd))
-
-    def _check_open(self, command: object = None) -> None:
-        if self._closed:
-            raise SandboxError(f"{self!r} is closed", command=command)
-
-    def _notify(self, result: ExecResult) -> None:
-        self._listeners.notify(result)
 
     # ------------------------------------------------------------------ files
 
@@ -597,13 +374,8 @@ class DockerSandbox:
                 the write failed, or the sandbox is closed or failed.
             ConfigError: ``content`` is not bytes or str.
         """
-        self._check_open()
-        if isinstance(content, str):
-            data = content.encode("utf-8")
-        elif isinstance(content, (bytes, bytearray, memoryview)):
-            data = bytes(content)
-        else:
-            raise ConfigError(f"content of type {type(content).__name__} must be bytes or str")
+        self._front.check_open()
+        data = front.content_bytes(content)
         target = self._file_path(path)
         script = (
             'set -e; w=$1; t=$2; d=$(dirname -- "$t"); '
@@ -625,7 +397,7 @@ class DockerSandbox:
             SandboxError: missing file (``No such file`` in the message), the path leaves
                 the working directory, a symlink on the way, the sandbox is closed or failed.
         """
-        self._check_open()
+        self._front.check_open()
         target = self._file_path(path)
         script = (
             'w=$1; t=$2; '
@@ -640,30 +412,19 @@ class DockerSandbox:
         )
         if r.exit_code != 0:
             raise SandboxError(f"read_file({path!r}) failed: {r.stderr.strip()}", command="read_file")
-        import base64
-
         return base64.b64decode(r.stdout)
 
-    # ------------------------------------------------------------------ listeners
+    # ------------------------------------------------------------------ listeners, lifetime
 
-    def add_listener(self, listener: ExecListener) -> None:
-        """Call ``listener(result)`` after every exec; a listener that raises is logged
-        and skipped, the exec still returns. Raises ConfigError: not callable."""
-        self._listeners.add(listener)
-
-    def remove_listener(self, listener: ExecListener) -> None:
-        """Stop calling ``listener``; no-op if it was not added."""
-        self._listeners.remove(listener)
-
-    # ------------------------------------------------------------------ lifetime
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    add_listener = front.add_listener
+    remove_listener = front.remove_listener
+    closed = front.closed
+    __enter__ = front.enter
+    __exit__ = front.exit_
 
     def is_healthy(self) -> bool:
         """True while the container runs (one daemon round trip)."""
-        if self._closed:
+        if self._front.closed:
             return False
         try:
             return bool(self._client.api.inspect_container(self.container_id)["State"].get("Running"))
@@ -673,27 +434,18 @@ class DockerSandbox:
     def close(self) -> None:
         """Kill execs in flight (they raise ``SandboxError``) and remove the container.
         Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            running = dict(self._running)
-            self._cancelled.update(running)
-        for raw in running.values():
+        running = self._front.close()
+        if running is None:
+            return
+        for raw in running:
             try:
                 raw.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
         self._finalizer()
 
-    def __enter__(self) -> DockerSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._front.closed else "open"
         cid = getattr(self, "container_id", "")[:12]
         return (
             f"DockerSandbox(run_id={self.spec.run_id!r}, id={self.label.sandbox_id!r}, "
@@ -703,79 +455,3 @@ class DockerSandbox:
 
 class _Cancelled(Exception):
     pass
-
-
-def _stdin_bytes(stdin: bytes | str | None) -> bytes | None:
-    if stdin is None or isinstance(stdin, bytes):
-        return stdin
-    if isinstance(stdin, str):
-        return stdin.encode("utf-8")
-    if isinstance(stdin, (bytearray, memoryview)):
-        return bytes(stdin)
-    raise ConfigError(f"stdin of type {type(stdin).__name__} must be bytes, str or None")
-
-
-# ---------------------------------------------------------------------- reaping
-
-_REAP_LOCK = threading.Lock()
-_REAPED_AT_START = False
-
-
-def _reap_containers_once(client: docker.DockerClient) -> None:
-    global _REAPED_AT_START
-    with _REAP_LOCK:
-        if _REAPED_AT_START:
-            return
-        _REAPED_AT_START = True
-    try:
-        reap_containers(client=client)
-    except Exception:  # a reaper failure must not stop new sandboxes
-        logger.exception("reaping orphaned sandbox containers failed")
-
-
-def reap_containers(
-    run_id: str | None = None,
-    *,
-    include_live_owners: bool = False,
-    client: docker.DockerClient | None = None,
-) -> int:
-    """Force-remove sandbox containers (label ``agentrl.run_id``) whose owner is gone.
-
-    The owner is gone when its boot id is this machine's and its pid / start time no
-    longer runs; containers of owners on other machines are only removed with
-    ``include_live_owners`` (and a ``run_id``).
-
-    Returns:
-        Number of containers removed.
-
-    Raises:
-        SandboxError: the daemon does not answer.
-    """
-    client = client if client is not None else docker_client()
-    label_filter = f"{LABEL_RUN_ID}={run_id}" if run_id is not None else LABEL_RUN_ID
-    try:
-        containers = client.api.containers(all=True, filters={"label": label_filter})
-    except _INFRA_ERRORS as exc:
-        raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
-    boot = _boot_id()
-    removed = 0
-    for c in containers:
-        labels = c.get("Labels") or {}
-        if not include_live_owners:
-            if labels.get(LABEL_OWNER_BOOT) != boot:
-                # Another boot of this machine (owner surely gone) when the daemon is
-                # local; another machine's (unknown) when it is remote.
-                if _daemon_is_remote():
-                    continue
-            else:
-                try:
-                    owner = Owner(int(labels.get(LABEL_OWNER_PID, "0")), int(labels.get(LABEL_OWNER_START, "-1")))
-                except ValueError:
-                    owner = Owner(0, -1)
-                if owner.is_alive():
-                    continue
-        _remove_container(client, c["Id"])
-        removed += 1
-    if removed:
-        logger.info("removed %d orphaned sandbox containers%s", removed, f" of run {run_id!r}" if run_id else "")
-    return removed

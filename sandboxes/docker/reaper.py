@@ -1,0 +1,102 @@
+"""Container reaping: the labels every sandbox container carries, and removing the
+containers whose owner process is gone (design.md invariant 8, case C10).
+
+``sandboxes.reaper.reap_orphans`` calls ``reap_containers`` when a daemon answers; the first
+``DockerSandbox`` of a process calls it too (``reap_containers_once``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import docker
+import docker.errors
+
+from agentrl.errors import SandboxError
+from sandboxes.docker.daemon import daemon_is_remote, docker_client, infra_errors
+from sandboxes.front import OncePerProcess
+from sandboxes.labels import Owner
+
+logger = logging.getLogger(__name__)
+
+LABEL_RUN_ID = "agentrl.run_id"
+LABEL_SANDBOX_ID = "agentrl.sandbox_id"
+LABEL_OWNER_PID = "agentrl.owner_pid"
+LABEL_OWNER_START = "agentrl.owner_start"
+LABEL_OWNER_BOOT = "agentrl.owner_boot"
+"""``/proc/sys/kernel/random/boot_id`` of the owner's machine: the owner's liveness is only
+judged on that machine (and boot)."""
+
+_INFRA_ERRORS = infra_errors()
+
+
+def boot_id() -> str:
+    """This boot's ``/proc/sys/kernel/random/boot_id``, or ``"unknown"``."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def remove_container(client: docker.DockerClient, container_id: str) -> None:
+    """Force-remove the container; gone already is fine, a daemon failure is logged."""
+    try:
+        client.api.remove_container(container_id, force=True)
+    except docker.errors.NotFound:
+        pass
+    except _INFRA_ERRORS as exc:
+        logger.warning("could not remove sandbox container %s: %s", container_id[:12], exc)
+
+
+def reap_containers(
+    run_id: str | None = None,
+    *,
+    include_live_owners: bool = False,
+    client: docker.DockerClient | None = None,
+) -> int:
+    """Force-remove sandbox containers (label ``agentrl.run_id``) whose owner is gone.
+
+    The owner is gone when its boot id is this machine's and its pid / start time no
+    longer runs; containers of owners on other machines are only removed with
+    ``include_live_owners`` (and a ``run_id``).
+
+    Returns:
+        Number of containers removed.
+
+    Raises:
+        SandboxError: the daemon does not answer.
+    """
+    client = client if client is not None else docker_client()
+    label_filter = f"{LABEL_RUN_ID}={run_id}" if run_id is not None else LABEL_RUN_ID
+    try:
+        containers = client.api.containers(all=True, filters={"label": label_filter})
+    except _INFRA_ERRORS as exc:
+        raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
+    boot = boot_id()
+    removed = 0
+    for c in containers:
+        labels = c.get("Labels") or {}
+        if not include_live_owners:
+            if labels.get(LABEL_OWNER_BOOT) != boot:
+                # Another boot of this machine (owner surely gone) when the daemon is
+                # local; another machine's (unknown) when it is remote.
+                if daemon_is_remote():
+                    continue
+            else:
+                try:
+                    owner = Owner(int(labels.get(LABEL_OWNER_PID, "0")), int(labels.get(LABEL_OWNER_START, "-1")))
+                except ValueError:
+                    owner = Owner(0, -1)
+                if owner.is_alive():
+                    continue
+        remove_container(client, c["Id"])
+        removed += 1
+    if removed:
+        logger.info("removed %d orphaned sandbox containers%s", removed, f" of run {run_id!r}" if run_id else "")
+    return removed
+
+
+reap_containers_once = OncePerProcess("reaping orphaned sandbox containers")
+"""``reap_containers_once(reap_containers, client=...)``: the first sandbox of a process
+removes what crashed owners left (their containers only)."""
