@@ -10,6 +10,8 @@ Example::
 
 from __future__ import annotations
 
+import difflib
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -70,7 +72,7 @@ class RolloutConfig(_Section):
     kv_cache_gb: float = Field(1.0, gt=0.0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), GiB.")
     max_num_seqs: int = Field(64, ge=1, description="vLLM's concurrent sequence cap.")
     env_workers: int = Field(8, ge=1, description="Threads running environment steps (sandbox execs) while the engine keeps generating.")
-    check_template: bool = Field(True, description="At start-up, prove that turn-by-turn (delta) tokenization equals the full chat-template rendering; refuse to start otherwise.")
+    check_template: bool = Field(True, description="At start-up, prove that turn-by-turn (delta) tokenization equals the full chat-template rendering; refuse to start otherwise. full_history only: per_step renders each step's whole prompt, so a template that cannot be extended turn by turn is fine there.")
 
     @model_validator(mode="after")
     def _check(self) -> "RolloutConfig":
@@ -192,15 +194,55 @@ class Config(_Section):
         return Path(self.run.dir) if self.run.dir else Path(self.run.output_dir) / self.run.name
 
 
+def _section_keys(loc: Sequence[Any]) -> list[str] | None:
+    """The keys the config section at ``loc`` accepts (``()``: the top level), or None when
+    ``loc`` is not a section (e.g. inside ``env.kwargs``, which takes any key)."""
+    model: Any = Config
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        model = field.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+    return list(model.model_fields)
+
+
+def _unknown_key(loc: Sequence[Any]) -> str:
+    """``unknown key 'run.iteratons'; did you mean 'run.iterations'?`` (close names by
+    difflib, as Gymnasium suggests env ids), else the section's keys."""
+    key = ".".join(str(p) for p in loc)
+    keys = _section_keys(loc[:-1])
+    if not keys:
+        return f"unknown key '{key}'"
+    prefix = "".join(f"{p}." for p in loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=3, cutoff=0.6)
+    if close:
+        return f"unknown key '{key}'; did you mean " + " or ".join(f"'{prefix}{c}'" for c in close) + "?"
+    where = f"section '{prefix[:-1]}'" if prefix else "the top level"
+    return f"unknown key '{key}'; {where} has: {', '.join(keys)}"
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _format_validation_error(exc: ValidationError) -> str:
+    """One line per pydantic error: ``key=value: what was expected``; an unknown key with the
+    close names; a cross-field check (a model validator, whose ``input`` is the whole section
+    or config) by its own message alone, which names the fields and values it compared."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "<config>"
-        val = err.get("input")
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc) or "<config>"
         if err["type"] == "extra_forbidden":
-            lines.append(f"unknown key '{loc}'")
+            lines.append(_unknown_key(loc))
+        elif err["type"] == "value_error" and isinstance(err.get("input"), dict):
+            # A model validator (cross-field check): pydantic hands the whole section (or, at
+            # the top level, the whole config with an empty loc) as input; never dump it.
+            msg = str(err["ctx"]["error"]) if "error" in err.get("ctx", {}) else err["msg"]
+            lines.append(msg if not loc or key in msg else f"{key}: {msg}")
         else:
-            lines.append(f"{loc}={val!r}: {err['msg']}")
+            lines.append(f"{key}={_short_repr(err.get('input'))}: {err['msg']}")
     return "invalid config: " + "; ".join(lines)
 
 
@@ -240,6 +282,24 @@ def config_from_dict(data: dict[str, Any], overrides: Sequence[str] = ()) -> Con
         raise ConfigError(_format_validation_error(exc)) from None
 
 
+DEFAULT_CONFIG_RESOURCE = "defaults/humaneval.yaml"
+"""The embedded default run config, package data of ``agentrl`` (read with
+``importlib.resources``, so it works from any install); ``examples/humaneval.yaml`` is the
+same file for users to copy."""
+
+
+def _yaml_mapping(text: str, where: str) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {where!r} is not valid YAML: {exc}") from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {where!r} must hold a mapping, got {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
     """Load YAML at ``path`` (None: built-in defaults) and apply overrides.
 
@@ -251,16 +311,23 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Confi
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(p)!r} must hold a mapping, got {type(loaded).__name__}")
-        data = loaded
+        data = _yaml_mapping(p.read_text(), str(p))
     return config_from_dict(data, overrides)
+
+
+def default_config_text() -> str:
+    """The text of the embedded default config (``agentrl/defaults/humaneval.yaml``)."""
+    return resources.files("agentrl").joinpath(DEFAULT_CONFIG_RESOURCE).read_text(encoding="utf-8")
+
+
+def load_default_config(overrides: Sequence[str] = ()) -> Config:
+    """The embedded default (what ``agentrl train`` runs without a config file): one CPU
+    machine, SmolLM2-135M-Instruct, HumanEval, GRPO; plus ``overrides``.
+
+    Raises:
+        ConfigError: an override is malformed or invalid.
+    """
+    return config_from_dict(_yaml_mapping(default_config_text(), f"agentrl/{DEFAULT_CONFIG_RESOURCE}"), overrides)
 
 
 def _deep_copy(d: Any) -> Any:

@@ -11,11 +11,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _agentrl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _agentrl(*args: str, timeout: float = 120, cwd: Path | str = REPO,
+             pythonpath: Path | None = None) -> subprocess.CompletedProcess:
     import os
 
     env = dict(os.environ, COLUMNS="200", TERM="dumb")  # help text unwrapped, whatever the caller's terminal
-    return subprocess.run([sys.executable, "-m", "agentrl.cli", *args], cwd=REPO, capture_output=True, text=True,
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pythonpath), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "agentrl.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -34,16 +37,59 @@ def test_user_mistakes_are_one_clear_line(args, needle):
     assert "Traceback" not in r.stderr + r.stdout
 
 
-def test_help_explains_every_option():
+def _commands(group, prefix=()):
+    """``(name, command)`` of every leaf command under ``group`` (typer's click group)."""
+    for name, cmd in sorted(group.commands.items()):
+        if hasattr(cmd, "commands"):  # a group (typer 0.29 vendors its own click classes)
+            yield from _commands(cmd, prefix + (name,))
+        else:
+            yield " ".join(prefix + (name,)), cmd
+
+
+def test_every_option_of_every_command_has_help_text():
+    import typer.main
+
+    from agentrl.cli import app
+
+    commands = dict(_commands(typer.main.get_command(app)))
+    assert {"train", "models prepare", "sandbox build-image", "sandbox gc", "envs list", "envs check"} <= set(commands)
+    missing = []
+    for name, cmd in commands.items():
+        if not (cmd.help or "").strip():
+            missing.append(f"agentrl {name}: no command help")
+        for param in cmd.params:
+            if not (getattr(param, "help", None) or "").strip():
+                missing.append(f"agentrl {name} {param.opts[0] if param.opts else param.name}: no help text")
+    assert not missing, missing
     r = _agentrl("train", "--help")
     assert r.returncode == 0
     for opt in ("--resume", "--address", "--debug", "overrides"):
         assert opt in r.stdout.lower()
 
 
-def test_envs_list_shows_humaneval():
+def test_envs_list_shows_ours_and_users_not_gymnasiums():
     r = _agentrl("envs", "list")
-    assert r.returncode == 0 and "agentrl/HumanEval-v0" in r.stdout
+    assert r.returncode == 0, r.stderr
+    for env_id in ("agentrl/HumanEval-v0", "agentrl/ShellTasks-v0", "agentrl/Sokoban-v0", "agentrl/GuessNumber-v0"):
+        assert env_id in r.stdout
+    for theirs in ("phys2d/", "tabular/", "CartPole"):
+        assert theirs not in r.stdout
+    mine = _agentrl("envs", "list", "--module", "custom_env", pythonpath=REPO / "examples")
+    assert mine.returncode == 0, mine.stderr
+    assert "example/Add-v0" in mine.stdout and "yours" in mine.stdout
+
+
+def test_an_unknown_env_id_suggests_the_close_one():
+    r = _agentrl("train", "env.id=agentrl/HumanEvl-v0", "run.dir=/tmp/agentrl-cli-test-typo")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "did you mean 'agentrl/HumanEval-v0'?" in " ".join(r.stderr.split())
+
+
+def test_train_without_a_config_file_works_from_any_directory():
+    """No config file: the embedded default is package data (read with importlib.resources),
+    found whatever the working directory."""
+    r = _agentrl("train", "run.iteratons=3", cwd="/")
+    assert r.returncode == 2 and "did you mean 'run.iterations'?" in " ".join(r.stderr.split()), r.stderr
 
 
 def test_envs_check_passes_a_builtin_and_names_the_problem_of_a_broken_one():
