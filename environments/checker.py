@@ -12,10 +12,11 @@ Checks, in order (each failure is one ``CheckProblem`` naming the check and what
 
 ``make``        the env can be made with a sandbox from ``sandbox_factory``.
 ``task_ids``    ``task_ids(split)`` is a classmethod returning a non-empty list of str.
-``reset``       return types; ``info`` optional keys have the right types.
+``reset``       return types; ``info`` passes ``agentrl.types.StepInfo.from_info`` (the
+                validator the rollout loop uses: known ``observation_role``,
+                ``tool_outputs`` a list of str, typed ``system_prompt``, ``tools``, flags).
 ``anchor``      every ``info["anchor"]`` is hashable.
-``step``        return types, finite reward, bool flags, ``info`` dict, known
-                ``observation_role``, ``tool_outputs`` a list of str.
+``step``        return types, finite reward, bool flags, ``info`` as for ``reset``.
 ``done``        after ``terminated or truncated``, ``step`` raises ``EnvError``.
 ``determinism`` ``reset`` with the same seed and task gives the same observation and
                 anchor, also after steps ran; the scripted trajectory repeats exactly.
@@ -185,14 +186,6 @@ def _is_zombie(pid: int) -> bool:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
 
 
 class _Checker:
