@@ -60,6 +60,6 @@ def process_group():
 @pytest.fixture(scope="session")
 def tiny_llama_path(tmp_path_factory) -> str:
     """A tiny random Llama (vocab 256, no tokenizer) for trainer tests."""
-    from agentrl.trainer.testing import make_tiny_llama
+    from tests.helpers.trainer import make_tiny_llama
 
     return make_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), seed=0)

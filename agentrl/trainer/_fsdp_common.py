@@ -1,6 +1,7 @@
-"""What ``PolicyTrainer`` and ``CriticTrainer`` share: loading a Hugging Face model for
-training, FSDP2 sharding, the AdamW + warmup optimizer, the rank split and micro-batching
-of packed rows, and checkpoint / RNG state.
+"""The building blocks ``PolicyTrainer`` and ``CriticTrainer`` share (put together once
+in ``agentrl.trainer._core.TrainerCore``): loading a Hugging Face model for training,
+FSDP2 sharding, the AdamW + warmup optimizer, the rank split and micro-batching of packed
+rows, and checkpoint / RNG state.
 
 Every function here is either pure or collective over the default process group; the
 collective ones say so. Both trainers follow the same contract (see ``trainer.py``): the
@@ -363,12 +364,15 @@ def load_checkpoint(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     rank: int,
     world_size: int,
+    warn_stacklevel: int = 3,
 ) -> int:
     """Restore what ``save_checkpoint`` wrote into ``model``, ``optimizer``,
     ``scheduler`` and this rank's RNG; return the saved ``global_step``. Collective.
 
     RNG states are per rank: on a different world size, ranks without a saved state keep
     their current one (with a warning); model and optimizer re-shard to the new world size.
+
+    ``warn_stacklevel`` points that warning at the caller's caller.
 
     Raises:
         CheckpointError: ``path`` is not a complete checkpoint, or its tensors do not match.
@@ -395,7 +399,7 @@ def load_checkpoint(
         warnings.warn(
             f"{rng_file} missing (checkpoint written by {meta['world_size']} ranks, now "
             f"{world_size}); rank {rank} keeps its current RNG state",
-            stacklevel=3,
+            stacklevel=warn_stacklevel,
         )
     dist.barrier()
     return int(meta["global_step"])

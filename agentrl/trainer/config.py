@@ -1,26 +1,56 @@
-"""``TrainerConfig``: every knob of ``PolicyTrainer``, validated in one place."""
+"""The trainers' configuration dataclasses, validated in one place.
+
+``OptimConfig`` holds what both trainers share (model folder, dtype, device, AdamW,
+warmup, clipping, micro-batching, seed, gradient checkpointing); ``TrainerConfig`` adds
+the policy's PPO knobs, ``CriticConfig`` the value model's. Each ``validate()`` raises a
+``ConfigError`` naming the first bad field, its value and what was expected.
+
+This module imports no torch (only ``agentrl.errors``), so the run configuration
+(``agentrl.config``) can build and check these without loading the trainer.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from agentrl.errors import ConfigError
-from agentrl.trainer.losses import LOSS_AGG_MODES, DEFAULT_CHUNK_TOKENS, LossAggMode
 
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("cpu", "cuda")
 
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+DEFAULT_CHUNK_TOKENS = 1024
+"""Rows of logits processed at once by the chunked functions of ``agentrl.trainer.losses``
+(1024 x 49,152 x 4 B = 201 MB)."""
+
+
+def validate_clip_ratios(clip_ratio_low: float, clip_ratio_high: float) -> None:
+    """The one check of the PPO clip range ``[1 - low, 1 + high]``, used by
+    ``TrainerConfig.validate``, ``policy_loss`` and the run config's ``trainer`` section.
+
+    Raises:
+        ConfigError: ``clip_ratio_low`` outside ``[0, 1)`` or ``clip_ratio_high < 0``.
+    """
+    if not 0.0 <= clip_ratio_low < 1.0:
+        raise ConfigError(f"clip_ratio_low={clip_ratio_low}; expected 0 <= value < 1")
+    if not clip_ratio_high >= 0.0:
+        raise ConfigError(f"clip_ratio_high={clip_ratio_high}; expected >= 0")
+
 
 @dataclass
-class TrainerConfig:
-    """Configuration of ``PolicyTrainer``. Call ``validate()`` (the trainer does) to get a
-    ``ConfigError`` naming any bad value."""
+class OptimConfig:
+    """What ``PolicyTrainer`` and ``CriticTrainer`` share: the model they load and how
+    they optimise it. Used through ``TrainerConfig`` and ``CriticConfig``."""
 
     model_path: str
-    """Folder of a Hugging Face causal LM (``config.json`` + weights), loaded with
-    ``AutoModelForCausalLM.from_pretrained``. Tokenizer files in it are copied by
-    ``save_hf``."""
+    """Folder of a Hugging Face model (``config.json`` + weights), loaded with
+    ``from_pretrained``: ``AutoModelForCausalLM`` for the policy; ``AutoModel`` for the
+    critic (by default the policy's base model; a causal-LM checkpoint loads, its
+    ``lm_head`` unused). Tokenizer files in it are copied by ``PolicyTrainer.save_hf``."""
 
     dtype: str = "float32"
     """Compute dtype: ``"float32"`` (default; exact on CPU, and what the invariant tests
@@ -39,7 +69,8 @@ class TrainerConfig:
 
     lr: float = 1e-6
     """AdamW peak learning rate. 1e-6 is the usual order for RL on instruct LLMs
-    (GRPO/DAPO recipes use 1e-6 to 3e-6); larger values destabilise the policy fast."""
+    (GRPO/DAPO recipes use 1e-6 to 3e-6); larger values destabilise the policy fast.
+    ``CriticConfig`` defaults to 1e-5."""
 
     weight_decay: float = 0.0
     """AdamW decoupled weight decay (applied to every parameter). 0 as in TRL's GRPO
@@ -62,38 +93,15 @@ class TrainerConfig:
 
     micro_batch_size: int = 4
     """Rows per forward/backward pass on one rank (gradient accumulation over the rest).
-    Does not change the result (the loss uses global token counts), only memory/speed."""
+    Does not change the result (the loss uses global counts), only memory/speed."""
 
     micro_batch_tokens: int | None = None
     """Optional extra cap on the padded size (rows x longest row) of a micro-batch; a
     single row longer than the cap still runs alone. ``None``: no cap."""
 
-    ppo_epochs: int = 1
-    """Passes over each batch per ``step()``; each pass is one optimizer step. With 1 the
-    update is on-policy (ratio 1 at the first pass), as in GRPO."""
-
-    clip_ratio_low: float = 0.2
-    """PPO clip range below 1: ratio clipped at ``1 - clip_ratio_low`` (Schulman 2017)."""
-
-    clip_ratio_high: float = 0.2
-    """PPO clip range above 1. DAPO's clip-higher uses 0.28 (Yu et al. 2025, Sec. 3.1)."""
-
-    loss_agg_mode: LossAggMode = "token-mean"
-    """``"token-mean"`` (every loss token of the batch weighs the same; DAPO Sec. 3.3),
-    ``"seq-mean-token-mean"`` (GRPO's original per-sequence mean) or
-    ``"seq-mean-token-sum"``. The normaliser is always the global count of the batch."""
-
-    temperature: float | None = None
-    """``None`` (recommended): score each batch at the temperature it records
-    (``batch.sampling.temperature``). A float: the temperature the rollout is expected to
-    use; a batch sampled at another one raises ``ConfigError`` instead of being trained."""
-
-    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    """Tokens per chunk when turning logits into log-probs / entropies (bounds the extra
-    ``[chunk, vocab]`` fp32 memory; see ``agentrl.trainer.losses``)."""
-
     seed: int = 0
-    """Seeds torch, numpy and ``random`` at construction (same seed on every rank)."""
+    """Seeds torch, numpy and ``random`` at construction (same seed on every rank; the
+    critic's head initialisation uses it)."""
 
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (HF
@@ -101,25 +109,13 @@ class TrainerConfig:
     Gradients are the same up to float rounding."""
 
     def validate(self) -> None:
-        """Raise ``ConfigError`` naming the first invalid field."""
+        """Raise ``ConfigError`` naming the first invalid shared field."""
         validate_optim_fields(self)
-        if not (isinstance(self.ppo_epochs, int) and self.ppo_epochs >= 1):
-            raise ConfigError(f"ppo_epochs={self.ppo_epochs!r}; expected an int >= 1")
-        if not 0.0 <= self.clip_ratio_low < 1.0:
-            raise ConfigError(f"clip_ratio_low={self.clip_ratio_low}; expected 0 <= value < 1")
-        if not self.clip_ratio_high >= 0.0:
-            raise ConfigError(f"clip_ratio_high={self.clip_ratio_high}; expected >= 0")
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            raise ConfigError(f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
-        if self.temperature is not None and not (0.0 < self.temperature < float("inf")):
-            raise ConfigError(f"temperature={self.temperature}; expected a finite float > 0 or None")
-        if not (isinstance(self.logprob_chunk_tokens, int) and self.logprob_chunk_tokens >= 1):
-            raise ConfigError(f"logprob_chunk_tokens={self.logprob_chunk_tokens!r}; expected an int >= 1")
 
 
-def validate_optim_fields(cfg: Any) -> None:
-    """The checks the policy's ``TrainerConfig`` and the critic's ``CriticConfig`` share:
-    model path, dtype, device, AdamW settings, warmup, micro-batching and seed.
+def validate_optim_fields(cfg: OptimConfig) -> None:
+    """The checks of ``OptimConfig``'s fields: model path, dtype, device, AdamW settings,
+    warmup, micro-batching and seed.
 
     Raises:
         ConfigError: naming the first invalid field, its value and what was expected.
@@ -148,3 +144,83 @@ def validate_optim_fields(cfg: Any) -> None:
         raise ConfigError(f"micro_batch_tokens={cfg.micro_batch_tokens!r}; expected an int >= 1 or None")
     if not isinstance(cfg.seed, int):
         raise ConfigError(f"seed={cfg.seed!r}; expected an int")
+
+
+@dataclass
+class TrainerConfig(OptimConfig):
+    """Configuration of ``PolicyTrainer``: the shared ``OptimConfig`` fields plus the PPO
+    knobs below. Call ``validate()`` (the trainer does) to get a ``ConfigError`` naming any
+    bad value."""
+
+    ppo_epochs: int = 1
+    """Passes over each batch per ``step()``; each pass is one optimizer step. With 1 the
+    update is on-policy (ratio 1 at the first pass), as in GRPO."""
+
+    clip_ratio_low: float = 0.2
+    """PPO clip range below 1: ratio clipped at ``1 - clip_ratio_low`` (Schulman 2017)."""
+
+    clip_ratio_high: float = 0.2
+    """PPO clip range above 1. DAPO's clip-higher uses 0.28 (Yu et al. 2025, Sec. 3.1)."""
+
+    loss_agg_mode: LossAggMode = "token-mean"
+    """``"token-mean"`` (every loss token of the batch weighs the same; DAPO Sec. 3.3),
+    ``"seq-mean-token-mean"`` (GRPO's original per-sequence mean) or
+    ``"seq-mean-token-sum"``. The normaliser is always the global count of the batch."""
+
+    temperature: float | None = None
+    """``None`` (recommended): score each batch at the temperature it records
+    (``batch.sampling.temperature``). A float: the temperature the rollout is expected to
+    use; a batch sampled at another one raises ``ConfigError`` instead of being trained."""
+
+    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    """Tokens per chunk when turning logits into log-probs / entropies (bounds the extra
+    ``[chunk, vocab]`` fp32 memory; see ``agentrl.trainer.losses``)."""
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the first invalid field."""
+        validate_optim_fields(self)
+        if not (isinstance(self.ppo_epochs, int) and self.ppo_epochs >= 1):
+            raise ConfigError(f"ppo_epochs={self.ppo_epochs!r}; expected an int >= 1")
+        validate_clip_ratios(self.clip_ratio_low, self.clip_ratio_high)
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise ConfigError(f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
+        if self.temperature is not None and not (0.0 < self.temperature < float("inf")):
+            raise ConfigError(f"temperature={self.temperature}; expected a finite float > 0 or None")
+        if not (isinstance(self.logprob_chunk_tokens, int) and self.logprob_chunk_tokens >= 1):
+            raise ConfigError(f"logprob_chunk_tokens={self.logprob_chunk_tokens!r}; expected an int >= 1")
+
+
+@dataclass
+class CriticConfig(OptimConfig):
+    """Configuration of ``CriticTrainer``: the shared ``OptimConfig`` fields (its
+    ``model_path`` is the backbone, loaded with ``AutoModel``) plus the value-model knobs
+    below. ``validate()`` (the trainer calls it) raises a ``ConfigError`` naming any bad
+    value."""
+
+    lr: float = 1e-5
+    """AdamW peak learning rate. Critics usually learn about 10x faster than the policy
+    (verl's critic default 1e-5 vs actor 1e-6)."""
+
+    head_init_std: float = 0.0
+    """Std of the value head's initial weight; 0 (default) zeroes it, so a fresh critic
+    predicts 0 everywhere (see ``TurnValueModel``)."""
+
+    value_clip: float | None = None
+    """PPO value clipping range ``eps_v`` (``None``: plain MSE). With it the per-position
+    loss is ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)`` (PPO2
+    / CleanRL ``clip_vloss``; verl's ``cliprange_value`` defaults to 0.5). ``V_old`` is
+    ``ValueBatch.old_values`` or, when absent, the values of this step's first epoch
+    (then clipping only acts from the second epoch on). Returns in reward units."""
+
+    epochs: int = 1
+    """Optimizer steps (passes over the batch) per ``step()``."""
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the first invalid field."""
+        validate_optim_fields(self)
+        if not (isinstance(self.head_init_std, (int, float)) and math.isfinite(self.head_init_std) and self.head_init_std >= 0):
+            raise ConfigError(f"head_init_std={self.head_init_std!r}; expected a finite number >= 0")
+        if self.value_clip is not None and not (math.isfinite(self.value_clip) and self.value_clip > 0):
+            raise ConfigError(f"value_clip={self.value_clip!r}; expected a finite number > 0 or None")
+        if not (isinstance(self.epochs, int) and self.epochs >= 1):
+            raise ConfigError(f"epochs={self.epochs!r}; expected an int >= 1")

@@ -1,7 +1,10 @@
-"""Pure loss functions of the policy trainer: token log-probs, entropy, PPO-clip loss.
+"""Pure loss functions of the trainers: token log-probs, entropy, the PPO-clip policy
+loss (``policy_loss``) and the critic's (optionally clipped) value loss
+(``value_loss_terms``).
 
 Everything here is a function of tensors; nothing touches a model, a process group or a
-file. Shapes are 1-D over tokens (``T``), the layout of ``TokenBatch``.
+file. Shapes are 1-D over tokens (``T``), the layout of ``TokenBatch``, or over value
+positions (``N``), the layout of ``ValueBatch``.
 
 Memory: a ``[T, V]`` logits tensor for a 49,152-token vocabulary is 196 KB per token in
 fp32. ``logprobs_from_logits`` and ``entropy_from_logits`` therefore work on chunks of
@@ -14,18 +17,22 @@ times a small constant.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from agentrl.errors import ConfigError, ContractError
+from agentrl.trainer.config import DEFAULT_CHUNK_TOKENS, LOSS_AGG_MODES, LossAggMode, validate_clip_ratios
 
-LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-
-DEFAULT_CHUNK_TOKENS = 1024
-"""Rows of logits processed at once by the chunked functions (1024 x 49,152 x 4 B = 201 MB)."""
+__all__ = [
+    "DEFAULT_CHUNK_TOKENS",
+    "LOSS_AGG_MODES",
+    "LossAggMode",
+    "MAX_ABS_LOG_RATIO",
+    "entropy_from_logits",
+    "logprobs_from_logits",
+    "policy_loss",
+    "value_loss_terms",
+]
 
 MAX_ABS_LOG_RATIO = 20.0
 """``log(pi / pi_old)`` is clamped to ±20 before ``exp`` so that a wild token cannot
@@ -214,10 +221,7 @@ def policy_loss(
     """
     if loss_agg_mode not in LOSS_AGG_MODES:
         raise ConfigError(f"loss_agg_mode={loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
-    if not 0.0 <= clip_ratio_low < 1.0:
-        raise ConfigError(f"clip_ratio_low={clip_ratio_low}; expected 0 <= value < 1")
-    if not clip_ratio_high >= 0.0:
-        raise ConfigError(f"clip_ratio_high={clip_ratio_high}; expected >= 0")
+    validate_clip_ratios(clip_ratio_low, clip_ratio_high)
     shape = log_probs.shape
     if log_probs.dim() != 1:
         raise ContractError(f"log_probs has shape {tuple(shape)}; expected [T]")
@@ -282,3 +286,36 @@ def _positive(value: float | torch.Tensor, name: str) -> float | torch.Tensor:
     if not v > 0:
         raise ConfigError(f"{name}={v}; expected a count > 0 of the whole optimizer step")
     return value
+
+
+def value_loss_terms(
+    values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None, value_clip: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position value loss of the critic, summed by the caller and divided by the
+    global count of value positions (turns for ``turn_critic``, sampled tokens for ``gae``).
+
+    ``0.5 * (V - R)^2``, or with ``value_clip = eps_v`` and ``old_values``
+    ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)`` (PPO value
+    clipping, as in CleanRL ``ppo.py`` / verl ``compute_value_loss``).
+
+    Args:
+        values: ``[N]`` float32 current values (with grad).
+        returns: ``[N]`` float32 targets, in reward units.
+        old_values: ``[N]`` float32 or ``None`` (required when ``value_clip`` is set).
+        value_clip: ``eps_v > 0`` or ``None``.
+
+    Returns:
+        ``(loss [N], clipped [N])``: the per-position loss and a 0/1 float mask of
+        positions where the clipped term was the larger one (for ``losses/value_clipfrac``).
+
+    Raises:
+        ContractError: ``value_clip`` set but ``old_values`` is ``None``.
+    """
+    unclipped = (values - returns) ** 2  # (N,)
+    if value_clip is None:
+        return 0.5 * unclipped, torch.zeros_like(unclipped)
+    if old_values is None:
+        raise ContractError("value_clip is set but old_values is None")
+    v_clip = old_values + torch.clamp(values - old_values, -value_clip, value_clip)  # (N,)
+    clipped = (v_clip - returns) ** 2  # (N,)
+    return 0.5 * torch.maximum(unclipped, clipped), (clipped > unclipped).float()

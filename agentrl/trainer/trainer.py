@@ -3,8 +3,10 @@ FSDP2, one instance per rank.
 
 Reading order: ``__init__`` (load, shard, optimizer) → ``compute_log_probs`` → ``step`` →
 state (``full_state_dict``, ``save_checkpoint``/``load_checkpoint``, ``save_hf``). Loading,
-sharding, the optimizer, micro-batching and checkpoint/RNG state are shared with
-``CriticTrainer`` through ``agentrl.trainer._fsdp_common``.
+sharding, the optimizer, micro-batching, dummy passes, the epoch loop (all-reduce, clip,
+skipped steps, scheduler) and checkpoint/RNG state are shared with ``CriticTrainer``
+through one ``agentrl.trainer._core.TrainerCore``; this file keeps the scoring and the
+PPO loss.
 
 Distributed contract: the caller initialises the default process group (gloo on CPU,
 nccl on CUDA; a group of one for a single process, see
@@ -33,15 +35,15 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from agentrl.errors import ConfigError, ContractError
 from agentrl.trainer import _fsdp_common as fc
+from agentrl.trainer._core import TrainerCore
 from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, policy_loss
 from agentrl.types import TokenBatch
@@ -79,19 +81,16 @@ class PolicyTrainer:
     def __init__(self, config: TrainerConfig) -> None:
         config.validate()
         self.config = config
-        self.rank, self.world_size = fc.require_process_group("PolicyTrainer")
-        self.device = fc.pick_device(config.device, self.rank)
-        self.global_step = 0
-        fc.seed_everything(config.seed)
+        # seed, load (dropout off), gradient checkpointing, FSDP2, AdamW + warmup
+        self._core = TrainerCore("PolicyTrainer", config, causal_lm=True, dummy_output=_lm_dummy_output)
+        self.rank, self.world_size = self._core.rank, self._core.world_size
+        self.device = self._core.device
+        self.model = self._core.model
 
-        model = fc.load_hf_model(config, causal_lm=True)
-        self._vocab_size = int(model.get_input_embeddings().num_embeddings)
-        if config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.train()  # dropout is already 0; train mode keeps gradient checkpointing active
-        fc.shard_fsdp2(model, device=self.device, world_size=self.world_size, dtype=config.dtype)
-        self.model = model
-        self._optimizer, self._scheduler = fc.build_optimizer(model.parameters(), config)
+    @property
+    def global_step(self) -> int:
+        """Completed ``step()`` calls (restored by ``load_checkpoint``)."""
+        return self._core.global_step
 
     # ------------------------------------------------------------------ scoring
 
@@ -120,7 +119,7 @@ class PolicyTrainer:
         slices = batch.row_slices()
         for rows in groups:
             if not rows:
-                self._dummy_forward(with_grad=False)
+                self._core.dummy_forward(with_grad=False)
                 continue
             lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False)
             idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]).to(self.device)
@@ -171,7 +170,7 @@ class PolicyTrainer:
         my_slices = _row_slices(batch, my_rows)
         row_tokens = [float(batch.loss_mask[s].sum()) for s in my_slices]
         counts = torch.tensor([sum(row_tokens), float(sum(n > 0 for n in row_tokens))], dtype=torch.float64, device=dev)
-        self._all_reduce(counts, dist.ReduceOp.SUM)
+        self._core.all_reduce(counts, dist.ReduceOp.SUM)
         global_tokens, global_seqs = (float(x) for x in counts.tolist())
         if global_tokens == 0:
             raise ContractError("batch has no loss tokens (sum(loss_mask) == 0); nothing to train on")
@@ -184,79 +183,63 @@ class PolicyTrainer:
         gap_sum = torch.zeros(1, dtype=torch.float64, device=dev)
         gap_max = torch.zeros(1, dtype=torch.float32, device=dev)
 
-        # 3. PPO epochs.
+        # 3. PPO epochs: TrainerCore runs the loop (zero-grad, micro-batches or dummy
+        # passes, all-reduce of these sums, clip, AdamW or a skipped step, scheduler).
         metric_names = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean")
+
+        def micro_step(epoch: int, g: int, rows: list[int]) -> torch.Tensor:
+            """Score, loss and backward of one micro-batch; returns
+            [loss, kl*n, clipfrac*n, entropy*n, ratio*n] (n = its loss tokens), float64."""
+            nonlocal gap_max
+            sub = batch.select_rows(rows)
+            lp, ent = self._score_rows(batch, rows, temperature, with_grad=True, with_entropy=True)
+            mask = sub.loss_mask.to(dev)
+            if epoch == 0:
+                old_lps[g] = lp.detach()
+                gap = (old_lps[g] - sub.behavior_log_probs.to(dev)).abs()[mask > 0]  # (n_loss,)
+                if gap.numel():
+                    gap_sum.add_(gap.double().sum())
+                    gap_max = torch.maximum(gap_max, gap.max())
+            old = old_lps[g]
+            seq_ids = torch.repeat_interleave(torch.arange(len(rows)), sub.seq_lens).to(dev)
+            loss, m = policy_loss(
+                lp,
+                old,
+                sub.advantages.to(dev),
+                mask,
+                clip_ratio_low=cfg.clip_ratio_low,
+                clip_ratio_high=cfg.clip_ratio_high,
+                loss_agg_mode=cfg.loss_agg_mode,
+                global_num_tokens=global_tokens,
+                global_num_seqs=max(global_seqs, 1.0),
+                seq_ids=seq_ids,
+                entropy=ent,
+            )
+            loss.backward()
+            n = mask.sum().double()
+            return torch.stack([m["losses/policy_loss"].double()] + [m[k].double() * n for k in metric_names[1:]])
+
+        stats = self._core.optimize(groups, cfg.ppo_epochs, micro_step, len(metric_names))
+        self._core.all_reduce(gap_sum, dist.ReduceOp.SUM)
+        self._core.all_reduce(gap_max, dist.ReduceOp.MAX)
         totals = {k: 0.0 for k in metric_names}
-        grad_norm_total, skipped, lr_used = 0.0, 0, 0.0
-        for _epoch in range(cfg.ppo_epochs):
-            self._optimizer.zero_grad(set_to_none=True)
-            # [loss, kl*n, clipfrac*n, entropy*n, ratio*n] summed over micro-batches
-            acc = torch.zeros(len(metric_names), dtype=torch.float64, device=dev)
-            for g, rows in enumerate(groups):
-                if not rows:
-                    self._dummy_forward(with_grad=True)
-                    continue
-                sub = batch.select_rows(rows)
-                lp, ent = self._score_rows(batch, rows, temperature, with_grad=True, with_entropy=True)
-                mask = sub.loss_mask.to(dev)
-                if _epoch == 0:
-                    old_lps[g] = lp.detach()
-                    gap = (old_lps[g] - sub.behavior_log_probs.to(dev)).abs()[mask > 0]  # (n_loss,)
-                    if gap.numel():
-                        gap_sum += gap.double().sum()
-                        gap_max = torch.maximum(gap_max, gap.max())
-                old = old_lps[g]
-                seq_ids = torch.repeat_interleave(torch.arange(len(rows)), sub.seq_lens).to(dev)
-                loss, m = policy_loss(
-                    lp,
-                    old,
-                    sub.advantages.to(dev),
-                    mask,
-                    clip_ratio_low=cfg.clip_ratio_low,
-                    clip_ratio_high=cfg.clip_ratio_high,
-                    loss_agg_mode=cfg.loss_agg_mode,
-                    global_num_tokens=global_tokens,
-                    global_num_seqs=max(global_seqs, 1.0),
-                    seq_ids=seq_ids,
-                    entropy=ent,
-                )
-                loss.backward()
-                n = mask.sum().double()
-                acc += torch.stack(
-                    [m["losses/policy_loss"].double()] + [m[k].double() * n for k in metric_names[1:]]
-                )
-            self._all_reduce(acc, dist.ReduceOp.SUM)
-            if _epoch == 0:
-                self._all_reduce(gap_sum, dist.ReduceOp.SUM)
-                self._all_reduce(gap_max, dist.ReduceOp.MAX)
-            vals = acc.tolist()
+        for vals in stats.sums:
             totals[metric_names[0]] += vals[0]
             for k, v in zip(metric_names[1:], vals[1:]):
                 totals[k] += v / global_tokens
 
-            grad_norm = self._clip_grad_norm()
-            grad_norm_total += grad_norm
-            lr_used = float(self._scheduler.get_last_lr()[0])
-            if np.isfinite(grad_norm):
-                self._optimizer.step()
-            else:
-                skipped += 1
-                self._optimizer.zero_grad(set_to_none=True)
-            self._scheduler.step()
-
-        self.global_step += 1
         step_s = time.perf_counter() - t0
         n_ep = float(cfg.ppo_epochs)
         out = {k: v / n_ep for k, v in totals.items()}
         out.update(
             {
-                "train/grad_norm": grad_norm_total / n_ep,
-                "train/lr": lr_used,
+                "train/grad_norm": sum(stats.grad_norms) / n_ep,
+                "train/lr": stats.lr,
                 "train/num_loss_tokens": global_tokens,
                 "train/num_loss_seqs": global_seqs,
                 "train/behavior_logprob_gap_mean_abs": float(gap_sum) / global_tokens,
                 "train/behavior_logprob_gap_max_abs": float(gap_max),
-                "train/skipped_step": float(skipped),
+                "train/skipped_step": float(stats.skipped),
                 "train/global_step": float(self.global_step),
                 "perf/tokens_per_s": batch.num_tokens / step_s if step_s > 0 else 0.0,
                 "perf/step_s": step_s,
@@ -310,16 +293,7 @@ class PolicyTrainer:
         Raises:
             CheckpointError: ``path`` exists and already holds a checkpoint.
         """
-        fc.save_checkpoint(
-            path,
-            model=self.model,
-            optimizer=self._optimizer,
-            scheduler=self._scheduler,
-            global_step=self.global_step,
-            config=self.config,
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self._core.save_checkpoint(path)
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore what ``save_checkpoint`` wrote. Collective.
@@ -332,14 +306,7 @@ class PolicyTrainer:
             CheckpointError: ``path`` is not a complete checkpoint, or its tensors do not
                 match this model.
         """
-        self.global_step = fc.load_checkpoint(
-            path,
-            model=self.model,
-            optimizer=self._optimizer,
-            scheduler=self._scheduler,
-            rank=self.rank,
-            world_size=self.world_size,
-        )
+        self._core.load_checkpoint(path)
 
     def save_hf(self, path: str | os.PathLike[str], dtype: torch.dtype | None = None) -> None:
         """Write a Hugging Face model folder (``config.json``, ``generation_config.json``
@@ -381,10 +348,7 @@ class PolicyTrainer:
                 f"batch.sampling.temperature={t} but TrainerConfig.temperature="
                 f"{self.config.temperature}; the rollout and the trainer must agree"
             )
-        ids = batch.input_ids
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self._vocab_size):
-            bad = int(ids.max()) if int(ids.max()) >= self._vocab_size else int(ids.min())
-            raise ContractError(f"token id {bad} outside the model's vocabulary [0, {self._vocab_size})")
+        self._core.check_vocab(batch.input_ids)
         if for_training:
             starts = torch.cumsum(batch.seq_lens, 0) - batch.seq_lens  # (B,)
             first = batch.loss_mask[starts] > 0
@@ -395,27 +359,25 @@ class PolicyTrainer:
                     "which has no prefix to be scored from; a row must start with a prompt"
                 )
             fp = [float(batch.num_tokens), float(batch.num_rows), float((batch.input_ids % 9973).sum())]
-            if not fc.same_on_all_ranks(fp, self.device, self.world_size):
-                raise ContractError(
-                    "ranks hold different batches (token count, row count or id checksum "
-                    "differ); every rank must get the same full TokenBatch"
-                )
+            self._core.check_same_on_all_ranks(
+                fp,
+                "ranks hold different batches (token count, row count or id checksum "
+                "differ); every rank must get the same full TokenBatch",
+            )
         return t
 
     def _my_rows(self, batch: TokenBatch) -> list[int]:
-        return fc.rank_rows(batch.num_rows, self.rank, self.world_size)
+        return self._core.my_rows(batch.num_rows)
 
     def _micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
         """Group rows in order: at most ``micro_batch_size`` rows and (if set) at most
         ``micro_batch_tokens`` padded tokens per group."""
-        return fc.micro_batches(
-            rows, batch.seq_lens.tolist(), self.config.micro_batch_size, self.config.micro_batch_tokens
-        )
+        return self._core.micro_batches(rows, batch.seq_lens.tolist())
 
     def _aligned_micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
         """This rank's micro-batches, padded with empty groups (dummy passes) to the
         largest count of any rank, so every rank runs the same number of FSDP passes."""
-        return fc.align_micro_batches(self._micro_batches(rows, batch), self.device, self.world_size)
+        return self._core.aligned_micro_batches(rows, batch.seq_lens.tolist())
 
     def _score_rows(
         self, batch: TokenBatch, rows: Sequence[int], temperature: float, *, with_grad: bool, with_entropy: bool
@@ -446,20 +408,10 @@ class PolicyTrainer:
                 ent = torch.cat([zeros, e_next[:, :-1]], dim=1)[valid]  # (Tm,)
         return lp[valid], ent  # (Tm,) in row order, matching batch.select_rows(rows)
 
-    def _dummy_forward(self, *, with_grad: bool) -> None:
-        """A one-token pass with zero loss weight, so a rank without rows still joins the
-        FSDP all-gathers (forward) and reduce-scatters (backward)."""
-        ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
-        with torch.set_grad_enabled(with_grad):
-            logits = self.model(input_ids=ids, use_cache=False).logits  # (1, 1, V)
-            if with_grad:
-                (logits.float().sum() * 0.0).backward()
 
-    def _clip_grad_norm(self) -> float:
-        return fc.clip_grad_norm(self.model, self.config.max_grad_norm)
-
-    def _all_reduce(self, t: torch.Tensor, op: Any) -> None:
-        fc.all_reduce(t, op, self.world_size)
+def _lm_dummy_output(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The forward of a dummy pass (``TrainerCore.dummy_forward``): ``[1, 1, V]`` logits."""
+    return model(input_ids=ids, use_cache=False).logits  # (1, 1, V)
 
 
 def _row_slices(batch: TokenBatch, rows: Sequence[int]) -> list[slice]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from agentrl.trainer.critic_testing import critic_two_rank_worker, run_critic_cases
+from tests.helpers.trainer import critic_two_rank_worker, run_critic_cases
 
 pytestmark = pytest.mark.usefixtures("process_group")
 

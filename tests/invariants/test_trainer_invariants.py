@@ -14,7 +14,7 @@ import torch
 import torch.multiprocessing as mp
 
 from agentrl.trainer import PolicyTrainer, TrainerConfig
-from agentrl.trainer.testing import make_batch, run_trainer_cases, two_rank_worker
+from tests.helpers.trainer import make_batch, run_trainer_cases, two_rank_worker
 
 pytestmark = pytest.mark.usefixtures("process_group")
 

@@ -7,11 +7,12 @@ import torch
 from transformers import AutoModel
 
 from agentrl.errors import CheckpointError, ConfigError, ContractError
-from agentrl.trainer.critic_testing import critic_full_state_dict, make_critic_batch
-from agentrl.trainer.critic_trainer import CriticConfig, CriticTrainer, value_loss_terms
-from agentrl.trainer.testing import full_grads
+from agentrl.trainer.config import CriticConfig
+from agentrl.trainer.critic_trainer import CriticTrainer
+from agentrl.trainer.losses import value_loss_terms
 from agentrl.types import SamplingRecord, TokenBatch, TokenSequence, ValueBatch, ValueRow
 from critics import turn_boundaries, turn_critic_advantages
+from tests.helpers.trainer import critic_full_state_dict, full_grads, make_critic_batch
 
 pytestmark = pytest.mark.usefixtures("process_group")
 
@@ -80,7 +81,7 @@ def test_zero_initialised_head_predicts_zero_and_backbone_gets_no_first_gradient
     batch = make_critic_batch(num_rows=3, seed=1)
     assert torch.equal(trainer.compute_values(batch), torch.zeros(batch.num_positions))
     trainer.step(batch)
-    grads = full_grads(trainer)  # type: ignore[arg-type]
+    grads = full_grads(trainer)
     assert grads["head.bias"].abs().sum() > 0 and grads["head.weight"].abs().sum() > 0
     assert all(float(g.abs().max()) == 0.0 for k, g in grads.items() if k.startswith("backbone."))
     assert trainer.compute_values(batch).abs().max() > 0  # the head moved
@@ -225,7 +226,7 @@ def test_rows_without_turns_change_nothing(tiny_llama_path: str) -> None:
     m1 = with_empty.step(ValueBatch.pack(rows))
     m2 = without.step(ValueBatch.pack([rows[0], rows[2]]))
     assert m1["losses/value_loss"] == pytest.approx(m2["losses/value_loss"], abs=1e-7)
-    g1, g2 = full_grads(with_empty), full_grads(without)  # type: ignore[arg-type]
+    g1, g2 = full_grads(with_empty), full_grads(without)
     for k in g2:
         torch.testing.assert_close(g1[k], g2[k], atol=1e-7, rtol=0, msg=k)
 

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from agentrl.errors import CheckpointError, ConfigError, ContractError
 from agentrl.trainer import PolicyTrainer, TrainerConfig, init_single_process_group
-from agentrl.trainer.testing import make_batch, make_tiny_llama, run_trainer_cases
+from tests.helpers.trainer import make_batch, make_tiny_llama, run_trainer_cases
 from agentrl.types import SamplingRecord, TokenBatch, TokenSequence
 
 pytestmark = pytest.mark.usefixtures("process_group")
