@@ -6,6 +6,12 @@ Order: epoch ``e`` visits the split's task ids in a permutation drawn from
 one integer (``cursor`` = tasks handed out so far), saved in every checkpoint, so a
 resumed run continues with exactly the tasks an uninterrupted run would have seen, and no
 batch is repeated or skipped (case C11), on an epoch boundary too.
+
+Episode ids: every request carries the run id, the iteration the controller set
+(``TaskSource.iteration``), its index in the group and ``attempt=0``, so its
+``EpisodeRequest.episode_id`` is ``"{run_id}/it{iteration}/{task_id}@{position}/{index}/a0"``.
+A resumed run re-issues the same requests for a re-run iteration (same cursor), so the re-run
+episodes keep their ids; dynamic-sampling refills take new positions, so their ids differ.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ class TaskSource:
         seed: run seed.
         group_size: rollouts per task instance (one ``group_id`` each).
         cursor: tasks handed out so far (0 for a new run).
+        run_id: the run the requests belong to (part of each episode id; ``""`` outside a run).
+        iteration: the 0-based iteration the next requests are for; the controller sets it
+            at the start of each iteration (refills within one iteration share it). Not
+            part of ``state_dict``: the checkpoint's iteration says where a resume starts.
     """
 
     env_id: str
@@ -36,6 +46,8 @@ class TaskSource:
     seed: int
     group_size: int
     cursor: int = 0
+    run_id: str = ""
+    iteration: int = 0
 
     def __post_init__(self) -> None:
         if not self.task_ids:
@@ -61,7 +73,8 @@ class TaskSource:
 
         Group ids are ``"{task_id}@{position}"``: unique per task instance, shared by its
         rollouts. The env seed is the instance's position (same task, new instance, new
-        seed); sampling seeds differ per rollout.
+        seed); sampling seeds differ per rollout. Each request carries ``run_id``,
+        ``iteration``, its ``index`` in the group and ``attempt=0`` (see the module docstring).
         """
         out: list[EpisodeRequest] = []
         for i in range(num_tasks):
@@ -72,6 +85,7 @@ class TaskSource:
                 out.append(EpisodeRequest(
                     env_id=self.env_id, task_id=task_id, seed=pos, group_id=group_id,
                     sample_seed=(self.seed * 1_000_003 + pos * 131 + g) % (2**31 - 1),
+                    run_id=self.run_id, iteration=self.iteration, index=g, attempt=0,
                 ))
         self.cursor += num_tasks
         return out

@@ -17,6 +17,7 @@ This module imports only ``agentrl.errors`` of ours, the standard library, and t
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from dataclasses import dataclass, field
@@ -104,6 +105,17 @@ class EpisodeRequest:
         group_id: shared by all rollouts of one task instance and seed.
         sample_seed: base seed of the engine's sampling for this episode (turn k uses
             ``sample_seed * 1009 + k``), so a resumed run samples the same tokens.
+        run_id: the training run (``""`` for requests made outside a run, e.g. in tests).
+        iteration: the run's 0-based iteration the episode is rolled out for (the replay
+            store's ``iteration``).
+        index: the rollout's index in its group, ``0 <= index < group_size``.
+        attempt: how many times this same request (same run, iteration, group and index)
+            was rolled out before, 0 the first time; a retry of one request raises it so
+            that each rollout has its own id. Dynamic-sampling refills are new task
+            instances (new ``group_id``), so they start at 0 too.
+
+    ``episode_id`` is derived from these fields (see there): a run resumed from a checkpoint
+    re-issues the same requests, so a re-run iteration's episodes keep their ids.
     """
 
     env_id: str
@@ -111,6 +123,29 @@ class EpisodeRequest:
     seed: int
     group_id: str
     sample_seed: int
+    run_id: str = ""
+    iteration: int = 0
+    index: int = 0
+    attempt: int = 0
+
+    @property
+    def episode_id(self) -> str:
+        """``"{run_id}/it{iteration}/{group_id}/{index}/a{attempt}"``, e.g.
+        ``"demo-1a2b3c4d/it3/HumanEval/7@12/1/a0"`` (without the ``"{run_id}/"`` prefix when
+        ``run_id`` is empty). Deterministic, and unique in a run as long as group ids are
+        (``TaskSource``'s are ``"{task_id}@{position}"``, one position per task instance).
+        An id longer than ``EPISODE_ID_MAX_LEN`` characters keeps its first 150 and ends
+        in ``"#"`` plus 40 hex digits of the SHA-256 of the whole id (still deterministic)."""
+        key = f"it{self.iteration}/{self.group_id}/{self.index}/a{self.attempt}"
+        if self.run_id:
+            key = f"{self.run_id}/{key}"
+        if len(key) > EPISODE_ID_MAX_LEN:
+            key = key[:150] + "#" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return key
+
+
+EPISODE_ID_MAX_LEN = 200
+"""Longest ``episode_id`` the replay store accepts (its id columns are ``String(200)``)."""
 
 
 @dataclass
@@ -180,7 +215,9 @@ class Episode:
     """One rollout of one task instance.
 
     Attributes:
-        episode_id: unique id (uuid4 hex by default).
+        episode_id: unique id. The rollout loop sets it from its request
+            (``EpisodeRequest.episode_id``: deterministic from run, iteration, request and
+            attempt); an episode built by hand gets a uuid4 hex by default.
         group_id: shared by all rollouts of one task instance and seed (the GRPO group).
         env_id, task_id, seed: what was rolled out.
         turns: in order.

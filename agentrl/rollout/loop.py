@@ -38,7 +38,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
-from agentrl.errors import EnvError, InfraError, RewardError
+from agentrl.errors import ContractError, EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
 from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, StepInfo, TerminationReason, Turn
@@ -144,10 +144,20 @@ class RolloutWorker:
     # ------------------------------------------------------------------------------
     def run(self, requests: Sequence[EpisodeRequest], policy_version: int) -> list[Episode]:
         """Roll out every request; returns episodes in request order. Never raises for an
-        environment's or sandbox's fault (those episodes carry ``infra_error``)."""
+        environment's or sandbox's fault (those episodes carry ``infra_error``). Each episode's
+        id is its request's ``episode_id``.
+
+        Raises:
+            ContractError: two requests of the batch have the same ``episode_id``.
+        """
+        ids = [r.episode_id for r in requests]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ContractError(f"requests with episode_ids {dup[:5]} appear more than once in one rollout batch; "
+                                "expected distinct (group_id, index, attempt) per request")
         states = [
             _Active(req=r, episode=Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
-                                           prompt_mode=self.limits.prompt_mode))
+                                           prompt_mode=self.limits.prompt_mode, episode_id=r.episode_id))
             for r in requests
         ]
         by_request: dict[str, _Active] = {}

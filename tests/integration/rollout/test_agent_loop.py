@@ -92,7 +92,8 @@ def _worker(engine, tokenizer, envs, *, stop_ids=(2, 0), limits=RolloutLimits(3,
 
 
 def _requests(n):
-    return [EpisodeRequest("test/Echo", f"t{i}", seed=i, group_id=f"g{i // 2}", sample_seed=100 + i) for i in range(n)]
+    return [EpisodeRequest("test/Echo", f"t{i}", seed=i, group_id=f"g{i // 2}", sample_seed=100 + i, index=i % 2)
+            for i in range(n)]
 
 
 def test_multi_turn_stream_is_prompt_plus_sampled_plus_observation_ids(engine, tokenizer):

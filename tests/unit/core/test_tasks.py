@@ -1,5 +1,7 @@
 """TaskSource order is deterministic and resumable across epoch boundaries (case C11, the task part)."""
 
+import dataclasses
+
 import pytest
 
 from agentrl.errors import ConfigError
@@ -43,3 +45,34 @@ def test_mismatched_checkpoint_and_empty_split_are_errors():
         TaskSource("e", IDS[:5], seed=0, group_size=1).load_state_dict(a.state_dict())
     with pytest.raises(ConfigError, match="no tasks"):
         TaskSource("e", [], seed=0, group_size=1)
+
+
+def test_episode_ids_are_deterministic_from_run_iteration_request_and_attempt():
+    a = TaskSource("e", IDS, seed=0, group_size=2, run_id="run-1")
+    a.iteration = 3
+    reqs = a.next_requests(2)
+    assert [r.episode_id for r in reqs] == [
+        f"run-1/it3/{reqs[0].task_id}@0/0/a0", f"run-1/it3/{reqs[0].task_id}@0/1/a0",
+        f"run-1/it3/{reqs[2].task_id}@1/0/a0", f"run-1/it3/{reqs[2].task_id}@1/1/a0",
+    ]
+    refill = a.next_requests(1)  # a dynamic-sampling refill in the same iteration: new positions, new ids
+    assert refill[0].episode_id == f"run-1/it3/{refill[0].task_id}@2/0/a0"
+    assert not {r.episode_id for r in refill} & {r.episode_id for r in reqs}
+    # A resume from a checkpoint taken before this iteration re-issues the same ids.
+    b = TaskSource("e", IDS, seed=0, group_size=2, run_id="run-1")
+    b.iteration = 3
+    assert [r.episode_id for r in b.next_requests(3)] == [r.episode_id for r in reqs + refill]
+    # Another run, iteration or attempt gives another id.
+    other = TaskSource("e", IDS, seed=0, group_size=2, run_id="run-2").next_requests(1)[0]
+    assert other.episode_id.startswith("run-2/it0/")
+    assert dataclasses.replace(reqs[0], attempt=1).episode_id == f"run-1/it3/{reqs[0].task_id}@0/0/a1"
+
+
+def test_long_episode_ids_stay_within_the_store_limit_and_distinct():
+    from agentrl.types import EPISODE_ID_MAX_LEN
+
+    src = TaskSource("e", ["x" * 190 + "a", "x" * 190 + "b"], seed=0, group_size=2, run_id="r" * 60)
+    ids = [r.episode_id for r in src.next_requests(2)]
+    assert all(len(i) <= EPISODE_ID_MAX_LEN for i in ids) and len(set(ids)) == 4
+    again = TaskSource("e", ["x" * 190 + "a", "x" * 190 + "b"], seed=0, group_size=2, run_id="r" * 60)
+    assert [r.episode_id for r in again.next_requests(2)] == ids
