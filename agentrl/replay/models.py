@@ -26,9 +26,12 @@ Storage choices:
   contract of ``agentrl.types``.
 
 Schema version: ``SCHEMA_VERSION`` lives in the one-row ``schema_version`` table. Tables are
-created with ``metadata.create_all`` when a store is opened; there are no migrations yet
-(no Alembic). A change to any table here must bump ``SCHEMA_VERSION``; opening a database of
-another version then fails with a ``ContractError`` naming both versions.
+created with ``metadata.create_all`` when a store is opened. There is no Alembic yet: a change
+to any table here must bump ``SCHEMA_VERSION``, and opening a database of another version
+fails with a ``ContractError`` naming both versions, except for the one in-place upgrade the
+store knows (``ReplayStore._open_schema``): version 3 → 4 only adds the ``iterations`` table
+(completion marks), so a version-3 database is upgraded when opened; its iterations stored
+before the upgrade carry no completion mark.
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 3
-"""Version of the tables below. Bump it with every schema change."""
+SCHEMA_VERSION = 4
+"""Version of the tables below. Bump it with every schema change (4: the ``iterations``
+table of completion marks)."""
 
 TOKEN_DTYPE = np.dtype("<i4")
 """On-disk dtype of token ids: little-endian int32."""
@@ -367,3 +371,18 @@ class MetricRow(Base):
     iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     value: Mapped[float | None] = mapped_column(Double)
+
+
+class IterationRow(Base):
+    """Completion mark of one iteration of a run: present once the checkpoint that covers
+    the iteration is written (``ReplayStore.mark_complete``). An iteration with episodes or
+    metrics but no row here is in progress, or belongs to an attempt that a resume will
+    discard (``ReplayStore.rewind``)."""
+
+    __tablename__ = "iterations"
+
+    run_id: Mapped[str] = mapped_column(_ID, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
+    """0-based, as ``EpisodeRow.iteration`` and ``MetricRow.iteration``."""
+    completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    """When the mark was written (UTC)."""

@@ -8,12 +8,22 @@ Semantics worth knowing:
 
 * **Idempotent writes (upsert).** ``add_episodes`` replaces an episode whose ``episode_id`` is
   already stored *in the same run*: its row, turns and sandbox events are deleted and written
-  again in the same transaction, so replaying an iteration after a resume leaves exactly one
-  copy, holding the latest data. An ``episode_id`` stored under a *different* run, or given
-  twice in one batch, raises ``ContractError`` and nothing is written. ``add_metrics``
-  likewise replaces the value of a ``(run, iteration, key)`` it already holds.
+  again in the same transaction, so writing an episode twice leaves exactly one copy, holding
+  the latest data. An ``episode_id`` stored under a *different* run, or given twice in one
+  batch, raises ``ContractError`` and nothing is written. ``add_metrics`` likewise replaces
+  the value of a ``(run, iteration, key)`` it already holds.
+* **Complete iterations.** An iteration's rows are written before the checkpoint that covers
+  it (with ``run.checkpoint_every > 1``, several iterations before it). ``mark_complete`` marks
+  the iterations a checkpoint covers; until then an iteration is in progress, and a crash
+  abandons it. Reads take ``complete_only=True`` to see only marked iterations;
+  ``completed_iterations`` lists them and ``EpisodeSummary.complete`` says it per episode. A
+  complete iteration is frozen: writing episodes or metrics into it is refused.
 * **Resume.** ``start_run`` on a known ``run_id`` keeps its row (and ``created_at``), sets the
-  status back to ``running``, stores the new config and counts the resume.
+  status back to ``running``, stores the new config and counts the resume. The controller then
+  calls ``rewind(run_id, iterations_done)`` with the checkpoint's iteration count: every row
+  of later iterations (the abandoned attempt) is deleted and the earlier ones are marked
+  complete, so after the re-run each iteration is stored exactly once (the re-run's episodes
+  also keep their ids: see ``EpisodeRequest.episode_id``).
 * **Transactions.** Every public method is one transaction. On SQLite the store issues its
   own ``BEGIN`` (``BEGIN IMMEDIATE`` for writes) instead of the ``sqlite3`` module's implicit
   transactions, so a read sees one snapshot and a second writer waits (30 s busy timeout)
@@ -42,7 +52,7 @@ from enum import Enum
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, event, func, inspect, select, union
+from sqlalchemy import delete, event, func, inspect, select, union, update
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, ProgrammingError
 from sqlalchemy.orm import Session
@@ -52,6 +62,7 @@ from agentrl.replay.models import (
     SCHEMA_VERSION,
     Base,
     EpisodeRow,
+    IterationRow,
     MetricRow,
     RunRow,
     SandboxEventRow,
@@ -102,7 +113,8 @@ class EpisodeSummary:
 
     ``total_reward`` is ``None`` for errored episodes and missing rewards (never 0);
     ``advantage_mean`` is the mean per-turn advantage, ``None`` when none was stored.
-    ``created_at`` is when it was stored (UTC).
+    ``created_at`` is when it was stored (UTC). ``complete``: its iteration is marked
+    complete (covered by a checkpoint; see ``ReplayStore.mark_complete``).
     """
 
     episode_id: str
@@ -123,6 +135,7 @@ class EpisodeSummary:
     policy_version_max: int | None
     advantage_mean: float | None
     created_at: datetime
+    complete: bool = False
 
     @property
     def is_error(self) -> bool:
@@ -224,12 +237,18 @@ class ReplayStore:
                         Base.metadata.create_all(conn)
                         s.add(SchemaVersionRow(id=1, version=SCHEMA_VERSION, created_at=utcnow()))
                     found = s.scalar(select(SchemaVersionRow.version).where(SchemaVersionRow.id == 1))
+                    if found == 3 and SCHEMA_VERSION == 4:
+                        # 3 -> 4 only adds the completion marks; older iterations stay unmarked.
+                        IterationRow.__table__.create(conn, checkfirst=True)
+                        s.execute(update(SchemaVersionRow).where(SchemaVersionRow.id == 1)
+                                  .values(version=SCHEMA_VERSION))
+                        found = SCHEMA_VERSION
                     if found != SCHEMA_VERSION:
                         raise ContractError(
                             f"database {self._url_text} has replay schema_version {found}, this "
                             f"agentrl expects schema_version {SCHEMA_VERSION}; use a new database "
-                            "(or an agentrl release with that schema version): there are no "
-                            "migrations yet"
+                            "(or an agentrl release with that schema version): the only upgrade "
+                            "this store knows is 3 -> 4"
                         )
                 return
             except (IntegrityError, ProgrammingError) as exc:
@@ -343,10 +362,11 @@ class ReplayStore:
             How many of the episodes replaced ones already stored (0 for a fresh iteration).
 
         Raises:
-            ContractError: unknown run, negative iteration, an invalid episode, a token id
-                outside int32, a non-finite reward or advantage, advantages for an episode
-                not in the batch or of the wrong length, an ``episode_id`` repeated in the
-                batch or stored under another run. Nothing is written then.
+            ContractError: unknown run, negative iteration, an iteration already marked
+                complete, an invalid episode, a token id outside int32, a non-finite reward
+                or advantage, advantages for an episode not in the batch or of the wrong
+                length, an ``episode_id`` repeated in the batch or stored under another run.
+                Nothing is written then.
         """
         iteration = _check_iteration(iteration)
         advantages = dict(advantages or {})
@@ -372,6 +392,7 @@ class ReplayStore:
 
         with self._write() as s:
             self._run_row(s, run_id)
+            self._refuse_complete(s, run_id, iteration)
             existing: dict[str, str] = {}
             for chunk in _chunks(ids):
                 existing.update(s.execute(
@@ -400,8 +421,8 @@ class ReplayStore:
         stored as NULL and read back as NaN; ±inf is kept.
 
         Raises:
-            ContractError: unknown run, negative iteration, an empty or non-``str`` key,
-                or a value ``float()`` rejects.
+            ContractError: unknown run, negative iteration, an iteration already marked
+                complete, an empty or non-``str`` key, or a value ``float()`` rejects.
         """
         iteration = _check_iteration(iteration)
         rows = []
@@ -416,12 +437,86 @@ class ReplayStore:
                          "value": None if math.isnan(v) else v})
         with self._write() as s:
             self._run_row(s, run_id)
+            self._refuse_complete(s, run_id, iteration)
             for chunk in _chunks(sorted(metrics)):
                 s.execute(delete(MetricRow).where(
                     MetricRow.run_id == run_id, MetricRow.iteration == iteration, MetricRow.key.in_(chunk)
                 ))
             if rows:
                 s.execute(MetricRow.__table__.insert(), rows)
+
+    # -- complete iterations and resume -------------------------------------------------
+
+    def mark_complete(self, run_id: str, iterations_done: int) -> list[int]:
+        """Mark iterations ``0 .. iterations_done - 1`` of the run complete: call it once the
+        checkpoint taken after ``iterations_done`` iterations is written. Marks already
+        present are kept (with their time).
+
+        Returns:
+            The iterations newly marked, ascending.
+
+        Raises:
+            ContractError: unknown run, or ``iterations_done`` not an int >= 0.
+        """
+        n = _as_int("iterations_done", iterations_done, 0, 2**31 - 1)
+        with self._write() as s:
+            self._run_row(s, run_id)
+            return self._mark(s, run_id, n)
+
+    def rewind(self, run_id: str, iterations_done: int) -> int:
+        """Prepare a resume from the checkpoint taken after ``iterations_done`` iterations,
+        in one transaction: delete every episode (with its turns and sandbox events), metric
+        and completion mark of iterations ``>= iterations_done`` (the attempt the crash
+        abandoned, about to be re-run), and mark iterations ``< iterations_done`` complete
+        (the checkpoint covers them; this repairs a crash between writing the checkpoint and
+        ``mark_complete``).
+
+        Returns:
+            How many episodes were deleted.
+
+        Raises:
+            ContractError: unknown run, or ``iterations_done`` not an int >= 0.
+        """
+        n = _as_int("iterations_done", iterations_done, 0, 2**31 - 1)
+        with self._write() as s:
+            self._run_row(s, run_id)
+            later = (select(EpisodeRow.episode_id)
+                     .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= n).scalar_subquery())
+            dropped = int(s.scalar(select(func.count()).select_from(EpisodeRow)
+                                   .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= n)) or 0)
+            s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(later)))
+            s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(later)))
+            s.execute(delete(EpisodeRow).where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= n))
+            s.execute(delete(MetricRow).where(MetricRow.run_id == run_id, MetricRow.iteration >= n))
+            s.execute(delete(IterationRow).where(IterationRow.run_id == run_id, IterationRow.iteration >= n))
+            self._mark(s, run_id, n)
+            return dropped
+
+    def completed_iterations(self, run_id: str) -> list[int]:
+        """The run's iterations marked complete, ascending (0-based)."""
+        q = select(IterationRow.iteration).where(IterationRow.run_id == run_id).order_by(IterationRow.iteration)
+        with self._read() as s:
+            return [int(i) for i in s.scalars(q)]
+
+    def _mark(self, s: Session, run_id: str, n: int) -> list[int]:
+        have = set(s.scalars(select(IterationRow.iteration).where(
+            IterationRow.run_id == run_id, IterationRow.iteration < n)))
+        new = [i for i in range(n) if i not in have]
+        if new:
+            now = utcnow()
+            s.execute(IterationRow.__table__.insert(),
+                      [{"run_id": run_id, "iteration": i, "completed_at": now} for i in new])
+        return new
+
+    def _refuse_complete(self, s: Session, run_id: str, iteration: int) -> None:
+        if s.get(IterationRow, (run_id, iteration)) is not None:
+            raise ContractError(
+                f"iteration {iteration} of run {run_id!r} is marked complete (a checkpoint covers it); "
+                "expected an iteration in progress: rewind(run_id, iterations_done) before re-running it"
+            )
+
+    def _complete(self, run_id: str):  # the run's complete iterations, as a subquery
+        return select(IterationRow.iteration).where(IterationRow.run_id == run_id)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -496,45 +591,63 @@ class ReplayStore:
                                   .order_by(TurnRow.turn_index)))
 
     def list_episodes(
-        self, run_id: str, iteration: int | None = None, limit: int = 100, offset: int = 0
+        self, run_id: str, iteration: int | None = None, limit: int = 100, offset: int = 0,
+        *, complete_only: bool = False,
     ) -> list[EpisodeSummary]:
-        """Summaries of a run's episodes (one iteration's, if given), in insertion order
-        (iteration, then batch, then position in the batch), ``limit`` from ``offset``.
+        """Summaries of a run's episodes (one iteration's, if given; only those of complete
+        iterations with ``complete_only``), in insertion order (iteration, then batch, then
+        position in the batch), ``limit`` from ``offset``.
 
         Raises:
             ContractError: ``limit < 0`` or ``offset < 0``.
         """
         if limit < 0 or offset < 0:
             raise ContractError(f"limit={limit}, offset={offset}; expected both >= 0")
-        q = select(EpisodeRow).where(EpisodeRow.run_id == run_id)
+        q = (select(EpisodeRow, IterationRow.iteration.is_not(None))
+             .outerjoin(IterationRow, (IterationRow.run_id == EpisodeRow.run_id)
+                        & (IterationRow.iteration == EpisodeRow.iteration))
+             .where(EpisodeRow.run_id == run_id))
         if iteration is not None:
             q = q.where(EpisodeRow.iteration == iteration)
+        if complete_only:
+            q = q.where(IterationRow.iteration.is_not(None))
         q = q.order_by(EpisodeRow.iteration, EpisodeRow.created_at, EpisodeRow.position,
                        EpisodeRow.episode_id).limit(limit).offset(offset)
         with self._read() as s:
-            return [_summary(r) for r in s.scalars(q)]
+            return [_summary(r, bool(done)) for r, done in s.execute(q)]
 
-    def count_episodes(self, run_id: str, iteration: int | None = None) -> int:
-        """Number of stored episodes of a run (of one iteration, if given)."""
+    def count_episodes(self, run_id: str, iteration: int | None = None, *, complete_only: bool = False) -> int:
+        """Number of stored episodes of a run (of one iteration, if given; of complete
+        iterations only, with ``complete_only``)."""
         q = select(func.count()).select_from(EpisodeRow).where(EpisodeRow.run_id == run_id)
         if iteration is not None:
             q = q.where(EpisodeRow.iteration == iteration)
+        if complete_only:
+            q = q.where(EpisodeRow.iteration.in_(self._complete(run_id)))
         with self._read() as s:
             return int(s.scalar(q) or 0)
 
-    def iterations(self, run_id: str) -> list[int]:
-        """Sorted iterations for which the run has episodes or metrics."""
+    def iterations(self, run_id: str, *, complete_only: bool = False) -> list[int]:
+        """Sorted iterations for which the run has episodes or metrics (and, with
+        ``complete_only``, a completion mark)."""
         q = union(
             select(EpisodeRow.iteration).where(EpisodeRow.run_id == run_id),
             select(MetricRow.iteration).where(MetricRow.run_id == run_id),
         )
         with self._read() as s:
-            return sorted(int(i) for i in s.scalars(q))
+            found = sorted(int(i) for i in s.scalars(q))
+            if complete_only:
+                done = set(s.scalars(self._complete(run_id)))
+                found = [i for i in found if i in done]
+            return found
 
-    def metrics(self, run_id: str) -> dict[int, dict[str, float]]:
-        """``{iteration: {key: value}}`` for a run, iterations ascending, keys sorted."""
+    def metrics(self, run_id: str, *, complete_only: bool = False) -> dict[int, dict[str, float]]:
+        """``{iteration: {key: value}}`` for a run (its complete iterations only, with
+        ``complete_only``), iterations ascending, keys sorted."""
         q = (select(MetricRow.iteration, MetricRow.key, MetricRow.value)
              .where(MetricRow.run_id == run_id).order_by(MetricRow.iteration, MetricRow.key))
+        if complete_only:
+            q = q.where(MetricRow.iteration.in_(self._complete(run_id)))
         out: dict[int, dict[str, float]] = {}
         with self._read() as s:
             for it, key, value in s.execute(q):
@@ -716,7 +829,7 @@ def _run_info(row: RunRow) -> RunInfo:
                    resume_count=row.resume_count)
 
 
-def _summary(r: EpisodeRow) -> EpisodeSummary:
+def _summary(r: EpisodeRow, complete: bool) -> EpisodeSummary:
     return EpisodeSummary(
         episode_id=r.episode_id, run_id=r.run_id, iteration=r.iteration, group_id=r.group_id,
         env_id=r.env_id, task_id=r.task_id, seed=r.seed, terminated=r.terminated,
@@ -724,5 +837,5 @@ def _summary(r: EpisodeRow) -> EpisodeSummary:
         total_reward=r.total_reward, error=r.error, num_turns=r.num_turns,
         num_generated_tokens=r.num_generated_tokens, policy_version_min=r.policy_version_min,
         policy_version_max=r.policy_version_max, advantage_mean=r.advantage_mean,
-        created_at=r.created_at,
+        created_at=r.created_at, complete=complete,
     )
