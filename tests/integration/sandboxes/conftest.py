@@ -94,6 +94,18 @@ def containers_with_label(run_id: str) -> list[str]:
         client.close()
 
 
+def what_is_left(run_id: str) -> list[str]:
+    """What of ``run_id`` still exists on this host, found independently of the reaper:
+    labelled processes, containers, the run's working directories, cgroups ([] when
+    nothing)."""
+    left = [f"process {pid}" for pid in procs_with_label(run_id)]
+    left += [f"container {cid[:12]}" for cid in containers_with_label(run_id)]
+    if (sandbox_root() / run_id).exists():
+        left.append(f"working directories under {sandbox_root() / run_id}")
+    left += [f"cgroup {d}" for d in cgroup_run_dirs(run_id)]
+    return left
+
+
 def wait_until(predicate, timeout_s: float = 5.0, interval_s: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -13,7 +13,9 @@ import json
 import logging
 import os
 import resource
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -23,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import procs_with_cmdline, procs_with_label, wait_until
+from conftest import containers_with_label, procs_with_cmdline, procs_with_label, wait_until, what_is_left
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
@@ -173,6 +175,89 @@ def test_C10_close_during_a_running_exec_kills_it_and_raises(make, run_id):
     assert wait_until(lambda: procs_with_label(run_id) == [] and procs_with_cmdline("sleep 987654") == [])
 
 
+def test_capabilities_are_dropped_and_no_new_privileges(sandbox):
+    status = sandbox.exec("cat /proc/self/status").stdout
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert fields["CapEff"].strip() == "0000000000000000"
+    assert fields["CapBnd"].strip() == "0000000000000000"
+    assert fields["NoNewPrivs"].strip() == "1"
+
+
+def test_constructing_a_sandbox_installs_no_signal_handler(make):
+    # The program that owns the sandbox (the CLI, the controller, Ray's worker) decides what
+    # a signal does; a library never takes that over as a side effect.
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    make().exec("true")
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+# ---------------------------------------------------------------------------- lifetime (C10)
+
+# The owner process: makes one sandbox, says what it made, then runs a command with a setsid
+# escapee until it is stopped. argv: run_id, backend, repo root, "own-sigterm" or "-".
+_OWNER_SCRIPT = """
+import json, signal, sys
+sys.path.insert(0, sys.argv[3])
+from sandboxes import SandboxSpec, make_sandbox
+sb = make_sandbox(sys.argv[2], SandboxSpec(run_id=sys.argv[1]))
+if sys.argv[4] == "own-sigterm":  # what a program that owns its signals does (the CLI does)
+    def on_sigterm(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, on_sigterm)
+made = {"workdir": str(getattr(sb, "host_workdir", "")), "container": getattr(sb, "container_id", "")}
+print(json.dumps(made), flush=True)
+sb.exec("setsid sh -c 'sleep 987655' & sleep 1000", timeout_s=600)
+"""
+
+
+def _start_owner(backend: str, run_id: str, sigterm: str = "-") -> tuple[subprocess.Popen, dict]:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER_SCRIPT, run_id, backend, str(REPO_ROOT), sigterm],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = owner.stdout.readline()
+    assert line, owner.stderr.read()
+    made = json.loads(line)
+    assert wait_until(lambda: procs_with_cmdline("sleep 987655") != [], timeout_s=10)
+    assert procs_with_label(run_id) != []
+    return owner, made
+
+
+def test_C10_owner_killed_with_SIGKILL_leaves_what_agentrl_sandbox_gc_removes(backend, run_id):
+    owner, made = _start_owner(backend, run_id)
+    owner.kill()
+    owner.wait()
+    if backend == "bwrap":
+        # bubblewrap dies with its parent, so the process tree is gone by itself ...
+        assert wait_until(lambda: procs_with_label(run_id) == [])
+        assert procs_with_cmdline("sleep 987655") == []
+        assert Path(made["workdir"]).exists()  # ... but the crash left the working directory
+    else:
+        assert containers_with_label(run_id) == [made["container"]]  # the crash left it
+    # The reaper removes it (here through the CLI, as after a crashed run).
+    gc = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "sandbox", "gc", "--run-id", run_id],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert gc.returncode == 0, gc.stdout + gc.stderr
+    assert wait_until(lambda: what_is_left(run_id) == [] and procs_with_cmdline("sleep 987655") == [])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_C10_owner_stopped_with_a_signal_cleans_up_by_itself(backend, run_id, sig):
+    """SIGINT is KeyboardInterrupt; SIGTERM is what the owner makes it (here SystemExit, as
+    the CLI does). Either way the sandboxes' finalizers remove everything at exit."""
+    owner, _ = _start_owner(backend, run_id, sigterm="own-sigterm")
+    owner.send_signal(sig)
+    owner.wait(timeout=30)
+    stderr = owner.stderr.read()
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in stderr
+    assert owner.returncode == (-signal.SIGINT if sig == signal.SIGINT else 128 + signal.SIGTERM), stderr
+    assert wait_until(lambda: what_is_left(run_id) == [] and procs_with_cmdline("sleep 987655") == [],
+                      timeout_s=10), (what_is_left(run_id), stderr)
+
+
 # ---------------------------------------------------------------------------- abuse
 
 
@@ -229,6 +314,9 @@ def test_abuse_memory_bomb_fails_and_the_sandbox_stays_usable(make):
     r = sb.exec(["python3", "-c", "x = b'x' * (2 * 1024**3); print('allocated')"])
     assert r.exit_code != 0 and "allocated" not in r.stdout
     assert not r.timed_out
+    if getattr(sb, "limits", None) == "cgroup-v1":  # bubblewrap over cgroups (its rlimit mode: test_bwrap_sandbox.py)
+        assert r.exit_code == 137  # the cgroup's OOM killer, inside the sandbox only
+        assert sb.limit_counters()["memory_max_usage_bytes"] <= 256 * 1024 * 1024
     assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) * 1024 < 100 * 1024**2
     assert sb.exec("echo ok").stdout == "ok\n"
 
