@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.errors import ConfigError
 
@@ -126,31 +126,101 @@ class AlgorithmConfig(_Section):
         return self.advantage in CRITIC_ESTIMATORS
 
 
-class TrainerConfig(_Section):
-    lr: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0.0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
-    warmup_steps: int = Field(0, ge=0, description="Linear LR warm-up steps.")
-    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
-    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward (gradients do not depend on it).")
-    clip_ratio_low: float = Field(0.2, ge=0.0, description="PPO clip epsilon below 1.")
-    clip_ratio_high: float = Field(0.2, ge=0.0, description="PPO clip epsilon above 1 (DAPO clip-higher raises it).")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field("token-mean", description="Loss aggregation over the global batch.")
+class _OptimSection(_Section):
+    """The optimiser fields the ``trainer`` and ``critic`` sections share; each becomes the
+    field of the same name of ``agentrl.trainer.config.OptimConfig`` (documented in full
+    there), through ``trainer_configs``."""
+
+    lr: float = Field(1e-6, gt=0.0, description="AdamW peak learning rate. 1e-6 is the usual order for RL on instruct LLMs (GRPO/DAPO recipes use 1e-6 to 3e-6); larger values destabilise the policy fast.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW decoupled weight decay. 0 as in TRL's GRPO defaults: RL runs are short and start from a pretrained model.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Clip the global gradient L2 norm to this; a step with a non-finite norm is skipped (train/skipped_step).")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up over this many optimizer steps, then constant.")
+    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward on one rank; only memory and speed depend on it (the loss uses global counts).")
+    micro_batch_tokens: int | None = Field(None, ge=1, description="Optional cap on a micro-batch's padded size (rows x longest row), for long rows; None: no cap.")
+    gradient_checkpointing: bool = Field(False, description="Recompute decoder-layer activations in backward: less memory, about 30% more time, same gradients up to rounding.")
+
+    def optim_fields(self) -> dict[str, Any]:
+        """This section's shared optimiser fields, by name."""
+        return {name: getattr(self, name) for name in _OptimSection.model_fields}
+
+
+class TrainerSection(_OptimSection):
+    """The policy trainer (``agentrl.trainer.TrainerConfig``, built by ``trainer_configs``)
+    and where it runs."""
+
+    ppo_epochs: int = Field(1, ge=1, description="Passes (optimizer steps) over each batch; 1 is on-policy, as in GRPO.")
+    clip_ratio_low: float = Field(0.2, description="PPO clip epsilon below 1, in [0, 1) (Schulman 2017).")
+    clip_ratio_high: float = Field(0.2, description="PPO clip epsilon above 1, >= 0; DAPO's clip-higher uses 0.28.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field("token-mean", description="Loss aggregation over the global batch: token-mean (every loss token weighs the same; DAPO), seq-mean-token-mean (GRPO's per-sequence mean) or seq-mean-token-sum.")
     num_ranks: int = Field(1, ge=1, description="FSDP2 ranks (trainer actors). CPU default 1: the 2 cores are shared with the engine.")
     backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo on CPU, nccl on GPUs.")
-    device: Literal["cpu", "cuda"] = Field("cpu", description="Trainer device.")
+    device: Literal["cpu", "cuda"] = Field("cpu", description="Trainer device (the critic's too).")
+
+    @field_validator("clip_ratio_low")
+    @classmethod
+    def _clip_low(cls, value: float) -> float:
+        return _clip_ratio(low=value)
+
+    @field_validator("clip_ratio_high")
+    @classmethod
+    def _clip_high(cls, value: float) -> float:
+        return _clip_ratio(high=value)
 
 
-class CriticSection(_Section):
+def _clip_ratio(*, low: float | None = None, high: float | None = None) -> float:
+    """Check one clip ratio with the trainer's own ``validate_clip_ratios`` (torch-free)."""
+    from agentrl.trainer.config import validate_clip_ratios
+
+    try:
+        validate_clip_ratios(low, high)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return low if low is not None else high  # type: ignore[return-value]
+
+
+class CriticSection(_OptimSection):
     """The value model, used when ``algorithm.advantage`` is ``turn_critic`` (a value per
     turn, read at the token before the turn's completion) or ``gae`` (a value per sampled
-    token, read at the token before it). The same model and settings serve both."""
+    token, read at the token before it). The same model and settings serve both
+    (``agentrl.trainer.CriticConfig``, built by ``trainer_configs``); dtype, device and
+    seed are the policy's."""
 
     model_path: str | None = Field(None, description="Backbone of the value model (None: the policy's model, a scalar head on top).")
-    lr: float = Field(1e-5, gt=0.0, description="AdamW learning rate of the critic.")
+    lr: float = Field(1e-5, gt=0.0, description="AdamW peak learning rate of the critic; critics usually learn about 10x faster than the policy (verl: 1e-5 vs 1e-6).")
     value_clip: float | None = Field(None, gt=0.0, description="PPO-style value clipping epsilon (None: plain MSE).")
-    micro_batch_size: int = Field(4, ge=1, description="Rows per critic forward/backward.")
     head_init_std: float = Field(0.0, ge=0.0, description="Std of the scalar head's initial weights (0: the critic starts at V=0).")
+    epochs: int = Field(1, ge=1, description="Optimizer steps (passes over the batch) of the critic per iteration.")
+
+
+def trainer_configs(cfg: "Config", model_path: str) -> tuple[Any, Any]:
+    """The one place the trainers' dataclasses are built from the run config.
+
+    Args:
+        cfg: the validated run config.
+        model_path: the policy's prepared model folder (``model.path`` resolved); also
+            the critic's backbone unless ``critic.model_path`` is set.
+
+    Returns:
+        ``(TrainerConfig, CriticConfig | None)`` from ``agentrl.trainer.config``: dtype
+        from ``model.dtype``, device from ``trainer.device`` and seed from ``run.seed``
+        for both; the critic's is ``None`` unless ``algorithm.uses_critic``.
+    """
+    from agentrl.trainer.config import CriticConfig, TrainerConfig
+
+    t = cfg.trainer
+    common = {"dtype": cfg.model.dtype, "device": t.device, "seed": cfg.run.seed}
+    policy = TrainerConfig(
+        model_path=model_path, **common, **t.optim_fields(), ppo_epochs=t.ppo_epochs,
+        clip_ratio_low=t.clip_ratio_low, clip_ratio_high=t.clip_ratio_high, loss_agg_mode=t.loss_agg_mode,
+    )
+    critic = None
+    if cfg.algorithm.uses_critic:  # turn_critic or gae: the same value model and trainer
+        c = cfg.critic
+        critic = CriticConfig(
+            model_path=c.model_path or model_path, **common, **c.optim_fields(),
+            head_init_std=c.head_init_std, value_clip=c.value_clip, epochs=c.epochs,
+        )
+    return policy, critic
 
 
 class ClusterConfig(_Section):
@@ -169,7 +239,7 @@ class Config(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
     critic: CriticSection = Field(default_factory=CriticSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)

@@ -254,30 +254,17 @@ class TrainerActor:
     def __init__(self, rank: int, world_size: int, master_port: int, cfg_dict: dict, model_path: str) -> None:
         import torch.distributed as dist
 
-        from agentrl.trainer import PolicyTrainer, TrainerConfig
+        from agentrl.config import trainer_configs
+        from agentrl.trainer import CriticTrainer, PolicyTrainer
 
         cfg = Config.model_validate(cfg_dict)
         os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
                            "RANK": str(rank), "WORLD_SIZE": str(world_size)})
         dist.init_process_group(cfg.trainer.backend, rank=rank, world_size=world_size)
         self.rank = rank
-        t = cfg.trainer
-        self.trainer = PolicyTrainer(TrainerConfig(
-            model_path=model_path, dtype=cfg.model.dtype, lr=t.lr, weight_decay=t.weight_decay,
-            max_grad_norm=t.max_grad_norm, warmup_steps=t.warmup_steps, ppo_epochs=t.ppo_epochs,
-            micro_batch_size=t.micro_batch_size, clip_ratio_low=t.clip_ratio_low, clip_ratio_high=t.clip_ratio_high,
-            loss_agg_mode=t.loss_agg_mode, seed=cfg.run.seed, device=t.device,
-        ))
-        self.critic = None
-        if cfg.algorithm.uses_critic:  # turn_critic or gae: the same value model and trainer
-            from agentrl.trainer import CriticConfig, CriticTrainer
-
-            c = cfg.critic
-            self.critic = CriticTrainer(CriticConfig(
-                model_path=c.model_path or model_path, head_init_std=c.head_init_std, value_clip=c.value_clip,
-                dtype=cfg.model.dtype, device=t.device, lr=c.lr, micro_batch_size=c.micro_batch_size,
-                seed=cfg.run.seed,
-            ))
+        policy_cfg, critic_cfg = trainer_configs(cfg, model_path)  # critic_cfg: None without a critic
+        self.trainer = PolicyTrainer(policy_cfg)
+        self.critic = CriticTrainer(critic_cfg) if critic_cfg is not None else None
 
     def step(self, batch) -> dict[str, float]:
         return self.trainer.step(batch)

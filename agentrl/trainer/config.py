@@ -28,16 +28,17 @@ DEFAULT_CHUNK_TOKENS = 1024
 (1024 x 49,152 x 4 B = 201 MB)."""
 
 
-def validate_clip_ratios(clip_ratio_low: float, clip_ratio_high: float) -> None:
+def validate_clip_ratios(clip_ratio_low: float | None = None, clip_ratio_high: float | None = None) -> None:
     """The one check of the PPO clip range ``[1 - low, 1 + high]``, used by
-    ``TrainerConfig.validate``, ``policy_loss`` and the run config's ``trainer`` section.
+    ``TrainerConfig.validate``, ``policy_loss`` and the run config's ``trainer`` section
+    (which checks each field on its own; ``None`` skips that side).
 
     Raises:
         ConfigError: ``clip_ratio_low`` outside ``[0, 1)`` or ``clip_ratio_high < 0``.
     """
-    if not 0.0 <= clip_ratio_low < 1.0:
+    if clip_ratio_low is not None and not 0.0 <= clip_ratio_low < 1.0:
         raise ConfigError(f"clip_ratio_low={clip_ratio_low}; expected 0 <= value < 1")
-    if not clip_ratio_high >= 0.0:
+    if clip_ratio_high is not None and not clip_ratio_high >= 0.0:
         raise ConfigError(f"clip_ratio_high={clip_ratio_high}; expected >= 0")
 
 

@@ -67,3 +67,56 @@ def test_critic_config_checks_the_shared_fields_the_same_way(field: str, value: 
     with pytest.raises(ConfigError, match=message):
         cfg.validate()
     CriticConfig(model_path="/some/model").validate()
+
+
+# ---------------------------------------------------------------- from the run config
+
+
+def test_trainer_configs_maps_every_section_field() -> None:
+    from agentrl.config import load_config, trainer_configs
+    from agentrl.trainer import CriticConfig, TrainerConfig
+
+    cfg = load_config(None, [
+        "run.seed=7", "model.dtype=bfloat16", "trainer.lr=2e-6", "trainer.weight_decay=0.01",
+        "trainer.max_grad_norm=0.5", "trainer.warmup_steps=3", "trainer.ppo_epochs=2",
+        "trainer.micro_batch_size=2", "trainer.micro_batch_tokens=512", "trainer.gradient_checkpointing=true",
+        "trainer.clip_ratio_low=0.1", "trainer.clip_ratio_high=0.28", "trainer.loss_agg_mode=seq-mean-token-mean",
+        "algorithm.advantage=gae", "critic.lr=3e-5", "critic.value_clip=0.5", "critic.head_init_std=0.02",
+        "critic.epochs=2", "critic.micro_batch_size=8", "critic.warmup_steps=1",
+    ])
+    policy, critic = trainer_configs(cfg, "/models/policy")
+    assert policy == TrainerConfig(
+        model_path="/models/policy", dtype="bfloat16", device="cpu", seed=7, lr=2e-6, weight_decay=0.01,
+        max_grad_norm=0.5, warmup_steps=3, ppo_epochs=2, micro_batch_size=2, micro_batch_tokens=512,
+        gradient_checkpointing=True, clip_ratio_low=0.1, clip_ratio_high=0.28, loss_agg_mode="seq-mean-token-mean",
+    )
+    assert critic == CriticConfig(
+        model_path="/models/policy", dtype="bfloat16", device="cpu", seed=7, lr=3e-5, value_clip=0.5,
+        head_init_std=0.02, epochs=2, micro_batch_size=8, warmup_steps=1,
+    )
+    policy.validate()
+    critic.validate()
+
+
+def test_trainer_configs_defaults_match_the_dataclass_defaults() -> None:
+    """An empty run config trains with the dataclasses' own defaults (except the run's
+    seed and dtype), and without a critic unless the estimator needs one."""
+    from agentrl.config import load_config, trainer_configs
+    from agentrl.trainer import CriticConfig, TrainerConfig
+
+    policy, critic = trainer_configs(load_config(None), "m")
+    assert critic is None
+    assert policy == TrainerConfig(model_path="m")
+    _, critic = trainer_configs(load_config(None, ["algorithm.advantage=turn_critic", "critic.model_path=c"]), "m")
+    assert critic == CriticConfig(model_path="c")
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("trainer.clip_ratio_low=1.0", "clip_ratio_low=1.0; expected 0 <= value < 1"),
+    ("trainer.clip_ratio_high=-0.2", "clip_ratio_high=-0.2; expected >= 0"),
+])
+def test_run_config_checks_clip_ratios_with_the_trainer_check(override: str, message: str) -> None:
+    from agentrl.config import load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
