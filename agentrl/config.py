@@ -95,14 +95,19 @@ class SandboxConfig(_Section):
     between_episodes: Literal["reset", "replace"] = Field("reset", description="With a pool: empty a returned sandbox's work dir and /tmp (reset) or start a fresh one (replace).")
 
 
-CRITIC_ESTIMATORS = ("turn_critic", "gae")
-"""The ``algorithm.advantage`` values that train a value model (the ``critic`` section)."""
+def _estimator(name: str):
+    """The registration of ``name`` in ``critics``' estimator registry (imported here, on
+    first use, so loading a config stays cheap). Raises ``ConfigError`` naming the
+    registered ones."""
+    from critics.registry import get_estimator
+
+    return get_estimator(name)
 
 
 class AlgorithmConfig(_Section):
-    advantage: Literal["grpo", "rloo", "drgrpo", "gigpo", "turn_critic", "gae"] = Field(
+    advantage: str = Field(
         "grpo",
-        description="Advantage estimator: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups), turn_critic (a learned value per turn and turn-level GAE with gamma/lam per turn), gae (PPO with a token-level critic: a learned value per sampled token and token-level GAE with token_gamma/token_lam per sampled token, observation tokens skipped). turn_critic and gae train the critic section's value model.",
+        description="Advantage estimator, a name registered in critics' registry (yours too: register it in a module listed in env.import_modules, or through the 'agentrl.estimators' entry-point group). Built-ins: grpo (group mean/std), rloo (leave-one-out mean), drgrpo (no std), gigpo (episode + anchor-state step groups), turn_critic (a learned value per turn and turn-level GAE with gamma/lam per turn), gae (PPO with a token-level critic: a learned value per sampled token and token-level GAE with token_gamma/token_lam per sampled token, observation tokens skipped). turn_critic and gae train the critic section's value model.",
     )
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda per turn for turn_critic (turn-level GAE). Not used by gae, which has token_lam.")
     norm_by_std: bool = Field(True, description="grpo only: divide by the group's std (rloo and drgrpo never do).")
@@ -119,11 +124,21 @@ class AlgorithmConfig(_Section):
         description="What an infra/reward error does to its group: drop only the errored episode (others keep group statistics over valid samples) or the whole group.",
     )
 
+    @field_validator("advantage")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        try:
+            _estimator(name)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return name
+
     @property
     def uses_critic(self) -> bool:
-        """True for the estimators that train the critic section's value model
-        (``turn_critic``: one value per turn; ``gae``: one value per sampled token)."""
-        return self.advantage in CRITIC_ESTIMATORS
+        """True when the estimator is registered as needing a critic's values, so the
+        critic section's value model is trained (built-ins: ``turn_critic``, one value per
+        turn; ``gae``, one value per sampled token)."""
+        return _estimator(self.advantage).needs_values
 
 
 class _OptimSection(_Section):
@@ -243,6 +258,30 @@ class Config(_Section):
     critic: CriticSection = Field(default_factory=CriticSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_user_modules(cls, data: Any) -> Any:
+        """Import ``env.import_modules`` before the sections validate, so the
+        environments and estimators they register are known here (``algorithm.advantage``
+        is checked against the estimator registry) and in every process that builds the
+        config from its dict (the Ray actors)."""
+        env = data.get("env") if isinstance(data, dict) else None
+        names = env.get("import_modules") if isinstance(env, dict) else None
+        if isinstance(names, list):
+            import importlib
+
+            for name in names:
+                if not isinstance(name, str) or not name:
+                    continue  # the field's own validation reports it
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:
+                    raise ValueError(
+                        f"env.import_modules: module {name!r} could not be imported ({type(exc).__name__}: {exc}); "
+                        "it must be importable (on sys.path / PYTHONPATH) in every process of the run"
+                    ) from exc
+        return data
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":

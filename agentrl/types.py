@@ -210,6 +210,62 @@ class Turn:
             raise ContractError(f"anchor={self.anchor!r} is not hashable") from exc
 
 
+@dataclass(frozen=True)
+class TurnSpan:
+    """Where one turn sits in its trainer row (row-local token indices).
+
+    Attributes:
+        turn: index of the turn in ``Episode.turns``.
+        prompt_start: first index of the turn's ``prompt_ids``.
+        completion_start: first index of its ``completion_ids`` (= ``prompt_start +
+            len(prompt_ids)``); the token before it is the turn's boundary, the last token
+            of the state ``s_k``.
+        completion_end: one past its last completion id (= ``completion_start +
+            len(completion_ids)``).
+    """
+
+    turn: int
+    prompt_start: int
+    completion_start: int
+    completion_end: int
+
+    @property
+    def prompt_len(self) -> int:
+        return self.completion_start - self.prompt_start
+
+    @property
+    def completion_len(self) -> int:
+        return self.completion_end - self.completion_start
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """One trainer row of an episode (``Episode.row_layout``).
+
+    Attributes:
+        turns: the turns the row holds, in order, with their segment offsets.
+        length: the row's token count ``L``.
+        key: the row's id in a ``TokenBatch`` (the episode id; ``"{episode_id}:{k}"`` for
+            turn k's row in ``per_step`` mode).
+    """
+
+    turns: tuple[TurnSpan, ...]
+    length: int
+    key: str
+
+    @property
+    def num_sampled(self) -> int:
+        """Sampled tokens in this row (its ``sum(loss_mask)``)."""
+        return sum(s.completion_len for s in self.turns)
+
+    def loss_mask(self) -> list[int]:
+        """``[L]`` 0/1: 1 exactly on the row's completion ids."""
+        out: list[int] = []
+        for s in self.turns:
+            out.extend([0] * s.prompt_len + [1] * s.completion_len)
+        return out
+
+
 @dataclass
 class Episode:
     """One rollout of one task instance.
@@ -282,10 +338,45 @@ class Episode:
             out.extend(t.behavior_log_probs)
         return out
 
+    def row_layout(self) -> list["RowLayout"]:
+        """The trainer-row layout of this episode, derived here and nowhere else: which
+        turns each row holds and where each turn's prompt and completion segments sit in it.
+
+        * ``full_history``: one row, the whole stream ``prompt_0, completion_0, prompt_1, ...``.
+        * ``per_step``: one row per turn, ``prompt_k + completion_k``.
+
+        ``training_sequences`` and the credit room's value positions and per-row splits all
+        read this, so they cannot disagree. Row order is turn order; the rows' turns,
+        concatenated, are ``0 .. K-1`` exactly once.
+
+        Returns:
+            ``[B]`` ``RowLayout`` (``B = 1`` or ``K``); ``[]`` for an episode without turns.
+        """
+        rows: list[list[TurnSpan]] = [[]] if self.prompt_mode == "full_history" else []
+        offset = 0
+        for k, t in enumerate(self.turns):
+            if self.prompt_mode != "full_history":
+                rows.append([])
+                offset = 0
+            p, c = len(t.prompt_ids), len(t.completion_ids)
+            rows[-1].append(TurnSpan(k, offset, offset + p, offset + p + c))
+            offset += p + c
+        if not self.turns:
+            return []
+        suffix = self.prompt_mode != "full_history"
+        return [RowLayout(tuple(spans), spans[-1].completion_end if spans else 0,
+                          f"{self.episode_id}:{spans[0].turn}" if suffix else self.episode_id)
+                for spans in rows]
+
     def training_sequences(self, per_turn_advantages: Sequence[float], policy_version: int | None = None) -> list["TokenSequence"]:
-        """The trainer rows of this episode with per-turn advantages broadcast onto each
-        turn's sampled tokens (0 on prompt/observation tokens): one row in
-        ``full_history`` mode, one per turn in ``per_step`` mode.
+        """The trainer rows of this episode (``row_layout``) with per-turn advantages
+        broadcast onto each turn's sampled tokens (0 on prompt/observation tokens): one row
+        in ``full_history`` mode, one per turn in ``per_step`` mode.
+
+        Args:
+            per_turn_advantages: ``[K]`` one value per turn.
+            policy_version: every row's version; ``None``: the lowest version of the row's
+                turns.
 
         Raises:
             ContractError: ``len(per_turn_advantages) != len(turns)``.
@@ -294,20 +385,22 @@ class Episode:
             raise ContractError(
                 f"got {len(per_turn_advantages)} per-turn values for an episode of {len(self.turns)} turns"
             )
-        version = min(t.policy_version for t in self.turns) if policy_version is None else policy_version
-        if self.prompt_mode == "full_history":
-            return [TokenSequence(self.token_ids(), self.loss_mask(), self.behavior_log_probs(),
-                                  broadcast_turn_values(self, per_turn_advantages), self.group_id, version,
-                                  self.episode_id)]
         rows = []
-        for k, (t, a) in enumerate(zip(self.turns, per_turn_advantages)):
-            rows.append(TokenSequence(
-                list(t.prompt_ids) + list(t.completion_ids),
-                [0] * len(t.prompt_ids) + [1] * len(t.completion_ids),
-                list(t.behavior_log_probs),
-                [0.0] * len(t.prompt_ids) + [float(a)] * len(t.completion_ids),
-                self.group_id, t.policy_version, f"{self.episode_id}:{k}",
-            ))
+        for row in self.row_layout():
+            ids: list[int] = []
+            mask: list[int] = []
+            lps: list[float] = []
+            adv: list[float] = []
+            for span in row.turns:
+                t, a = self.turns[span.turn], float(per_turn_advantages[span.turn])
+                ids.extend(t.prompt_ids)
+                ids.extend(t.completion_ids)
+                mask.extend([0] * len(t.prompt_ids) + [1] * len(t.completion_ids))
+                lps.extend(t.behavior_log_probs)
+                adv.extend([0.0] * len(t.prompt_ids) + [a] * len(t.completion_ids))
+            version = (min(self.turns[s.turn].policy_version for s in row.turns)
+                       if policy_version is None else policy_version)
+            rows.append(TokenSequence(ids, mask, lps, adv, self.group_id, version, row.key))
         return rows
 
     def num_generated_tokens(self) -> int:

@@ -9,14 +9,18 @@ lists of them for ragged, per-trajectory outputs).
 * ``gigpo_advantages``: per-step rewards and anchor states → one value per step.
 * ``turn_gae``: turn-level critic, one episode → ``(advantages [K], returns [K])``.
 * ``gae``: token-level critic, ``[B, T]`` with ``loss_mask`` → ``([B, T], [B, T])``.
-* ``turn_boundaries``, ``episode_boundaries``, ``split_per_row``, ``turn_critic_advantages``:
-  where a turn-level critic reads each turn's value in a token row, and ``turn_gae`` over a
-  batch of episodes.
-* ``token_value_positions``, ``episode_token_positions``, ``split_tokens_per_row``,
-  ``turn_rewards_on_tokens``, ``token_critic_advantages``: the same for a token-level critic
-  (the value of sampled token ``p`` read at ``p - 1``) and ``gae`` over a batch of episodes.
+* ``turn_boundaries``, ``turn_critic_advantages``: where a turn-level critic reads each
+  turn's value in a token row, and ``turn_gae`` over a batch of episodes.
+* ``token_value_positions``, ``turn_rewards_on_tokens``, ``token_critic_advantages``: the
+  same for a token-level critic (the value of sampled token ``p`` read at ``p - 1``) and
+  ``gae`` over a batch of episodes (from each turn's sampled-token count).
 * ``dynamic_sampling_keep``, ``overlong_penalty``: DAPO's filter and length shaping.
-* ``ESTIMATORS``, ``get_estimator``, ``register_estimator``: the registry by name.
+* ``ESTIMATORS``, ``Estimator``, ``EstimatorParams``, ``get_estimator``,
+  ``register_estimator``, ``estimator_names``: the registry training looks estimators up in
+  (``critics.registry`` documents the one signature per level).
+
+No ``Episode`` here: which token rows an episode has is ``agentrl.types.Episode.row_layout``,
+and ``agentrl.credit`` maps episodes onto these arrays.
 """
 
 from critics.dapo import dynamic_sampling_keep, overlong_penalty
@@ -28,12 +32,15 @@ from critics.grpo import (
     rloo_advantages,
     valid_reward_mask,
 )
-from critics.registry import ESTIMATORS, get_estimator, register_estimator
+from critics.registry import (
+    ESTIMATORS,
+    Estimator,
+    EstimatorParams,
+    estimator_names,
+    get_estimator,
+    register_estimator,
+)
 from critics.turn_critic import (
-    episode_boundaries,
-    episode_token_positions,
-    split_per_row,
-    split_tokens_per_row,
     token_critic_advantages,
     token_value_positions,
     turn_boundaries,
@@ -43,9 +50,10 @@ from critics.turn_critic import (
 
 __all__ = [
     "ESTIMATORS",
+    "Estimator",
+    "EstimatorParams",
     "drgrpo_advantages",
-    "episode_boundaries",
-    "episode_token_positions",
+    "estimator_names",
     "dynamic_sampling_keep",
     "gae",
     "get_estimator",
@@ -54,8 +62,6 @@ __all__ = [
     "overlong_penalty",
     "register_estimator",
     "rloo_advantages",
-    "split_per_row",
-    "split_tokens_per_row",
     "token_critic_advantages",
     "token_value_positions",
     "turn_boundaries",

@@ -13,7 +13,7 @@ Two nested group-relative advantages, no critic:
 
 Vectorized with numpy (keys factorized once, group sums via ``np.bincount``): 1,000,000
 steps take well under a second (``tests/benchmarks/bench_gigpo.py``).
-``critics.reference.gigpo_advantages_loop`` is the per-sample loop this is tested against.
+``tests/unit/critics/critics_reference.py`` holds the per-sample loop this is tested against.
 """
 
 from __future__ import annotations

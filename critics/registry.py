@@ -1,81 +1,140 @@
-"""Advantage estimators by name (``algorithm.advantage`` in the run config).
+"""Advantage estimators by name: what ``algorithm.advantage`` picks and training calls.
 
-The estimators work at different levels, so they do not share one signature:
+Every estimator is registered with its *level* and whether it needs a learned critic's
+values, and is called with one signature per level (``agentrl.credit.assign_credit`` does
+the calling; nothing here sees an ``Episode``):
 
-=============  =========================  ==============================================
-name           function                   input → output
-=============  =========================  ==============================================
-``grpo``       ``grpo_advantages``        ``rewards [N], group_ids [N]`` → ``[N]``
-``rloo``       ``rloo_advantages``        same; leave-one-out baseline, no std
-``drgrpo``     ``drgrpo_advantages``      same; mean baseline, no std (Dr. GRPO)
-``gigpo``      ``gigpo_advantages``       per-step rewards/anchors → ``[T_i]`` per traj.
-``turn_critic`` ``turn_gae``              ``rewards [K], values [K]`` → ``([K], [K])``
-``gae``        ``gae``                    ``[B, T]`` rewards/values/mask → ``([B,T],)*2``
-=============  =========================  ==============================================
+* ``level="turn"``: ``fn(rewards, anchors, group_ids, values, params)`` →
+  ``advantages``, one value per turn.
+* ``level="token"``: ``fn(rewards, anchors, group_ids, values, turn_token_counts, params)``
+  → ``advantages``, one value per sampled token in stream order.
 
-``turn_critic`` and ``gae`` need a learned critic: the controller applies them to episodes
-through ``turn_critic_advantages`` (one value per turn) and ``token_critic_advantages`` (one
-value per sampled token, the chain running across turns; ``algorithm.token_gamma`` /
-``token_lam``).
+Arguments (``N`` episodes, ``K_i`` turns and ``N_i`` sampled tokens in episode ``i``):
 
-Users add their own with ``register_estimator("my_adv", fn)``.
+* ``rewards``: ``[N][K_i]`` floats, the shaped reward after each turn (invalid-action and
+  overlong penalties applied);
+* ``anchors``: ``[N][K_i]`` hashable state keys before each turn (``Turn.anchor``, GiGPO);
+* ``group_ids``: ``[N]`` group keys (all rollouts of one task instance and seed);
+* ``values``: ``None``, or with ``needs_values=True`` the critic's values, ``[N][K_i]``
+  float64 arrays (turn level: ``V(s_k)`` at each turn boundary) or ``[N][N_i]`` (token
+  level: the value of each sampled token, read at the token before it);
+* ``turn_token_counts`` (token level only): ``[N][K_i]`` ints, sampled tokens per turn;
+* ``params``: ``EstimatorParams`` (discounts, lambdas, std normalisation).
+
+Return ``[N]`` sequences of floats (``[K_i]`` or ``[N_i]`` each). With ``needs_values=True``
+return ``(advantages, returns)``, the returns (same shapes) being the critic's regression
+targets.
+
+=============  =====  ======  ====================================================
+name           level  values  what
+=============  =====  ======  ====================================================
+``grpo``       turn   no      episode return vs its group (mean, std), every turn
+``rloo``       turn   no      leave-one-out mean, no std
+``drgrpo``     turn   no      group mean, no std (Dr. GRPO)
+``gigpo``      turn   no      episode + anchor-state step groups (``gamma``)
+``turn_critic`` turn  yes     turn-level GAE (``gamma``, ``lam`` per turn)
+``gae``        token  yes     token-level GAE (``token_gamma``, ``token_lam``)
+=============  =====  ======  ====================================================
+
+Users add their own with ``register_estimator("my_adv", fn, level="turn")`` (or as a
+decorator) in a module named in ``env.import_modules``, or in an installed package that
+advertises the entry-point group ``agentrl.estimators`` (``ENTRY_POINT_GROUP``): a module
+(importing it registers) or a callable (called once).
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib.metadata
+import logging
 import re
-from typing import Callable
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
 
 from agentrl.errors import ConfigError
-from critics.gae import gae, turn_gae
 from critics.gigpo import gigpo_advantages
-from critics.grpo import drgrpo_advantages, grpo_advantages, rloo_advantages
+from critics.grpo import grpo_advantages
+from critics.turn_critic import token_critic_advantages, turn_critic_advantages
 
-Estimator = Callable[..., object]
+Level = Literal["turn", "token"]
+LEVELS: tuple[str, ...] = ("turn", "token")
+ENTRY_POINT_GROUP = "agentrl.estimators"
+"""The entry-point group through which installed packages register estimators."""
 
-ESTIMATORS: dict[str, Estimator] = {
-    "grpo": grpo_advantages,
-    "rloo": rloo_advantages,
-    "drgrpo": drgrpo_advantages,
-    "gigpo": gigpo_advantages,
-    "turn_critic": turn_gae,
-    "gae": gae,
-}
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EstimatorParams:
+    """The algorithm settings an estimator may read (``agentrl.credit`` fills it from
+    ``AlgorithmConfig``; critics never import the config).
+
+    Attributes:
+        gamma: discount per step (gigpo) or per turn (turn_critic), in [0, 1].
+        lam: GAE lambda per turn (turn_critic), in [0, 1].
+        token_gamma: discount per sampled token (gae), in [0, 1].
+        token_lam: GAE lambda per sampled token (gae), in [0, 1].
+        norm_by_std: grpo divides by the group's std.
+    """
+
+    gamma: float = 0.95
+    lam: float = 1.0
+    token_gamma: float = 1.0
+    token_lam: float = 1.0
+    norm_by_std: bool = True
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One registration.
+
+    Attributes:
+        name: the ``algorithm.advantage`` value.
+        fn: the function, with the signature of its ``level`` (module docstring).
+        level: ``"turn"`` (one advantage per turn) or ``"token"`` (one per sampled token).
+        needs_values: it reads a learned critic's values and returns ``(advantages,
+            returns)``; training then fits the ``critic`` section's value model.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    level: Level
+    needs_values: bool
+
+
+ESTIMATORS: dict[str, Estimator] = {}
 """Registered estimators by name. Read it freely; add to it with ``register_estimator``."""
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+_lock = threading.Lock()
+_entry_points_loaded = False
 
 
-def get_estimator(name: str) -> Estimator:
-    """The estimator registered as ``name``.
+def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level: str = "turn",
+                       needs_values: bool = False, overwrite: bool = False) -> Any:
+    """Register ``fn`` under ``name`` so ``algorithm.advantage: <name>`` trains with it.
 
-    Raises:
-        ConfigError: unknown name; the message lists the known names.
-    """
-    try:
-        return ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ConfigError(
-            f"unknown advantage estimator {name!r}; known: {', '.join(sorted(ESTIMATORS))} "
-            "(add one with critics.register_estimator)"
-        ) from None
-
-
-def register_estimator(name: str, fn: Estimator, *, overwrite: bool = False) -> None:
-    """Register ``fn`` under ``name`` so ``get_estimator(name)`` returns it.
-
+    Usable as a call or, without ``fn``, as a decorator (``@register_estimator("x")``).
     The function should be pure (no I/O) and document its shapes, like the built-ins.
 
     Args:
         name: a letter followed by letters, digits, ``_``, ``.`` or ``-``.
-        fn: the estimator, a callable.
+        fn: the estimator, with the signature of ``level`` (module docstring).
+        level: ``"turn"`` or ``"token"``.
+        needs_values: it needs the critic's values and returns ``(advantages, returns)``.
         overwrite: replace an existing registration (including a built-in) instead of
             raising.
 
+    Returns:
+        ``fn`` (or the decorator).
+
     Raises:
-        ConfigError: bad name, ``fn`` not callable, or ``name`` already registered and
-            ``overwrite`` is False.
+        ConfigError: bad name, ``fn`` not callable, a level other than ``"turn"`` /
+            ``"token"``, or ``name`` already registered and ``overwrite`` is False.
     """
+    if fn is None:
+        return lambda f: register_estimator(name, f, level=level, needs_values=needs_values, overwrite=overwrite)
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(
             f"estimator name {name!r}; expected a letter followed by letters, digits, '_', "
@@ -83,9 +142,106 @@ def register_estimator(name: str, fn: Estimator, *, overwrite: bool = False) -> 
         )
     if not callable(fn):
         raise ConfigError(f"estimator {name!r}: {fn!r} is not callable")
-    if name in ESTIMATORS and not overwrite:
+    if level not in LEVELS:
+        raise ConfigError(f"estimator {name!r}: level={level!r}; expected 'turn' or 'token'")
+    with _lock:
+        if name in ESTIMATORS and not overwrite:
+            raise ConfigError(
+                f"estimator {name!r} is already registered ({ESTIMATORS[name].fn!r}); pass "
+                "overwrite=True to replace it"
+            )
+        ESTIMATORS[name] = Estimator(name, fn, level, bool(needs_values))  # type: ignore[arg-type]
+    return fn
+
+
+def load_entry_points() -> None:
+    """Load every ``agentrl.estimators`` entry point once per process: a module is
+    imported (it registers), a callable is called. A broken one is logged and skipped, so
+    one bad package cannot stop training with the others."""
+    global _entry_points_loaded
+    with _lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+        except Exception as exc:  # noqa: BLE001 - a user package; logged and skipped
+            log.warning("estimator entry point %r (%s) failed: %s: %s", ep.name, ep.value, type(exc).__name__, exc)
+
+
+def estimator_names() -> list[str]:
+    """The registered names, sorted (entry points loaded)."""
+    load_entry_points()
+    return sorted(ESTIMATORS)
+
+
+def get_estimator(name: str) -> Estimator:
+    """The registration of ``name`` (entry points loaded first).
+
+    Raises:
+        ConfigError: unknown name; the message lists the registered names and suggests
+            the closest ones.
+    """
+    load_entry_points()
+    try:
+        return ESTIMATORS[name]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(name), list(ESTIMATORS), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise ConfigError(
-            f"estimator {name!r} is already registered ({ESTIMATORS[name]!r}); pass "
-            "overwrite=True to replace it"
-        )
-    ESTIMATORS[name] = fn
+            f"unknown advantage estimator {name!r}; {hint}registered: "
+            f"{', '.join(repr(n) for n in sorted(ESTIMATORS))} (add one with critics.register_estimator in a "
+            f"module listed in env.import_modules, or through the {ENTRY_POINT_GROUP!r} entry-point group)"
+        ) from None
+
+
+# ---------------------------------------------------------------------------- built-ins
+
+
+def _outcome(rewards, group_ids, *, norm_by_std: bool, leave_one_out: bool) -> list[list[float]]:
+    """One group-relative advantage per episode (from its summed reward), on every turn."""
+    adv = grpo_advantages([sum(r) for r in rewards], group_ids, norm_by_std=norm_by_std,
+                          leave_one_out=leave_one_out)  # [N]
+    return [[float(a)] * len(r) for a, r in zip(adv, rewards)]
+
+
+def _grpo(rewards, anchors, group_ids, values, params: EstimatorParams):
+    """GRPO (Shao et al. 2024): ``critics.grpo_advantages`` of the episode returns."""
+    return _outcome(rewards, group_ids, norm_by_std=params.norm_by_std, leave_one_out=False)
+
+
+def _rloo(rewards, anchors, group_ids, values, params: EstimatorParams):
+    """RLOO (Ahmadian et al. 2024): leave-one-out mean baseline, no std."""
+    return _outcome(rewards, group_ids, norm_by_std=False, leave_one_out=True)
+
+
+def _drgrpo(rewards, anchors, group_ids, values, params: EstimatorParams):
+    """Dr. GRPO (Liu et al. 2025): group mean baseline, no std."""
+    return _outcome(rewards, group_ids, norm_by_std=False, leave_one_out=False)
+
+
+def _gigpo(rewards, anchors, group_ids, values, params: EstimatorParams):
+    """GiGPO (Feng et al. 2025): ``critics.gigpo_advantages`` with ``params.gamma``."""
+    return gigpo_advantages(rewards, anchors, group_ids, gamma=params.gamma)
+
+
+def _turn_critic(rewards, anchors, group_ids, values, params: EstimatorParams):
+    """Turn-level GAE (``critics.turn_critic_advantages``, ``gamma`` / ``lam`` per turn)."""
+    return turn_critic_advantages(rewards, values, gamma=params.gamma, lam=params.lam)
+
+
+def _gae(rewards, anchors, group_ids, values, turn_token_counts, params: EstimatorParams):
+    """Token-level GAE (``critics.token_critic_advantages``, ``token_gamma`` / ``token_lam``)."""
+    return token_critic_advantages(turn_token_counts, rewards, values, gamma=params.token_gamma,
+                                   lam=params.token_lam)
+
+
+register_estimator("grpo", _grpo)
+register_estimator("rloo", _rloo)
+register_estimator("drgrpo", _drgrpo)
+register_estimator("gigpo", _gigpo)
+register_estimator("turn_critic", _turn_critic, needs_values=True)
+register_estimator("gae", _gae, level="token", needs_values=True)

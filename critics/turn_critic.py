@@ -1,5 +1,7 @@
-"""Critic helpers (pure): where a state value is read in a token row, for a turn-level
-critic (``turn_critic``) and a token-level one (``gae``), and GAE over a batch of episodes.
+"""Critic helpers (pure, arrays in, arrays out): where a state value is read in a token
+row, for a turn-level critic (``turn_critic``) and a token-level one (``gae``), and GAE over
+a batch of episodes. Which rows an episode has (``full_history`` / ``per_step``) is
+``agentrl.types.Episode.row_layout``'s business; ``agentrl.credit`` maps it onto these.
 
 The critic model itself (a Hugging Face backbone plus a scalar head) lives in
 ``agentrl.trainer.value_model``: it needs ``transformers``, which ``critics`` may not import
@@ -33,7 +35,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from agentrl.errors import ContractError
-from agentrl.types import Episode
 from critics._common import as_float_vector, check_unit_interval
 from critics.gae import gae, turn_gae
 
@@ -92,53 +93,6 @@ def turn_boundaries(turn_prompt_lens: Sequence[int], turn_completion_lens: Seque
         out.append(offset + pk - 1)
         offset += pk + ck
     return out
-
-
-def episode_boundaries(episode: Episode) -> list[list[int]]:
-    """Turn boundaries of each trainer row of ``episode``, in the row order and layout of
-    ``Episode.training_sequences``.
-
-    * ``full_history``: one row holding every turn → ``[turn_boundaries(p, c)]``.
-    * ``per_step``: one row per turn, ``prompt_ids + completion_ids`` →
-      ``[[len(prompt_ids) - 1]]`` per turn.
-
-    Either way the rows' boundaries, concatenated, hold one entry per turn in turn order,
-    so critic values over these rows split back per episode by ``len(episode.turns)``.
-
-    Raises:
-        ContractError: a turn (row start) without prompt tokens.
-    """
-    p = [len(t.prompt_ids) for t in episode.turns]
-    c = [len(t.completion_ids) for t in episode.turns]
-    if episode.prompt_mode == "per_step":
-        out = []
-        for k, n in enumerate(p):
-            if n == 0:
-                raise ContractError(
-                    f"episode {episode.episode_id} turn {k} has no prompt_ids; in per_step mode "
-                    "every turn is a row and must start with its prompt"
-                )
-            out.append([n - 1])
-        return out
-    try:
-        return [turn_boundaries(p, c)]
-    except ContractError as exc:
-        raise ContractError(f"episode {episode.episode_id}: {exc}") from exc
-
-
-def split_per_row(episode: Episode, per_turn: Sequence[float]) -> list[list[float]]:
-    """Per-turn numbers (returns, old values) split like ``episode_boundaries``: one list
-    for a ``full_history`` episode, one single-element list per turn for ``per_step``.
-
-    Raises:
-        ContractError: ``len(per_turn) != len(episode.turns)``.
-    """
-    vals = [float(v) for v in (per_turn.tolist() if hasattr(per_turn, "tolist") else per_turn)]
-    if len(vals) != len(episode.turns):
-        raise ContractError(
-            f"got {len(vals)} per-turn values for episode {episode.episode_id} of {len(episode.turns)} turns"
-        )
-    return [[v] for v in vals] if episode.prompt_mode == "per_step" else [vals]
 
 
 def turn_critic_advantages(
@@ -235,61 +189,7 @@ def token_value_positions(loss_mask: Sequence[int] | Any) -> list[int]:
     return (np.flatnonzero(m == 1) - 1).tolist()
 
 
-def _row_masks(episode: Episode) -> list[list[int]]:
-    """Each trainer row's ``loss_mask`` in the layout of ``Episode.training_sequences``."""
-    if episode.prompt_mode == "per_step":
-        return [[0] * len(t.prompt_ids) + [1] * len(t.completion_ids) for t in episode.turns]
-    return [episode.loss_mask()]
-
-
-def episode_token_positions(episode: Episode) -> list[list[int]]:
-    """Token-level value positions (``token_value_positions``) of each trainer row of
-    ``episode``, in the row order and layout of ``Episode.training_sequences``: one row in
-    ``full_history`` mode, one row ``prompt_ids + completion_ids`` per turn in
-    ``per_step`` mode.
-
-    Either way the rows' positions, concatenated, hold one entry per sampled token in
-    stream order (``episode.num_generated_tokens()`` in all), so critic values over these
-    rows split back per episode by that count.
-
-    Raises:
-        ContractError: a row that starts with a sampled token (no prompt before it); the
-            episode and row are named.
-    """
-    out = []
-    for k, mask in enumerate(_row_masks(episode)):
-        try:
-            out.append(token_value_positions(mask))
-        except ContractError as exc:
-            row = f"turn {k}'s row" if episode.prompt_mode == "per_step" else "its row"
-            raise ContractError(f"episode {episode.episode_id}, {row}: {exc}") from exc
-    return out
-
-
-def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> list[list[float]]:
-    """Per-sampled-token numbers (advantages, returns, old values) of ``episode``, in stream
-    order, split like ``episode_token_positions``: one list for a ``full_history``
-    episode, one list of ``len(turn.completion_ids)`` values per turn for ``per_step``.
-
-    Raises:
-        ContractError: ``len(per_token) != episode.num_generated_tokens()``.
-    """
-    vals = [float(v) for v in (per_token.tolist() if hasattr(per_token, "tolist") else per_token)]
-    n = episode.num_generated_tokens()
-    if len(vals) != n:
-        raise ContractError(
-            f"got {len(vals)} per-token values for episode {episode.episode_id} with {n} sampled tokens"
-        )
-    if episode.prompt_mode != "per_step":
-        return [vals]
-    out, start = [], 0
-    for t in episode.turns:
-        out.append(vals[start:start + len(t.completion_ids)])
-        start += len(t.completion_ids)
-    return out
-
-
-def turn_rewards_on_tokens(episode: Episode, turn_rewards: Sequence[float] | Any) -> np.ndarray:
+def turn_rewards_on_tokens(turn_token_counts: Sequence[int] | Any, turn_rewards: Sequence[float] | Any) -> np.ndarray:
     """Token rewards for token-level GAE: turn k's reward on turn k's *last* sampled token,
     0 on every other sampled token.
 
@@ -299,23 +199,22 @@ def turn_rewards_on_tokens(episode: Episode, turn_rewards: Sequence[float] | Any
     lost. An episode without any sampled token has nothing to train and gets ``[]``.
 
     Args:
-        episode: gives each turn's completion length.
+        turn_token_counts: ``[K]`` sampled tokens per turn (``len(turn.completion_ids)``).
         turn_rewards: ``[K]`` finite rewards, one per turn (e.g.
             ``agentrl.credit.shaped_turn_rewards``).
 
     Returns:
         ``[N]`` float64 over the episode's sampled tokens in stream order
-        (``N = episode.num_generated_tokens()``).
+        (``N = sum(turn_token_counts)``).
 
     Raises:
-        ContractError: ``len(turn_rewards) != len(episode.turns)``, or a non-finite reward.
+        ContractError: ``len(turn_rewards) != len(turn_token_counts)``, a negative or
+            non-integer count, or a non-finite reward.
     """
+    lens = _as_count_list(turn_token_counts, "turn_token_counts")  # [K]
     r = as_float_vector(turn_rewards, "turn_rewards", allow_missing=False)  # [K]
-    if r.shape[0] != len(episode.turns):
-        raise ContractError(
-            f"got {r.shape[0]} turn rewards for episode {episode.episode_id} of {len(episode.turns)} turns"
-        )
-    lens = [len(t.completion_ids) for t in episode.turns]
+    if r.shape[0] != len(lens):
+        raise ContractError(f"got {r.shape[0]} turn rewards for {len(lens)} turns; expected one per turn")
     out = np.zeros(sum(lens), dtype=np.float64)  # [N]
     if out.size == 0:
         return out
@@ -329,7 +228,7 @@ def turn_rewards_on_tokens(episode: Episode, turn_rewards: Sequence[float] | Any
 
 
 def token_critic_advantages(
-    episodes: Sequence[Episode],
+    turn_token_counts: Sequence[Sequence[int]],
     turn_rewards: Sequence[Sequence[float]],
     values: Sequence[Sequence[float]],
     *,
@@ -340,22 +239,21 @@ def token_critic_advantages(
     (PPO with a token-level critic; GAE, Schulman et al. 2016, Eq. 16, over sampled tokens).
 
     Per episode the chain runs over all its sampled tokens in stream order, across turns
-    and, in ``per_step`` mode, across the episode's rows: observation and prompt tokens
+    (and so across the rows of a ``per_step`` episode): observation and prompt tokens
     (``loss_mask`` 0) are skipped, not discounted, so the next turn's first token is the
     bootstrap of a turn's last one. The rewards are ``turn_rewards_on_tokens``; the value
     after the last sampled token is 0 (no bootstrap, as ``turn_critic``). Because
     ``critics.gae`` skips ``mask == 0`` positions, running it on the sampled tokens packed
     to the left gives exactly the numbers of running it on the episode's full token stream
     with its ``loss_mask``; the packed form is what runs (``max N_i`` steps, not ``max L``).
-    ``full_history`` and ``per_step`` episodes with the same turns, rewards and values get
-    the same advantages.
+    Only the turns' token counts enter, so ``full_history`` and ``per_step`` episodes with
+    the same turns, rewards and values get the same advantages.
 
     Args:
-        episodes: the episodes (their turns' completion lengths are used).
+        turn_token_counts: per episode, ``[K_i]`` sampled tokens per turn.
         turn_rewards: per episode, ``[K_i]`` finite rewards, one per turn.
         values: per episode, ``[N_i]`` critic values of the sampled tokens in stream order
-            (``N_i = episodes[i].num_generated_tokens()``; the critic reads them at
-            ``episode_token_positions``).
+            (``N_i = sum(turn_token_counts[i])``).
         gamma: discount per sampled token, in [0, 1].
         lam: GAE lambda per sampled token, in [0, 1].
 
@@ -365,32 +263,32 @@ def token_critic_advantages(
 
     Raises:
         ContractError: different episode counts, a reward count other than the episode's
-            turn count, a value count other than its sampled-token count (episode named),
-            non-finite input.
+            turn count, a value count other than its sampled-token count (episode index
+            named), non-finite input.
         ConfigError: ``gamma`` or ``lam`` outside [0, 1].
     """
     gamma = check_unit_interval(gamma, "gamma")
     lam = check_unit_interval(lam, "lam")
-    episodes, turn_rewards, values = list(episodes), list(turn_rewards), list(values)
-    if not len(episodes) == len(turn_rewards) == len(values):
+    counts, turn_rewards, values = list(turn_token_counts), list(turn_rewards), list(values)
+    if not len(counts) == len(turn_rewards) == len(values):
         raise ContractError(
-            f"got {len(episodes)} episodes, {len(turn_rewards)} reward lists and {len(values)} value "
+            f"got {len(counts)} token-count lists, {len(turn_rewards)} reward lists and {len(values)} value "
             "lists; expected one of each per episode"
         )
     rew, val = [], []
-    for i, (e, r, v) in enumerate(zip(episodes, turn_rewards, values)):
+    for i, (c, r, v) in enumerate(zip(counts, turn_rewards, values)):
         try:
-            rew.append(turn_rewards_on_tokens(e, r))  # [N_i]
+            rew.append(turn_rewards_on_tokens(c, r))  # [N_i]
             vi = as_float_vector(v, "values", allow_missing=False)  # [N_i]
         except ContractError as exc:
             raise ContractError(f"episode {i}: {exc}") from exc
         if vi.shape[0] != rew[-1].shape[0]:
             raise ContractError(
-                f"episode {i} ({e.episode_id}): {vi.shape[0]} values for {rew[-1].shape[0]} sampled "
+                f"episode {i}: {vi.shape[0]} values for {rew[-1].shape[0]} sampled "
                 "tokens; expected one value per sampled token"
             )
         val.append(vi)
-    if not episodes:
+    if not counts:
         return [], []
     lens = [x.shape[0] for x in rew]
     width = max(max(lens), 1)

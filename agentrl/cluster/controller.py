@@ -34,7 +34,7 @@ from typing import Any, Callable
 import yaml
 
 from agentrl.config import Config, config_from_dict
-from agentrl.credit import build_batch
+from agentrl.credit import assign_credit, critic_step_metrics, missing_groups
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.rollout.loop import rollout_metrics
 from agentrl.tasks import TaskSource
@@ -105,65 +105,6 @@ def _save_checkpoint(run_dir: Path, iteration: int, trainers: list, state: dict)
     for p in olds[:-2]:
         shutil.rmtree(p, ignore_errors=True)
     return final
-
-
-def _critic_credit(episodes, cfg: Config, sampling, trainers, level: str, estimate):
-    """What ``turn_critic`` and ``gae`` share: select the episodes, read the critic's values
-    at the ``level``'s positions (``agentrl.credit.critic_rows``), let ``estimate(kept,
-    shaped_rewards, values_per_episode) -> (advantages, returns)`` do the GAE, then build the
-    policy batch and the critic's own batch (returns as targets, rollout-time values as
-    ``old_values`` for value clipping).
-
-    Returns:
-        ``(CreditResult, ValueBatch | None)``; ``None`` when no episode (or, for ``gae``,
-        no sampled token) is left.
-    """
-    import numpy as np
-    import ray
-
-    from agentrl.credit import critic_rows, pack_batch, select_episodes, shaped_turn_rewards
-    from agentrl.types import ValueBatch
-
-    kept, m = select_episodes(episodes, cfg.algorithm, cfg.rollout.max_new_tokens)
-    if not kept:
-        return pack_batch(kept, [], sampling, m, level=level), None
-    values = ray.get([t.critic_values.remote(ValueBatch.pack(critic_rows(kept, level=level))) for t in trainers])[0]
-    flat = np.asarray(values, dtype=np.float64)
-    counts = [len(e.turns) if level == "turn" else e.num_generated_tokens() for e in kept]
-    per_ep = np.split(flat, np.cumsum(counts)[:-1])
-    rewards = [shaped_turn_rewards(e, cfg.algorithm, cfg.rollout.max_new_tokens) for e in kept]
-    adv, rets = estimate(kept, rewards, per_ep)
-    credit = pack_batch(kept, adv, sampling, m, level=level)
-    critic_batch = ValueBatch.pack(critic_rows(kept, returns=rets, old_values=per_ep, level=level))
-    credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
-    return credit, (critic_batch if critic_batch.num_positions else None)  # no value position: nothing to fit
-
-
-def _turn_critic_credit(episodes, cfg: Config, sampling, trainers):
-    """turn_critic: values from the critic at each turn boundary, turn-level GAE
-    (``critics.turn_critic_advantages``, ``algorithm.gamma`` / ``lam`` per turn), the policy
-    batch, and the critic's own batch."""
-    import critics
-
-    def estimate(kept, rewards, values):
-        return critics.turn_critic_advantages(rewards, values, gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
-
-    return _critic_credit(episodes, cfg, sampling, trainers, "turn", estimate)
-
-
-def _token_critic_credit(episodes, cfg: Config, sampling, trainers):
-    """gae (PPO with a token-level critic): the critic's value of every sampled token (read
-    at the token before it), token-level GAE over each episode's sampled tokens across its
-    turns and rows (``critics.token_critic_advantages``, ``algorithm.token_gamma`` /
-    ``token_lam`` per token, each turn's shaped reward on its last sampled token), the
-    policy batch with one advantage per token, and the critic's own batch."""
-    import critics
-
-    def estimate(kept, rewards, values):
-        return critics.token_critic_advantages(kept, rewards, values, gamma=cfg.algorithm.token_gamma,
-                                               lam=cfg.algorithm.token_lam)
-
-    return _critic_credit(episodes, cfg, sampling, trainers, "token", estimate)
 
 
 def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dict], None] | None = None,
@@ -268,28 +209,19 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                 progress.phase(it, "rollout")
             episodes, rollout_s = ray.get(rollout.rollout.remote(requests, policy_version))
             refills = 0
-            if cfg.algorithm.dynamic_sampling:
-                # DAPO dynamic sampling: replace groups whose rewards are all equal by new ones.
-                from agentrl.credit import select_episodes
-
-                while refills < cfg.algorithm.max_refill_rounds:
-                    kept, _ = select_episodes(episodes, cfg.algorithm, cfg.rollout.max_new_tokens)
-                    missing = cfg.env.tasks_per_iteration - len({e.group_id for e in kept})
-                    if missing <= 0:
-                        break
-                    more, more_s = ray.get(rollout.rollout.remote(tasks.next_requests(missing), policy_version))
-                    episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
+            while refills < cfg.algorithm.max_refill_rounds:  # DAPO dynamic sampling's refill
+                missing = missing_groups(episodes, cfg.algorithm, groups_wanted=cfg.env.tasks_per_iteration,
+                                         max_new_tokens=cfg.rollout.max_new_tokens)
+                if missing <= 0:
+                    break
+                more, more_s = ray.get(rollout.rollout.remote(tasks.next_requests(missing), policy_version))
+                episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
 
             if progress is not None:
                 progress.phase(it, "credit")
             t0 = time.perf_counter()
-            critic_update = None
-            if cfg.algorithm.advantage == "turn_critic":
-                credit, critic_update = _turn_critic_credit(episodes, cfg, sampling, trainers)
-            elif cfg.algorithm.advantage == "gae":
-                credit, critic_update = _token_critic_credit(episodes, cfg, sampling, trainers)
-            else:
-                credit = build_batch(episodes, cfg.algorithm, sampling, cfg.rollout.max_new_tokens)
+            credit = assign_credit(episodes, cfg.algorithm, sampling, max_new_tokens=cfg.rollout.max_new_tokens,
+                                   values_fn=lambda vb: ray.get([t.critic_values.remote(vb) for t in trainers])[0])
             credit.metrics["filter/refill_rounds"] = float(refills)
             credit_s = time.perf_counter() - t0
 
@@ -300,10 +232,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if credit.batch is not None:
                 results = ray.get([t.step.remote(credit.batch) for t in trainers])
                 train_metrics = results[0]
-            if critic_update is not None:
-                critic_metrics = ray.get([t.critic_step.remote(critic_update) for t in trainers])[0]
-                train_metrics.update({f"critic/{k.split('/', 1)[-1]}" if not k.startswith("critic/") else k: v
-                                      for k, v in critic_metrics.items()})
+            if credit.value_batch is not None:
+                train_metrics.update(critic_step_metrics(
+                    ray.get([t.critic_step.remote(credit.value_batch) for t in trainers])[0]))
             update_s = time.perf_counter() - t0
 
             if progress is not None:

@@ -9,7 +9,7 @@ anchors drawn from a small state space (32 states) so that step groups are large
 vectorized ``critics.gigpo_advantages`` (best of ``--repeats``) on two input layouts —
 ``[n, T]`` numpy arrays with integer anchors, and Python lists of lists with text anchors
 (what a controller builds from ``Turn`` objects) — and the loop reference
-``critics.reference.gigpo_advantages_loop`` once, checks they agree, and prints the times
+``tests/unit/critics/critics_reference.gigpo_advantages_loop`` once, checks they agree, and prints the times
 and the ratio. Target: vectorized < 1 s. Exits 1 if the results disagree.
 """
 
@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "critics"))  # the slow oracles
 
 from critics import gigpo_advantages  # noqa: E402
-from critics.reference import gigpo_advantages_loop  # noqa: E402
+from critics_reference import gigpo_advantages_loop  # noqa: E402
 
 
 def make_workload(n_traj: int, steps: int, group_size: int, n_states: int, seed: int):

@@ -1,5 +1,5 @@
-"""The controller's ``gae`` credit step (``_token_critic_credit``) with a real Ray trainer
-actor (policy and token-level critic on the tiny SmolLM2-vocab model), on hand-built
+"""The ``gae`` credit step as the controller wires it (``assign_credit`` with a ``values_fn``
+that asks the trainer actors) with a real Ray trainer actor (policy and token-level critic on the tiny SmolLM2-vocab model), on hand-built
 multi-turn episodes in both prompt modes: a random tiny model seldom ends a turn by itself,
 so a ``train()`` run has one-turn episodes only, and this is where several turns and
 several per-step rows of one episode meet the real critic."""
@@ -36,9 +36,9 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
 
     import critics
     from agentrl.cluster.actors import TrainerActor, sampling_of
-    from agentrl.cluster.controller import _free_port, _token_critic_credit
+    from agentrl.cluster.controller import _free_port
     from agentrl.config import load_config
-    from agentrl.credit import critic_rows
+    from agentrl.credit import assign_credit, critic_rows
     from agentrl.types import ValueBatch
 
     cfg = load_config(None, [f"model.path={tiny_model_path}", "algorithm.advantage=gae", "algorithm.token_gamma=0.99",
@@ -48,7 +48,10 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
     try:
         full, per_step = _episode("full_history", "a"), _episode("per_step", "b")
         broken = _episode("full_history", "c", reason="infra_error")
-        credit, critic_batch = _token_critic_credit([full, broken, per_step], cfg, sampling_of(cfg), [trainer])
+        credit = assign_credit([full, broken, per_step], cfg.algorithm, sampling_of(cfg),
+                               max_new_tokens=cfg.rollout.max_new_tokens,
+                               values_fn=lambda vb: ray.get([trainer.critic_values.remote(vb)])[0])
+        critic_batch = credit.value_batch
 
         kept = [full, per_step]
         n_tokens = [e.num_generated_tokens() for e in kept]  # 6 each
@@ -62,7 +65,8 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
         np.testing.assert_allclose(critic_batch.old_values.double().numpy(), values.numpy(), rtol=0, atol=1e-6)
         assert values.abs().min() > 1e-6  # a non-zero head: the advantages depend on the values
         per_ep = list(values.numpy().reshape(2, 6))
-        adv, ret = critics.token_critic_advantages(kept, [[0.0, 0.25, 1.0]] * 2, per_ep, gamma=0.99, lam=0.9)
+        counts = [[len(t.completion_ids) for t in e.turns] for e in kept]
+        adv, ret = critics.token_critic_advantages(counts, [[0.0, 0.25, 1.0]] * 2, per_ep, gamma=0.99, lam=0.9)
         mask = batch.loss_mask.numpy() == 1
         got = batch.advantages.double().numpy()
         np.testing.assert_allclose(got[mask], np.concatenate(adv), rtol=0, atol=1e-5)

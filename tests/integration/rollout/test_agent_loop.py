@@ -202,7 +202,7 @@ def test_C03_reward_sees_only_the_policys_text_and_masks_hide_observations(engin
 
 def test_per_step_mode_keeps_context_flat_and_makes_one_row_per_step(engine, tokenizer, tmp_path):
     from agentrl.config import AlgorithmConfig
-    from agentrl.credit import build_batch
+    from agentrl.credit import assign_credit
     from agentrl.replay import ReplayStore
 
     envs = [ToolEchoEnv(episode_len=5, obs_text="the room is dark") for _ in range(2)]
@@ -223,7 +223,7 @@ def test_per_step_mode_keeps_context_flat_and_makes_one_row_per_step(engine, tok
         lens = [len(t.prompt_ids) for t in ep.turns]
         assert max(lens[2:]) - min(lens[2:]) <= 2 * 4 + 4  # differ only by the 1-token actions shown
     # GRPO rewards [1, 1] in one group → advantage 0, but every step becomes its own row
-    res = build_batch(episodes, AlgorithmConfig(advantage="gigpo"), worker.sampling)
+    res = assign_credit(episodes, AlgorithmConfig(advantage="gigpo"), worker.sampling)
     assert res.batch.num_rows == 10 and res.batch.num_loss_tokens == sum(e.num_generated_tokens() for e in episodes)
     store = ReplayStore(f"sqlite:///{tmp_path / 'r.db'}")
     store.start_run("r", {})

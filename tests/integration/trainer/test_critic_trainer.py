@@ -244,15 +244,15 @@ def _episode(mode: str, episode_id: str):
 
 def test_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -> None:
     """What the controller does: rows as ``Episode.training_sequences`` lays them out,
-    boundaries from ``critics.episode_boundaries``, values → ``turn_critic_advantages`` →
+    boundaries from ``agentrl.credit.episode_boundaries``, values → ``turn_critic_advantages`` →
     returns (and old values) split back per row → ``step``."""
-    import critics
+    from agentrl.credit import episode_boundaries, split_per_row
 
     trainer = _trainer(tiny_llama_path, value_clip=0.5)
     episodes = [_episode("full_history", "a"), _episode("per_step", "b")]
     seqs = [row for e in episodes for row in e.training_sequences([0.0] * len(e.turns))]
     tb = TokenBatch.pack(seqs, SamplingRecord())
-    bounds = [b for e in episodes for b in critics.episode_boundaries(e)]
+    bounds = [b for e in episodes for b in episode_boundaries(e)]
     assert tb.num_rows == len(bounds) == 4
     values = trainer.compute_values(_on_policy_rows(tb, bounds))  # (6,)
     per_ep = list(torch.split(values, [len(e.turns) for e in episodes]))
@@ -263,8 +263,8 @@ def test_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -> None:
     _, returns = turn_critic_advantages(
         [[t.reward for t in e.turns] for e in episodes], per_ep, gamma=0.99, lam=0.95
     )
-    ret_rows = [r for e, ret in zip(episodes, returns) for r in critics.split_per_row(e, ret)]
-    old_rows = [r for e, v in zip(episodes, per_ep) for r in critics.split_per_row(e, v)]
+    ret_rows = [r for e, ret in zip(episodes, returns) for r in split_per_row(e, ret)]
+    old_rows = [r for e, v in zip(episodes, per_ep) for r in split_per_row(e, v)]
     batch = _on_policy_rows(tb, bounds, ret_rows, old_rows)
     m = trainer.step(batch)
     want = 0.5 * float(((values.double() - batch.returns.double()) ** 2).mean())  # V == V_old: no clipping yet
@@ -325,7 +325,8 @@ def test_token_level_episode_wiring_in_both_prompt_modes(tiny_llama_path: str) -
     torch.testing.assert_close(per_ep[0][:2], per_ep[1][:2], atol=1e-6, rtol=0)
     assert abs(float(per_ep[0][2]) - float(per_ep[1][2])) > 1e-5
     rewards = [[t.reward for t in e.turns] for e in episodes]
-    adv, returns = critics.token_critic_advantages(episodes, rewards, per_ep, gamma=1.0, lam=0.95)
+    counts = [[len(t.completion_ids) for t in e.turns] for e in episodes]
+    adv, returns = critics.token_critic_advantages(counts, rewards, per_ep, gamma=1.0, lam=0.95)
     assert all(a.shape == (n,) for a, n in zip(adv, n_tokens))
     batch = ValueBatch.pack(critic_rows(episodes, returns=returns, old_values=per_ep, level="token"))
     m = trainer.step(batch)

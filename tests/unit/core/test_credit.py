@@ -3,7 +3,7 @@
 import pytest
 
 from agentrl.config import AlgorithmConfig
-from agentrl.credit import build_batch, shaped_turn_rewards
+from agentrl.credit import assign_credit, shaped_turn_rewards
 from agentrl.types import Episode, SamplingRecord, TerminationReason, Turn
 
 
@@ -23,8 +23,8 @@ def test_C12_errored_samples_are_excluded_counted_and_leave_other_groups_unchang
     good = [_ep("a", [1.0]), _ep("a", [0.0]), _ep("b", [1.0]), _ep("b", [0.0]), _ep("b", [1.0])]
     bad = _ep("a", [1.0], reason=TerminationReason.REWARD_ERROR)
     infra = _ep("b", [0.0], reason=TerminationReason.INFRA_ERROR)
-    with_err = build_batch(good + [bad, infra], AlgorithmConfig(), SamplingRecord())
-    without = build_batch(good, AlgorithmConfig(), SamplingRecord())
+    with_err = assign_credit(good + [bad, infra], AlgorithmConfig(), SamplingRecord())
+    without = assign_credit(good, AlgorithmConfig(), SamplingRecord())
     assert with_err.metrics["filter/reward_errors"] == 1 and with_err.metrics["filter/infra_errors"] == 1
     assert bad.episode_id not in with_err.turn_advantages and infra.episode_id not in with_err.turn_advantages
     assert bad.total_reward is None  # never scored 0
@@ -35,7 +35,7 @@ def test_C12_errored_samples_are_excluded_counted_and_leave_other_groups_unchang
 
 def test_drop_group_policy_drops_the_errored_group():
     eps = [_ep("a", [1.0]), _ep("a", [0.0], reason=TerminationReason.INFRA_ERROR), _ep("b", [1.0]), _ep("b", [0.0])]
-    res = build_batch(eps, AlgorithmConfig(error_policy="drop_group"), SamplingRecord())
+    res = assign_credit(eps, AlgorithmConfig(error_policy="drop_group"), SamplingRecord())
     assert res.batch.group_ids == ("b", "b")
 
 
@@ -49,7 +49,7 @@ def test_invalid_action_penalty_hits_that_step_only_and_overlong_is_soft():
 
 def test_dynamic_sampling_drops_equal_reward_groups_and_counts_their_tokens():
     eps = [_ep("a", [1.0]), _ep("a", [1.0]), _ep("b", [1.0]), _ep("b", [0.0])]
-    res = build_batch(eps, AlgorithmConfig(dynamic_sampling=True), SamplingRecord())
+    res = assign_credit(eps, AlgorithmConfig(dynamic_sampling=True), SamplingRecord())
     assert res.metrics["filter/dynamic_sampling_dropped_groups"] == 1
     assert res.metrics["tokens/discarded"] == 4 and res.metrics["tokens/trained"] == 4
     assert res.metrics["tokens/generated"] == res.metrics["tokens/trained"] + res.metrics["tokens/discarded"]
@@ -59,6 +59,6 @@ def test_dynamic_sampling_drops_equal_reward_groups_and_counts_their_tokens():
 @pytest.mark.parametrize("advantage", ["grpo", "rloo", "drgrpo", "gigpo"])
 def test_C05_equal_rewards_give_exact_zero_advantages(advantage):
     eps = [_ep("a", [0.35]) for _ in range(4)] + [_ep("solo", [1.0])]
-    res = build_batch(eps, AlgorithmConfig(advantage=advantage), SamplingRecord())
+    res = assign_credit(eps, AlgorithmConfig(advantage=advantage), SamplingRecord())
     assert all(a == 0.0 for adv in res.turn_advantages.values() for a in adv)
     assert float(res.batch.advantages.abs().sum()) == 0.0

@@ -1,6 +1,7 @@
-"""The ``gae`` estimator's credit path without the critic model: known token advantages on a
-hand-built 2-turn episode, put on the tokens by ``pack_batch(level="token")`` in both prompt
-modes, and the critic rows that read a value before every sampled token."""
+"""The ``gae`` estimator's credit path with a stand-in ``values_fn`` (known values instead of
+the critic model): known token advantages on a hand-built 2-turn episode, put on the tokens
+by ``assign_credit`` in both prompt modes, the critic's own batch, and the critic rows that
+read a value before every sampled token."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 import critics
 from agentrl.config import AlgorithmConfig
-from agentrl.credit import build_batch, critic_rows, pack_batch, select_episodes, shaped_turn_rewards
+from agentrl.credit import assign_credit, critic_rows, pack_batch, shaped_turn_rewards
 from agentrl.errors import ConfigError, ContractError
 from agentrl.types import ValueBatch
 from agentrl.types import Episode, SamplingRecord, TerminationReason, Turn
@@ -46,13 +47,24 @@ def _episode(mode: str, episode_id: str = "ep") -> Episode:
 def test_known_token_advantages_on_the_tokens_in_both_prompt_modes(mode):
     ep = _episode(mode)
     cfg = AlgorithmConfig(advantage="gae", token_gamma=GAMMA, token_lam=LAM)
-    kept, m = select_episodes([ep], cfg)
-    rewards = [shaped_turn_rewards(e, cfg) for e in kept]
-    adv, ret = critics.token_critic_advantages(kept, rewards, [VALUES], gamma=cfg.token_gamma, lam=cfg.token_lam)
+    asked = []
+
+    def values_fn(vb):  # the critic's values at the ValueBatch's positions
+        asked.append(vb)
+        return np.array(VALUES)
+
+    res = assign_credit([ep], cfg, SamplingRecord(), values_fn=values_fn)
+    assert len(asked) == 1 and asked[0].num_positions == 5 and asked[0].returns is None
+    vb = res.value_batch  # the critic's own batch: returns as targets, rollout values as old_values
+    np.testing.assert_allclose(vb.returns.double().numpy(), WANT_RET, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(vb.old_values.double().numpy(), VALUES, rtol=0, atol=1e-6)
+    assert vb.positions.tolist() == asked[0].positions.tolist()
+    assert res.metrics["critic/values_mean_rollout"] == pytest.approx(np.mean(VALUES), abs=1e-12)
+    adv, ret = critics.token_critic_advantages([[2, 3]], [shaped_turn_rewards(ep, cfg)], [VALUES],
+                                               gamma=cfg.token_gamma, lam=cfg.token_lam)
     np.testing.assert_allclose(adv[0], WANT_ADV, rtol=0, atol=1e-12)
     np.testing.assert_allclose(ret[0], WANT_RET, rtol=0, atol=1e-12)
 
-    res = pack_batch(kept, adv, SamplingRecord(), m, level="token")
     batch = res.batch
     mask = batch.loss_mask.numpy()
     a = batch.advantages.double().numpy()
@@ -73,7 +85,7 @@ def test_known_token_advantages_on_the_tokens_in_both_prompt_modes(mode):
 def test_full_history_and_per_step_give_the_same_token_advantages():
     eps = [_episode("full_history", "a"), _episode("per_step", "b")]
     values = [np.array(VALUES), np.array(VALUES)]
-    adv, _ = critics.token_critic_advantages(eps, [[0.5, 1.0]] * 2, values, gamma=GAMMA, lam=LAM)
+    adv, _ = critics.token_critic_advantages([[2, 3]] * 2, [[0.5, 1.0]] * 2, values, gamma=GAMMA, lam=LAM)
     np.testing.assert_array_equal(adv[0], adv[1])
     res = pack_batch(eps, adv, SamplingRecord(), {}, level="token")
     sl = res.batch.row_slices()
@@ -119,7 +131,12 @@ def test_pack_batch_checks_counts_and_level():
 
 
 @pytest.mark.parametrize("advantage", ["turn_critic", "gae"])
-def test_build_batch_refuses_the_critic_estimators(advantage):
-    # they need the critic's values: the controller applies them
+def test_the_critic_estimators_need_values_fn(advantage):
     with pytest.raises(ConfigError, match=f"algorithm.advantage='{advantage}' needs a learned critic's values"):
-        build_batch([_episode("full_history")], AlgorithmConfig(advantage=advantage), SamplingRecord())
+        assign_credit([_episode("full_history")], AlgorithmConfig(advantage=advantage), SamplingRecord())
+
+
+def test_values_fn_count_is_checked():
+    with pytest.raises(ContractError, match="values_fn returned 4 values for 5 value positions"):
+        assign_credit([_episode("full_history")], AlgorithmConfig(advantage="gae"), SamplingRecord(),
+                      values_fn=lambda vb: [0.0] * 4)

@@ -8,16 +8,17 @@ import pytest
 from agentrl.errors import ConfigError, ContractError
 from critics import (
     ESTIMATORS,
+    EstimatorParams,
     drgrpo_advantages,
     dynamic_sampling_keep,
-    gae,
+    estimator_names,
     get_estimator,
     gigpo_advantages,
     grpo_advantages,
     overlong_penalty,
     register_estimator,
-    rloo_advantages,
-    turn_gae,
+    token_critic_advantages,
+    turn_critic_advantages,
 )
 
 
@@ -77,43 +78,77 @@ def test_overlong_penalty_bad_lengths():
         overlong_penalty([2.5], max_len=10, cache_len=2)
 
 
-def test_registry_names_and_functions():
+def test_registry_names_levels_and_functions():
     assert set(ESTIMATORS) >= {"grpo", "rloo", "drgrpo", "gigpo", "turn_critic", "gae"}
-    assert get_estimator("grpo") is grpo_advantages
-    assert get_estimator("rloo") is rloo_advantages
-    assert get_estimator("drgrpo") is drgrpo_advantages
-    assert get_estimator("gigpo") is gigpo_advantages
-    assert get_estimator("turn_critic") is turn_gae
-    assert get_estimator("gae") is gae
-    # rloo = leave-one-out baseline (no std, as in the RLOO papers); drgrpo = no std
-    r, g = [1.0, 2.0, 6.0], [0, 0, 0]
-    np.testing.assert_array_equal(get_estimator("rloo")(r, g), grpo_advantages(r, g, leave_one_out=True, norm_by_std=False))
-    np.testing.assert_array_equal(get_estimator("drgrpo")(r, g), grpo_advantages(r, g, norm_by_std=False))
+    assert {n: (get_estimator(n).level, get_estimator(n).needs_values)
+            for n in ("grpo", "rloo", "drgrpo", "gigpo", "turn_critic", "gae")} == {
+        "grpo": ("turn", False), "rloo": ("turn", False), "drgrpo": ("turn", False), "gigpo": ("turn", False),
+        "turn_critic": ("turn", True), "gae": ("token", True)}
+    assert estimator_names() == sorted(ESTIMATORS)
+    # every built-in is the documented function under the turn-level signature
+    rewards, anchors, groups = [[1.0], [2.0, 0.0], [6.0]], [["a"], ["a", "b"], ["a"]], ["g", "g", "g"]
+    p = EstimatorParams(gamma=0.9, lam=0.8, token_gamma=0.7, token_lam=0.6, norm_by_std=True)
+    totals = [1.0, 2.0, 6.0]
+    for name, want in (("grpo", grpo_advantages(totals, groups)),
+                       ("rloo", grpo_advantages(totals, groups, leave_one_out=True, norm_by_std=False)),
+                       ("drgrpo", grpo_advantages(totals, groups, norm_by_std=False))):
+        got = get_estimator(name).fn(rewards, anchors, groups, None, p)
+        assert got == [[want[0]], [want[1]] * 2, [want[2]]], name
+    # grpo follows norm_by_std; rloo and drgrpo never divide by the std
+    unnormed = get_estimator("grpo").fn(rewards, anchors, groups, None, EstimatorParams(norm_by_std=False))
+    assert [a[0] for a in unnormed] == list(drgrpo_advantages(totals, groups))
+    for got, want in zip(get_estimator("gigpo").fn(rewards, anchors, groups, None, p),
+                         gigpo_advantages(rewards, anchors, groups, gamma=0.9)):
+        np.testing.assert_array_equal(got, want)
+    values = [np.array([0.5]), np.array([0.1, 0.2]), np.array([0.0])]
+    adv, ret = get_estimator("turn_critic").fn(rewards, anchors, groups, values, p)
+    want_adv, want_ret = turn_critic_advantages(rewards, values, gamma=0.9, lam=0.8)
+    for a, b in zip(adv + ret, want_adv + want_ret):
+        np.testing.assert_array_equal(a, b)
+    counts = [[2], [1, 2], [1]]
+    tok_values = [np.zeros(2), np.array([0.1, 0.2, 0.3]), np.zeros(1)]
+    adv, ret = get_estimator("gae").fn(rewards, anchors, groups, tok_values, counts, p)
+    want_adv, want_ret = token_critic_advantages(counts, rewards, tok_values, gamma=0.7, lam=0.6)
+    for a, b in zip(adv + ret, want_adv + want_ret):
+        np.testing.assert_array_equal(a, b)
 
 
-def test_unknown_estimator_lists_known_names():
+def test_unknown_estimator_lists_known_names_and_suggests_close_ones():
     with pytest.raises(ConfigError) as err:
         get_estimator("ppo2")
     msg = str(err.value)
     assert "'ppo2'" in msg
     for name in ("drgrpo", "gae", "gigpo", "grpo", "rloo", "turn_critic"):
-        assert name in msg
+        assert f"'{name}'" in msg
+    with pytest.raises(ConfigError, match="unknown advantage estimator 'grpoo'; did you mean 'grpo'"):
+        get_estimator("grpoo")
 
 
 def test_register_estimator():
-    def centered(rewards, group_ids):
-        return grpo_advantages(rewards, group_ids, norm_by_std=False)
+    def centered(rewards, anchors, group_ids, values, params):
+        return [[0.0] * len(r) for r in rewards]
 
     try:
-        register_estimator("test_centered", centered)
-        assert get_estimator("test_centered") is centered
+        assert register_estimator("test_centered", centered) is centered
+        reg = get_estimator("test_centered")
+        assert (reg.name, reg.fn, reg.level, reg.needs_values) == ("test_centered", centered, "turn", False)
         with pytest.raises(ConfigError, match="already registered"):
             register_estimator("test_centered", centered)
-        register_estimator("test_centered", drgrpo_advantages, overwrite=True)
-        assert get_estimator("test_centered") is drgrpo_advantages
+        register_estimator("test_centered", centered, level="token", needs_values=True, overwrite=True)
+        assert get_estimator("test_centered").level == "token" and get_estimator("test_centered").needs_values
+
+        @register_estimator("test_decorated", level="token")
+        def decorated(rewards, anchors, group_ids, values, turn_token_counts, params):
+            return [[0.0] * sum(c) for c in turn_token_counts]
+
+        assert get_estimator("test_decorated").fn is decorated and get_estimator("test_decorated").level == "token"
     finally:
         ESTIMATORS.pop("test_centered", None)
+        ESTIMATORS.pop("test_decorated", None)
     with pytest.raises(ConfigError, match="not callable"):
         register_estimator("x1", 3)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="estimator name ''"):
         register_estimator("", centered)
+    with pytest.raises(ConfigError, match="estimator 'x2': level='episode'; expected 'turn' or 'token'"):
+        register_estimator("x2", centered, level="episode")
+    assert "x1" not in ESTIMATORS and "x2" not in ESTIMATORS

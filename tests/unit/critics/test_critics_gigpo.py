@@ -12,7 +12,7 @@ import torch
 from agentrl.errors import ConfigError, ContractError
 from critics import gigpo_advantages
 from critics.gigpo import discounted_returns
-from critics.reference import gigpo_advantages_loop
+from critics_reference import gigpo_advantages_loop
 
 E = 1e-6  # GiGPO's epsilon in mean_std_norm
 

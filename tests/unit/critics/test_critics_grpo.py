@@ -15,7 +15,7 @@ from critics import (
     rloo_advantages,
     valid_reward_mask,
 )
-from critics.reference import grpo_advantages_loop
+from critics_reference import grpo_advantages_loop
 
 EPS = 1e-6
 

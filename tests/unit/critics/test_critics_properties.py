@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from critics import gae, gigpo_advantages, grpo_advantages
-from critics.reference import gigpo_advantages_loop, grpo_advantages_loop
+from critics_reference import gigpo_advantages_loop, grpo_advantages_loop
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 

@@ -11,9 +11,7 @@ import critics
 from agentrl.errors import ConfigError, ContractError
 from agentrl.types import Episode, Turn
 from critics import (
-    episode_token_positions,
     gae,
-    split_tokens_per_row,
     token_critic_advantages,
     token_value_positions,
     turn_rewards_on_tokens,
@@ -51,53 +49,24 @@ def test_token_value_positions_rejects_bad_masks():
         token_value_positions([0, None, 1])
 
 
-@pytest.mark.parametrize("mode", ["full_history", "per_step"])
-def test_episode_token_positions_follow_training_sequences_layout(mode):
-    ep = _episode(mode)
-    pos = episode_token_positions(ep)
-    rows = ep.training_sequences([0.0, 0.0])
-    assert len(pos) == len(rows)
-    for b, row in zip(pos, rows):
-        mask = list(row.loss_mask)
-        assert [i + 1 for i in b] == [i for i, m in enumerate(mask) if m == 1]  # the token after is sampled
-    assert sum(len(b) for b in pos) == ep.num_generated_tokens() == 5
-    # PPP CC OO CCC: in full_history one row, in per_step rows PPP CC and OO CCC
-    assert pos == ([[2, 3, 6, 7, 8]] if mode == "full_history" else [[2, 3], [1, 2, 3]])
-    # a turn's first value position is its turn boundary (where turn_critic reads V(s_k))
-    flat = [x for b in pos for x in b]
-    turn_bounds = [x for b in critics.episode_boundaries(ep) for x in b]
-    assert [flat[0], flat[2]] == turn_bounds
-
-
-def test_episode_token_positions_name_a_row_that_starts_sampled():
-    ep = _episode("per_step")
-    ep.turns[1].prompt_ids = []
-    with pytest.raises(ContractError, match=r"episode ep, turn 1's row: loss_mask\[0\]=1"):
-        episode_token_positions(ep)
-
-
-@pytest.mark.parametrize("mode", ["full_history", "per_step"])
-def test_split_tokens_per_row_matches_positions(mode):
-    ep = _episode(mode)
-    split = split_tokens_per_row(ep, np.arange(5.0))
-    assert [len(x) for x in split] == [len(b) for b in episode_token_positions(ep)]
-    assert [v for row in split for v in row] == [0.0, 1.0, 2.0, 3.0, 4.0]
-    with pytest.raises(ContractError, match="got 4 per-token values for episode ep with 5 sampled tokens"):
-        split_tokens_per_row(ep, [0.0] * 4)
+def _counts(ep: Episode) -> list[int]:
+    return [len(t.completion_ids) for t in ep.turns]
 
 
 def test_turn_rewards_land_on_each_turns_last_sampled_token():
-    ep = _episode("full_history")  # completions 2, 3; rewards 0.5, 1.0
-    np.testing.assert_array_equal(turn_rewards_on_tokens(ep, [0.5, 1.0]), [0.0, 0.5, 0.0, 0.0, 1.0])
+    # completions 2, 3; rewards 0.5, 1.0
+    np.testing.assert_array_equal(turn_rewards_on_tokens([2, 3], [0.5, 1.0]), [0.0, 0.5, 0.0, 0.0, 1.0])
     # an empty completion has no token: its reward goes on the previous sampled token, or on
     # the first sampled token when none precedes it; nothing is lost
-    ep = _episode("full_history", completions=(0, 2, 0, 1), prompts=(2, 1, 1, 1), rewards=(0.1, 0.2, 0.3, 0.4))
-    np.testing.assert_allclose(turn_rewards_on_tokens(ep, [0.1, 0.2, 0.3, 0.4]), [0.1, 0.5, 0.4], atol=1e-15)
-    assert turn_rewards_on_tokens(_episode("per_step", completions=(0,), prompts=(1,), rewards=(1.0,)), [1.0]).shape == (0,)
-    with pytest.raises(ContractError, match="got 1 turn rewards for episode ep of 2 turns"):
-        turn_rewards_on_tokens(_episode("full_history"), [1.0])
+    np.testing.assert_allclose(turn_rewards_on_tokens([0, 2, 0, 1], [0.1, 0.2, 0.3, 0.4]), [0.1, 0.5, 0.4], atol=1e-15)
+    assert turn_rewards_on_tokens([0], [1.0]).shape == (0,)
+    assert turn_rewards_on_tokens(np.array([1, 1]), np.array([1.0, 2.0])).tolist() == [1.0, 2.0]
+    with pytest.raises(ContractError, match="got 1 turn rewards for 2 turns"):
+        turn_rewards_on_tokens([2, 3], [1.0])
     with pytest.raises(ContractError, match="not finite"):
-        turn_rewards_on_tokens(_episode("full_history"), [1.0, float("nan")])
+        turn_rewards_on_tokens([2, 3], [1.0, float("nan")])
+    with pytest.raises(ContractError, match=r"turn_token_counts\[1\]=-1"):
+        turn_rewards_on_tokens([2, -1], [1.0, 1.0])
 
 
 def test_token_critic_advantages_equal_gae_on_the_full_token_stream():
@@ -109,12 +78,12 @@ def test_token_critic_advantages_equal_gae_on_the_full_token_stream():
            _episode("full_history", completions=(1,), prompts=(5,), rewards=(3.0,), episode_id="c")]
     rewards = [[t.reward for t in e.turns] for e in eps]
     values = [rng.normal(size=e.num_generated_tokens()) for e in eps]
-    adv, ret = token_critic_advantages(eps, rewards, values, gamma=0.97, lam=0.9)
+    adv, ret = token_critic_advantages([_counts(e) for e in eps], rewards, values, gamma=0.97, lam=0.9)
     for e, r, v, a, g in zip(eps, rewards, values, adv, ret):
         mask = np.asarray(e.loss_mask(), dtype=np.float64)  # [L], rows concatenated in either mode
         on = mask == 1
         r_full, v_full = np.zeros_like(mask), np.full_like(mask, np.nan)  # NaN: never read off-mask
-        r_full[on], v_full[on] = turn_rewards_on_tokens(e, r), v
+        r_full[on], v_full[on] = turn_rewards_on_tokens(_counts(e), r), v
         want_a, want_r = gae(r_full[None], v_full[None], mask[None], gamma=0.97, lam=0.9)
         np.testing.assert_allclose(a, want_a[0, on], rtol=0, atol=1e-12)
         np.testing.assert_allclose(g, want_r[0, on], rtol=0, atol=1e-12)
@@ -124,27 +93,26 @@ def test_token_critic_advantages_equal_gae_on_the_full_token_stream():
 
 def test_token_critic_advantages_gamma_lam_one_zero_values_is_the_undiscounted_return_to_go():
     ep = _episode("per_step")  # rewards 0.5 after turn 0 (token 1), 1.0 after turn 1 (token 4)
-    adv, ret = token_critic_advantages([ep], [[0.5, 1.0]], [np.zeros(5)], gamma=1.0, lam=1.0)
+    adv, ret = token_critic_advantages([_counts(ep)], [[0.5, 1.0]], [np.zeros(5)], gamma=1.0, lam=1.0)
     np.testing.assert_array_equal(adv[0], [1.5, 1.5, 1.0, 1.0, 1.0])
     np.testing.assert_array_equal(ret[0], adv[0])
 
 
 def test_token_critic_advantages_errors_name_the_problem():
-    ep = _episode("full_history")
-    with pytest.raises(ContractError, match="got 1 episodes, 2 reward lists and 1 value lists"):
-        token_critic_advantages([ep], [[0.0, 1.0], [1.0]], [np.zeros(5)], gamma=1.0, lam=1.0)
-    with pytest.raises(ContractError, match=r"episode 0 \(ep\): 4 values for 5 sampled tokens"):
-        token_critic_advantages([ep], [[0.0, 1.0]], [np.zeros(4)], gamma=1.0, lam=1.0)
+    c = [2, 3]
+    with pytest.raises(ContractError, match="got 1 token-count lists, 2 reward lists and 1 value lists"):
+        token_critic_advantages([c], [[0.0, 1.0], [1.0]], [np.zeros(5)], gamma=1.0, lam=1.0)
+    with pytest.raises(ContractError, match="episode 0: 4 values for 5 sampled tokens"):
+        token_critic_advantages([c], [[0.0, 1.0]], [np.zeros(4)], gamma=1.0, lam=1.0)
     with pytest.raises(ContractError, match="episode 0: .*not finite"):
-        token_critic_advantages([ep], [[0.0, 1.0]], [[0.0, 0.0, float("inf"), 0.0, 0.0]], gamma=1.0, lam=1.0)
+        token_critic_advantages([c], [[0.0, 1.0]], [[0.0, 0.0, float("inf"), 0.0, 0.0]], gamma=1.0, lam=1.0)
     with pytest.raises(ContractError, match="episode 0: got 1 turn rewards"):
-        token_critic_advantages([ep], [[1.0]], [np.zeros(5)], gamma=1.0, lam=1.0)
+        token_critic_advantages([c], [[1.0]], [np.zeros(5)], gamma=1.0, lam=1.0)
     with pytest.raises(ConfigError, match="lam=1.5"):
-        token_critic_advantages([ep], [[0.0, 1.0]], [np.zeros(5)], gamma=1.0, lam=1.5)
+        token_critic_advantages([c], [[0.0, 1.0]], [np.zeros(5)], gamma=1.0, lam=1.5)
     assert token_critic_advantages([], [], [], gamma=0.9, lam=0.9) == ([], [])
 
 
 def test_exported_from_package():
-    for name in ("token_value_positions", "episode_token_positions", "split_tokens_per_row",
-                 "turn_rewards_on_tokens", "token_critic_advantages"):
+    for name in ("token_value_positions", "turn_rewards_on_tokens", "token_critic_advantages"):
         assert name in critics.__all__ and getattr(critics, name) is not None

@@ -1,0 +1,45 @@
+"""Credit assignment: the only place that turns episodes into advantages (design.md).
+
+``assign_credit(episodes, cfg, sampling, max_new_tokens=..., values_fn=...)`` selects,
+shapes, runs the estimator named by ``algorithm.advantage`` from ``critics``' registry,
+and packs the policy batch (plus the critic's batch for a critic-based estimator);
+``missing_groups`` says how many groups dynamic sampling wants refilled.
+
+* ``agentrl.credit.assign``: selection, shaping, the estimator call, packing.
+* ``agentrl.credit.rows``: episodes onto token rows (value positions, per-row splits),
+  all read from ``Episode.row_layout``.
+"""
+
+from agentrl.credit.assign import (
+    CreditResult,
+    ValuesFn,
+    assign_credit,
+    critic_step_metrics,
+    estimator_params,
+    missing_groups,
+    pack_batch,
+    shaped_turn_rewards,
+)
+from agentrl.credit.rows import (
+    critic_rows,
+    episode_boundaries,
+    episode_token_positions,
+    split_per_row,
+    split_tokens_per_row,
+)
+
+__all__ = [
+    "CreditResult",
+    "ValuesFn",
+    "assign_credit",
+    "critic_rows",
+    "critic_step_metrics",
+    "episode_boundaries",
+    "episode_token_positions",
+    "estimator_params",
+    "missing_groups",
+    "pack_batch",
+    "shaped_turn_rewards",
+    "split_per_row",
+    "split_tokens_per_row",
+]

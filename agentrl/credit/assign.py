@@ -1,0 +1,257 @@
+"""From episodes to a ``TokenBatch``: selection, shaping, the estimator by name, packing.
+
+``assign_credit`` is the one entry point (the controller calls it once per iteration). It
+
+1. sets aside errored episodes (``infra_error`` / ``reward_error``): they are counted and
+   excluded from the loss, never scored 0; with ``error_policy="drop_group"`` their whole
+   group goes too, else the group's statistics use its valid samples only (case C12);
+2. shapes each remaining episode's per-turn rewards once (``shaped_turn_rewards``);
+3. optionally drops groups whose shaped rewards are all equal (DAPO dynamic sampling, Yu
+   et al. 2025, §3.2), counting their tokens as discarded;
+4. looks ``algorithm.advantage`` up in ``critics``' registry and calls it with its level's
+   signature; an estimator that needs a critic gets the value model's values through the
+   ``values_fn`` callback (the controller's call to the trainer actors);
+5. puts the advantages on the sampled tokens through ``loss_mask`` (observation tokens get
+   0) and packs rows with ``TokenBatch.pack`` (``Episode.row_layout``: one row per episode
+   in full-history mode, one per step in per-step mode); for a critic it also packs the
+   critic's own ``ValueBatch`` (returns as targets, rollout-time values as ``old_values``).
+
+``missing_groups`` tells the controller how many groups dynamic sampling left it short.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+import critics
+from agentrl.config import AlgorithmConfig
+from agentrl.credit.rows import Level, check_level, critic_rows, token_sequences, turn_means, turn_token_counts
+from agentrl.errors import ConfigError, ContractError
+from agentrl.types import Episode, SamplingRecord, TokenBatch, ValueBatch
+
+ValuesFn = Callable[[ValueBatch], object]
+"""``values_fn(batch) -> [batch.num_positions]`` values (tensor, array or list): the value
+model's values at ``batch.positions``, in order."""
+
+
+@dataclass
+class CreditResult:
+    """What ``assign_credit`` returns.
+
+    Attributes:
+        batch: the packed policy batch, or ``None`` when nothing is left to train on.
+        turn_advantages: ``episode_id -> [K]`` advantage per turn (for the replay store);
+            for a token-level estimator the mean over each turn's sampled tokens.
+        metrics: token accounting, filter counts and advantage statistics
+            (``tokens/...``, ``filter/...``, ``shaping/...``, ``advantages/...``, and
+            ``critic/values_mean_rollout`` for a critic).
+        value_batch: the critic's batch (returns, rollout-time ``old_values``) when the
+            estimator needs a critic and some value position is left; else ``None``.
+    """
+
+    batch: TokenBatch | None
+    turn_advantages: dict[str, list[float]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    value_batch: ValueBatch | None = None
+
+
+def shaped_turn_rewards(episode: Episode, cfg: AlgorithmConfig, max_new_tokens: int | None = None) -> list[float]:
+    """Per-turn rewards the estimators see: the env reward, minus
+    ``invalid_action_penalty`` on a step whose action was invalid (that step only), plus
+    DAPO's soft overlong punishment of that turn's completion length (Yu et al. 2025,
+    Eq. 13) when ``overlong_buffer_tokens > 0``. The recorded env rewards are unchanged.
+
+    Raises:
+        ContractError: a turn without a reward in a non-errored episode.
+    """
+    out = []
+    for k, t in enumerate(episode.turns):
+        if t.reward is None:
+            raise ContractError(f"episode {episode.episode_id}: turn {k} has no reward")
+        r = float(t.reward)
+        if t.invalid_action:
+            r -= cfg.invalid_action_penalty
+        if cfg.overlong_buffer_tokens > 0 and max_new_tokens:
+            r += float(critics.overlong_penalty([len(t.completion_ids)], max_len=max_new_tokens,
+                                                cache_len=cfg.overlong_buffer_tokens, penalty=cfg.overlong_penalty)[0])
+        out.append(r)
+    return out
+
+
+def _select(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: int | None
+            ) -> tuple[list[Episode], dict[str, list[float]], dict[str, float]]:
+    """Steps 1-3: the episodes that go into the loss, their shaped rewards by episode id
+    (each computed once), and the token accounting so far."""
+    m: dict[str, float] = defaultdict(float)
+    m["tokens/generated"] = float(sum(e.num_generated_tokens() for e in episodes))
+    errored = [e for e in episodes if e.is_error]
+    m["filter/infra_errors"] = float(sum(1 for e in errored if e.termination_reason.value == "infra_error"))
+    m["filter/reward_errors"] = float(sum(1 for e in errored if e.termination_reason.value == "reward_error"))
+    bad_groups = {e.group_id for e in errored} if cfg.error_policy == "drop_group" else set()
+    kept = [e for e in episodes if not e.is_error and e.group_id not in bad_groups and e.turns]
+    m["filter/error_dropped_episodes"] = float(len(episodes) - len(kept))
+    shaped = {e.episode_id: shaped_turn_rewards(e, cfg, max_new_tokens) for e in kept}  # once per episode
+    if cfg.dynamic_sampling and kept:
+        totals = [sum(shaped[e.episode_id]) for e in kept]
+        keep = np.asarray(critics.dynamic_sampling_keep(totals, [e.group_id for e in kept]), dtype=bool)
+        m["filter/dynamic_sampling_dropped_groups"] = float(len({e.group_id for e, k in zip(kept, keep) if not k}))
+        kept = [e for e, k in zip(kept, keep) if k]
+    m["tokens/discarded"] = m["tokens/generated"] - float(sum(e.num_generated_tokens() for e in kept))
+    if kept and (cfg.invalid_action_penalty or cfg.overlong_buffer_tokens):
+        raw = sum(float(t.reward) for e in kept for t in e.turns)
+        m["shaping/reward_delta_sum"] = sum(sum(shaped[e.episode_id]) for e in kept) - raw
+    return kept, shaped, dict(m)
+
+
+def missing_groups(episodes: Sequence[Episode], cfg: AlgorithmConfig, *, groups_wanted: int,
+                   max_new_tokens: int | None = None) -> int:
+    """How many more task groups to roll out so that ``groups_wanted`` survive selection
+    (DAPO dynamic sampling's refill); 0 without ``dynamic_sampling`` or when enough survive.
+
+    Raises:
+        ContractError: a turn without a reward in a non-errored episode.
+    """
+    if not cfg.dynamic_sampling:
+        return 0
+    kept, _, _ = _select(episodes, cfg, max_new_tokens)
+    return max(0, groups_wanted - len({e.group_id for e in kept}))
+
+
+def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], sampling: SamplingRecord,
+               metrics: dict[str, float], *, level: Level = "turn") -> CreditResult:
+    """Step 5's packing: put the advantages on each episode's sampled tokens (0 on every
+    ``loss_mask`` 0 token) and pack the rows (``Episode.training_sequences`` layout).
+
+    Args:
+        kept: the episodes to train on.
+        advantages: per episode of ``kept``: with ``level="turn"`` one advantage per turn
+            ``[K_i]``, broadcast onto that turn's sampled tokens; with ``level="token"`` one
+            per sampled token ``[N_i]`` in stream order, placed token by token, across the
+            rows of a ``per_step`` episode.
+        sampling: the sampling transform every row was drawn with.
+        metrics: accounting so far; copied, then extended.
+        level: ``"turn"`` or ``"token"``.
+
+    Returns:
+        The ``CreditResult`` (no ``value_batch``). Its ``turn_advantages`` hold one value
+        per turn: the turn's advantage, or with ``level="token"`` the *mean* advantage over
+        that turn's sampled tokens (0.0 for a turn without any). The ``advantages/*``
+        metrics are over turns (``"turn"``) or sampled tokens (``"token"``).
+
+    Raises:
+        ContractError: an episode breaks the token contract (a bug, never silenced), an
+            advantage count that does not match the episode, or a bad ``level``.
+    """
+    check_level(level)
+    m = dict(metrics)
+    if not kept:
+        m["tokens/trained"] = 0.0
+        return CreditResult(batch=None, metrics=m)
+    if len(advantages) != len(kept):
+        raise ContractError(f"got advantages for {len(advantages)} episodes but {len(kept)} are kept")
+    rows = []
+    turn_adv: dict[str, list[float]] = {}
+    for e, adv in zip(kept, advantages):
+        e.validate()
+        adv = [float(a) for a in (adv.tolist() if hasattr(adv, "tolist") else adv)]
+        if level == "turn":
+            turn_adv[e.episode_id] = adv
+            rows.extend(e.training_sequences(adv))
+        else:
+            rows.extend(token_sequences(e, adv))
+            turn_adv[e.episode_id] = turn_means(e, adv)
+    batch = TokenBatch.pack(rows, sampling)
+    m["tokens/trained"] = float(batch.num_loss_tokens)
+    m["tokens/packed"] = float(batch.num_tokens)
+    flat = np.concatenate([np.asarray(a, dtype=np.float64).reshape(-1) for a in advantages])
+    m["advantages/mean"] = float(flat.mean()) if flat.size else 0.0
+    m["advantages/abs_max"] = float(np.abs(flat).max()) if flat.size else 0.0
+    m["advantages/nonzero_frac"] = float((flat != 0).mean()) if flat.size else 0.0
+    return CreditResult(batch=batch, turn_advantages=turn_adv, metrics=m)
+
+
+def estimator_params(cfg: AlgorithmConfig) -> critics.EstimatorParams:
+    """The settings the estimators read, from the algorithm config."""
+    return critics.EstimatorParams(gamma=cfg.gamma, lam=cfg.lam, token_gamma=cfg.token_gamma,
+                                   token_lam=cfg.token_lam, norm_by_std=cfg.norm_by_std)
+
+
+def _check_counts(name: str, what: str, got: Sequence, want: Sequence[int], kept: Sequence[Episode]) -> None:
+    """Raise unless ``got`` holds one sequence of ``want[i]`` numbers per episode."""
+    got = list(got)
+    if len(got) != len(want):
+        raise ContractError(f"estimator {name!r} returned {what} for {len(got)} episodes; expected {len(want)}")
+    for e, g, n in zip(kept, got, want):
+        if len(g) != n:
+            raise ContractError(
+                f"estimator {name!r} returned {len(g)} {what} for episode {e.episode_id}; expected {n}"
+            )
+
+
+def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord, *,
+                  max_new_tokens: int | None = None, values_fn: ValuesFn | None = None) -> CreditResult:
+    """Turn an iteration's episodes into the policy batch (and, for a critic, the critic's
+    batch) with the estimator named ``cfg.advantage`` (module docstring, steps 1-5).
+
+    Args:
+        episodes: the iteration's episodes, errored ones included (they are counted).
+        cfg: the algorithm section.
+        sampling: the transform every episode was sampled with.
+        max_new_tokens: the rollout's per-turn cap (for the overlong shaping); ``None``
+            turns that shaping off.
+        values_fn: for an estimator registered with ``needs_values``: given the critic's
+            ``ValueBatch`` (no returns), the value at each of its positions.
+
+    Returns:
+        The ``CreditResult``.
+
+    Raises:
+        ConfigError: an unknown estimator, or one that needs values without ``values_fn``.
+        ContractError: an episode breaks the token contract, a turn has no reward, or the
+            estimator / ``values_fn`` returned a count that does not match the episodes.
+    """
+    est = critics.get_estimator(cfg.advantage)
+    if est.needs_values and values_fn is None:
+        raise ConfigError(
+            f"algorithm.advantage={cfg.advantage!r} needs a learned critic's values; assign_credit "
+            "needs values_fn (the controller passes the critic trainer's)"
+        )
+    kept, shaped, m = _select(episodes, cfg, max_new_tokens)
+    if not kept:
+        return pack_batch(kept, [], sampling, m, level=est.level)
+    rewards = [shaped[e.episode_id] for e in kept]  # [N][K_i]
+    anchors = [[t.anchor for t in e.turns] for e in kept]
+    group_ids = [e.group_id for e in kept]
+    counts = [len(e.turns) if est.level == "turn" else e.num_generated_tokens() for e in kept]
+    values = None
+    if est.needs_values:
+        flat = np.asarray(values_fn(ValueBatch.pack(critic_rows(kept, level=est.level))),  # type: ignore[misc]
+                          dtype=np.float64).reshape(-1)  # [sum(counts)]
+        if flat.size != sum(counts):
+            raise ContractError(f"values_fn returned {flat.size} values for {sum(counts)} value positions")
+        values = np.split(flat, np.cumsum(counts)[:-1])  # [N][K_i] or [N][N_i]
+    params = estimator_params(cfg)
+    if est.level == "turn":
+        out = est.fn(rewards, anchors, group_ids, values, params)
+    else:
+        out = est.fn(rewards, anchors, group_ids, values, [turn_token_counts(e) for e in kept], params)
+    adv, rets = out if est.needs_values else (out, None)
+    _check_counts(est.name, "advantages", adv, counts, kept)
+    credit = pack_batch(kept, list(adv), sampling, m, level=est.level)
+    if est.needs_values:
+        _check_counts(est.name, "returns", rets, counts, kept)
+        vb = ValueBatch.pack(critic_rows(kept, returns=list(rets), old_values=values, level=est.level))
+        credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
+        credit.value_batch = vb if vb.num_positions else None  # no value position: nothing to fit
+    return credit
+
+
+def critic_step_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The critic trainer's step metrics under ``critic/`` (``losses/value_loss`` →
+    ``critic/value_loss``; names already under ``critic/`` kept), so they never collide
+    with the policy trainer's."""
+    return {(k if k.startswith("critic/") else f"critic/{k.split('/', 1)[-1]}"): v for k, v in metrics.items()}

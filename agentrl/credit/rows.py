@@ -1,0 +1,181 @@
+"""Episodes onto token rows: where a critic reads values, and per-episode numbers split or
+placed per row. Every function here reads ``Episode.row_layout`` (agentrl/types.py), the one
+place the ``full_history`` / ``per_step`` row layout is derived, and maps it onto the
+arrays-only helpers of ``critics``.
+
+Row order and layout are those of ``Episode.training_sequences``: one row per episode in
+``full_history`` mode, one ``prompt_ids + completion_ids`` row per turn in ``per_step`` mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+import critics
+from agentrl.errors import ContractError
+from agentrl.types import Episode, TokenSequence, ValueRow
+
+Level = Literal["turn", "token"]
+"""How per-episode numbers are read: ``"turn"``, one value per turn (``[K_i]``);
+``"token"``, one value per sampled token in stream order (``[N_i]``,
+``N_i = episode.num_generated_tokens()``)."""
+
+
+def check_level(level: str) -> None:
+    """Raises ``ContractError`` unless ``level`` is ``"turn"`` or ``"token"``."""
+    if level not in ("turn", "token"):
+        raise ContractError(f"level={level!r}; expected 'turn' or 'token'")
+
+
+def _floats(x: Any) -> list[float]:
+    return [float(v) for v in (x.tolist() if hasattr(x, "tolist") else x)]
+
+
+def episode_boundaries(episode: Episode) -> list[list[int]]:
+    """Turn boundaries (``critics.turn_boundaries``: the last token before each turn's
+    completion) of each trainer row of ``episode``.
+
+    Either way the rows' boundaries, concatenated, hold one entry per turn in turn order,
+    so critic values over these rows split back per episode by ``len(episode.turns)``.
+
+    Raises:
+        ContractError: a row whose first turn has no prompt tokens (the episode named).
+    """
+    out = []
+    for row in episode.row_layout():
+        p = [s.prompt_len for s in row.turns]
+        c = [s.completion_len for s in row.turns]
+        if episode.prompt_mode == "per_step" and p[0] == 0:
+            raise ContractError(
+                f"episode {episode.episode_id} turn {row.turns[0].turn} has no prompt_ids; in per_step mode "
+                "every turn is a row and must start with its prompt"
+            )
+        try:
+            out.append(critics.turn_boundaries(p, c))
+        except ContractError as exc:
+            raise ContractError(f"episode {episode.episode_id}: {exc}") from exc
+    return out
+
+
+def episode_token_positions(episode: Episode) -> list[list[int]]:
+    """Token-level value positions (``critics.token_value_positions``: ``p - 1`` for every
+    sampled token ``p``) of each trainer row of ``episode``.
+
+    The rows' positions, concatenated, hold one entry per sampled token in stream order
+    (``episode.num_generated_tokens()`` in all), so critic values over these rows split
+    back per episode by that count.
+
+    Raises:
+        ContractError: a row that starts with a sampled token (no prompt before it); the
+            episode and row are named.
+    """
+    out = []
+    for row in episode.row_layout():
+        try:
+            out.append(critics.token_value_positions(row.loss_mask()))
+        except ContractError as exc:
+            where = f"turn {row.turns[0].turn}'s row" if episode.prompt_mode == "per_step" else "its row"
+            raise ContractError(f"episode {episode.episode_id}, {where}: {exc}") from exc
+    return out
+
+
+def split_per_row(episode: Episode, per_turn: Sequence[float] | Any) -> list[list[float]]:
+    """Per-turn numbers (returns, old values) split like ``episode_boundaries``.
+
+    Raises:
+        ContractError: ``len(per_turn) != len(episode.turns)``.
+    """
+    vals = _floats(per_turn)
+    if len(vals) != len(episode.turns):
+        raise ContractError(
+            f"got {len(vals)} per-turn values for episode {episode.episode_id} of {len(episode.turns)} turns"
+        )
+    return [[vals[s.turn] for s in row.turns] for row in episode.row_layout()]
+
+
+def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> list[list[float]]:
+    """Per-sampled-token numbers (advantages, returns, old values) of ``episode``, in stream
+    order, split like ``episode_token_positions`` (each row gets its sampled tokens' values).
+
+    Raises:
+        ContractError: ``len(per_token) != episode.num_generated_tokens()``.
+    """
+    vals = _floats(per_token)
+    n = episode.num_generated_tokens()
+    if len(vals) != n:
+        raise ContractError(
+            f"got {len(vals)} per-token values for episode {episode.episode_id} with {n} sampled tokens"
+        )
+    out, start = [], 0
+    for row in episode.row_layout():
+        out.append(vals[start:start + row.num_sampled])
+        start += row.num_sampled
+    return out
+
+
+def turn_token_counts(episode: Episode) -> list[int]:
+    """``[K]`` sampled tokens per turn (what token-level estimators get)."""
+    return [len(t.completion_ids) for t in episode.turns]
+
+
+def token_sequences(episode: Episode, per_token: Sequence[float] | Any) -> list[TokenSequence]:
+    """``episode``'s trainer rows with one advantage per sampled token put on that token,
+    0.0 on every ``loss_mask`` 0 token.
+
+    Raises:
+        ContractError: ``len(per_token) != episode.num_generated_tokens()``.
+    """
+    rows = episode.training_sequences([0.0] * len(episode.turns))
+    out = []
+    for row, vals in zip(rows, split_tokens_per_row(episode, per_token)):
+        adv = [0.0] * len(row.input_ids)
+        it = iter(vals)
+        for i, m in enumerate(row.loss_mask):
+            if m:
+                adv[i] = next(it)
+        out.append(replace(row, advantages=adv))
+    return out
+
+
+def turn_means(episode: Episode, per_token: Sequence[float]) -> list[float]:
+    """Mean of ``per_token`` over each turn's sampled tokens (0.0 for a turn without any)."""
+    out, start = [], 0
+    for n in turn_token_counts(episode):
+        out.append(float(np.mean(per_token[start:start + n])) if n else 0.0)
+        start += n
+    return out
+
+
+def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | None = None,
+                old_values: Sequence[Sequence[float]] | None = None, *, level: Level = "turn") -> list[ValueRow]:
+    """The critic's input rows, in the row layout of ``Episode.training_sequences``, with
+    the positions where the value model is read:
+
+    * ``level="turn"`` (``turn_critic``): each turn's boundary token
+      (``episode_boundaries``); ``returns`` / ``old_values`` hold one value per turn per
+      episode.
+    * ``level="token"`` (``gae``): the token before every sampled token
+      (``episode_token_positions``); ``returns`` / ``old_values`` hold one value per
+      sampled token per episode, in stream order.
+
+    Returns:
+        ``list[ValueRow]``; its values, concatenated, are in episode order, then turn (or
+        sampled-token) order.
+
+    Raises:
+        ContractError: a count that does not match an episode, or a bad ``level``.
+    """
+    check_level(level)
+    positions, split = ((episode_boundaries, split_per_row) if level == "turn"
+                        else (episode_token_positions, split_tokens_per_row))
+    out = []
+    for i, e in enumerate(kept):
+        seqs = e.training_sequences([0.0] * len(e.turns))
+        rets = split(e, returns[i]) if returns is not None else [None] * len(seqs)
+        olds = split(e, old_values[i]) if old_values is not None else [None] * len(seqs)
+        for seq, b, r, o in zip(seqs, positions(e), rets, olds):
+            out.append(ValueRow(seq.input_ids, b, returns=r, old_values=o, episode_id=e.episode_id))
+    return out
