@@ -197,20 +197,24 @@ def envs_list(
 @envs_app.command("check")
 def envs_check(
     env_id: str = typer.Argument(..., help="Registered id, e.g. agentrl/Sokoban-v0."),
-    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the environment: bwrap, docker or auto."),
+    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the environment: bwrap, docker or auto (none is started for an env class with uses_sandbox = False)."),
     module: Optional[list[str]] = typer.Option(None, "--module", help="Import this module first (it registers the env); repeatable."),
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Check an environment against the agentrl contract: deterministic reset, types,
     terminated/truncated, hashable anchors, step after done, close() releasing resources,
-    no shared random state. Exit 0 when it passes, 1 when it does not."""
+    no shared random state. Exit 0 when it passes, 1 when it does not, 2 when the id is not
+    registered."""
     import environments
     from environments.checker import check_env, format_report
     from sandboxes import SandboxSpec, make_sandbox
 
     try:
         environments.import_env_modules(list(module or []))
-        report = check_env(env_id, sandbox_factory=lambda: make_sandbox(backend, SandboxSpec(run_id="envs-check")))
+        # An env class with uses_sandbox = False is made without one, as a run makes it.
+        needs_sandbox = bool(getattr(environments.env_class(env_id), "uses_sandbox", True))
+        factory = (lambda: make_sandbox(backend, SandboxSpec(run_id="envs-check"))) if needs_sandbox else None
+        report = check_env(env_id, sandbox_factory=factory)
     except AgentRLError as exc:
         _fail(exc, debug)
         return

@@ -6,7 +6,9 @@ import sys
 
 import gymnasium
 
+import agentrl
 from agentrl.errors import EnvError
+from environments.core import TextSpace
 
 ENV_ID = "example/Add-v0"
 
@@ -14,7 +16,11 @@ ENV_ID = "example/Add-v0"
 class AddEnv(gymnasium.Env):
     """Add two numbers; reward 1.0 for the right sum. One turn per episode."""
 
-    def __init__(self, sandbox=None):  # no sandbox needed; make_env may pass one
+    uses_sandbox = False  # runs no commands: the rollout starts no sandbox for it
+    observation_space = TextSpace(max_length=200)  # the question, then "Correct." / "Wrong."
+    action_space = TextSpace()  # the model's reply, any text
+
+    def __init__(self):
         self._answer = None
 
     @classmethod
@@ -39,19 +45,17 @@ class AddEnv(gymnasium.Env):
         return "Correct." if reward else "Wrong.", reward, True, False, {"anchor": "done"}
 
 
-if ENV_ID not in gymnasium.registry:
-    gymnasium.register(id=ENV_ID, entry_point="custom_env:AddEnv")
+agentrl.register_env(ENV_ID, "custom_env:AddEnv")
 
 if __name__ == "__main__":
-    from agentrl.cluster.controller import train
-    from agentrl.config import load_config
     from environments.checker import check_env, format_report
 
     report = check_env(ENV_ID)
     print(format_report(report))
     report.raise_if_failed()
     run_dir = sys.argv[1] if len(sys.argv) > 1 else "runs/custom-env-example"
-    cfg = load_config(None, [f"env.id={ENV_ID}", "env.import_modules=[custom_env]", "model.path=tiny-random-smollm2", "run.iterations=1",
-                             f"run.dir={run_dir}", "run.name=custom-env", "env.tasks_per_iteration=2", "env.group_size=2",
-                             "rollout.max_turns=1", "rollout.max_new_tokens=8"])
-    print(train(cfg))
+    cfg = agentrl.load_config(None, [f"env.id={ENV_ID}", "env.import_modules=[custom_env]", "model.path=tiny-random-smollm2",
+                                     "run.iterations=1", f"run.dir={run_dir}", "run.name=custom-env",
+                                     "env.tasks_per_iteration=2", "env.group_size=2", "rollout.max_turns=1",
+                                     "rollout.max_new_tokens=8"])
+    print(agentrl.train(cfg))
