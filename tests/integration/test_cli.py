@@ -97,3 +97,9 @@ def test_envs_check_passes_a_builtin_and_names_the_problem_of_a_broken_one():
     assert ok.returncode == 0, ok.stdout + ok.stderr
     missing = _agentrl("envs", "check", "agentrl/NoSuchEnv-v0")
     assert missing.returncode != 0 and "NoSuchEnv" in (missing.stdout + missing.stderr)
+
+
+def test_envs_check_makes_an_env_without_a_sandbox_when_its_class_needs_none():
+    r = _agentrl("envs", "check", "example/Add-v0", "--module", "custom_env", pythonpath=REPO / "examples")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "example/Add-v0: PASS" in r.stdout
