@@ -39,12 +39,8 @@ Semantics worth knowing:
 
 from __future__ import annotations
 
-import json
 import math
-import operator
 import os
-import shlex
-import statistics
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,6 +54,18 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.orm import Session
 
 from agentrl.errors import ConfigError, ContractError, InfraError
+from agentrl.replay.codec import (
+    as_int,
+    check_id,
+    check_iteration,
+    chunks,
+    episode_from_rows,
+    episode_row,
+    event_row,
+    json_object,
+    reason,
+    turn_row,
+)
 from agentrl.replay.models import (
     SCHEMA_VERSION,
     Base,
@@ -68,15 +76,9 @@ from agentrl.replay.models import (
     SandboxEventRow,
     SchemaVersionRow,
     TurnRow,
-    decode_anchor,
-    encode_anchor,
-    pack_floats,
-    pack_token_ids,
-    unpack_floats,
-    unpack_token_ids,
     utcnow,
 )
-from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+from agentrl.types import Episode, TerminationReason
 
 _WRITE = "agentrl_replay_write"  # connection execution option: begin with BEGIN IMMEDIATE
 _SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -289,8 +291,8 @@ class ReplayStore:
         Raises:
             ContractError: empty ``run_id`` or a config that is not JSON-serializable.
         """
-        _check_id("run_id", run_id)
-        config = _json_object("config", config)
+        check_id("run_id", run_id)
+        config = json_object("config", config)
         now = utcnow()
         with self._write() as s:
             row = s.get(RunRow, run_id)
@@ -368,7 +370,7 @@ class ReplayStore:
                 length, an ``episode_id`` repeated in the batch or stored under another run.
                 Nothing is written then.
         """
-        iteration = _check_iteration(iteration)
+        iteration = check_iteration(iteration)
         advantages = dict(advantages or {})
         ids = [ep.episode_id for ep in episodes]
         if len(set(ids)) != len(ids):
@@ -384,17 +386,17 @@ class ReplayStore:
         event_rows: list[dict[str, Any]] = []
         for position, ep in enumerate(episodes):
             adv = advantages.get(ep.episode_id)
-            episode_rows.append(_episode_row(run_id, iteration, position, ep, adv, now))
+            episode_rows.append(episode_row(run_id, iteration, position, ep, adv, now))
             for k, turn in enumerate(ep.turns):
-                turn_rows.append(_turn_row(ep, k, turn, None if adv is None else adv[k]))
+                turn_rows.append(turn_row(ep, k, turn, None if adv is None else adv[k]))
                 for seq, res in enumerate(turn.exec_results):
-                    event_rows.append(_event_row(ep.episode_id, k, seq, res, now))
+                    event_rows.append(event_row(ep.episode_id, k, seq, res, now))
 
         with self._write() as s:
             self._run_row(s, run_id)
             self._refuse_complete(s, run_id, iteration)
             existing: dict[str, str] = {}
-            for chunk in _chunks(ids):
+            for chunk in chunks(ids):
                 existing.update(s.execute(
                     select(EpisodeRow.episode_id, EpisodeRow.run_id).where(EpisodeRow.episode_id.in_(chunk))
                 ).tuples().all())
@@ -404,7 +406,7 @@ class ReplayStore:
                     f"episode_ids {foreign[:5]} are already stored under another run "
                     f"({existing[foreign[0]]!r}); episode ids must be unique across runs"
                 )
-            for chunk in _chunks(sorted(existing)):
+            for chunk in chunks(sorted(existing)):
                 s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(chunk)))
                 s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(chunk)))
                 s.execute(delete(EpisodeRow).where(EpisodeRow.episode_id.in_(chunk)))
@@ -424,7 +426,7 @@ class ReplayStore:
             ContractError: unknown run, negative iteration, an iteration already marked
                 complete, an empty or non-``str`` key, or a value ``float()`` rejects.
         """
-        iteration = _check_iteration(iteration)
+        iteration = check_iteration(iteration)
         rows = []
         for key, value in metrics.items():
             if not isinstance(key, str) or not key:
@@ -438,7 +440,7 @@ class ReplayStore:
         with self._write() as s:
             self._run_row(s, run_id)
             self._refuse_complete(s, run_id, iteration)
-            for chunk in _chunks(sorted(metrics)):
+            for chunk in chunks(sorted(metrics)):
                 s.execute(delete(MetricRow).where(
                     MetricRow.run_id == run_id, MetricRow.iteration == iteration, MetricRow.key.in_(chunk)
                 ))
@@ -458,7 +460,7 @@ class ReplayStore:
         Raises:
             ContractError: unknown run, or ``iterations_done`` not an int >= 0.
         """
-        n = _as_int("iterations_done", iterations_done, 0, 2**31 - 1)
+        n = as_int("iterations_done", iterations_done, 0, 2**31 - 1)
         with self._write() as s:
             self._run_row(s, run_id)
             return self._mark(s, run_id, n)
@@ -477,7 +479,7 @@ class ReplayStore:
         Raises:
             ContractError: unknown run, or ``iterations_done`` not an int >= 0.
         """
-        n = _as_int("iterations_done", iterations_done, 0, 2**31 - 1)
+        n = as_int("iterations_done", iterations_done, 0, 2**31 - 1)
         with self._write() as s:
             self._run_row(s, run_id)
             later = (select(EpisodeRow.episode_id)
@@ -536,47 +538,7 @@ class ReplayStore:
                               .order_by(TurnRow.turn_index)).all()
             events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == episode_id)
                                .order_by(SandboxEventRow.turn_index, SandboxEventRow.seq)).all()
-        by_turn: dict[int, list[ExecResult]] = {}
-        for ev in events:
-            by_turn.setdefault(ev.turn_index, []).append(ExecResult(
-                command=ev.command if ev.argv is None else tuple(ev.argv),
-                exit_code=ev.exit_code,
-                stdout=ev.stdout,
-                stderr=ev.stderr,
-                duration_s=ev.duration_s,
-                timed_out=ev.timed_out,
-                truncated_bytes=ev.truncated_bytes,
-            ))
-        return Episode(
-            episode_id=row.episode_id,
-            group_id=row.group_id,
-            env_id=row.env_id,
-            task_id=row.task_id,
-            seed=row.seed,
-            turns=[
-                Turn(
-                    prompt_ids=unpack_token_ids(t.prompt_ids),
-                    completion_ids=unpack_token_ids(t.completion_ids),
-                    behavior_log_probs=unpack_floats(t.behavior_log_probs),
-                    sampling=SamplingRecord(temperature=t.temperature, top_p=t.top_p, top_k=t.top_k),
-                    policy_version=t.policy_version,
-                    finish_reason=t.finish_reason,  # type: ignore[arg-type]
-                    reward=t.reward,
-                    anchor=decode_anchor(t.anchor, t.anchor_kind),
-                    action_text=t.action_text,
-                    observation_text=t.observation_text,
-                    invalid_action=t.invalid_action,
-                    exec_results=by_turn.get(t.turn_index, []),
-                )
-                for t in turns
-            ],
-            terminated=row.terminated,
-            truncated=row.truncated,
-            termination_reason=_reason(row.termination_reason),
-            error=row.error,
-            prompt_mode=row.prompt_mode,
-            success=row.success,
-        )
+        return episode_from_rows(row, turns, events)
 
     def get_advantages(self, episode_id: str) -> list[float | None]:
         """Per-turn advantages as stored (``None`` where none was given), ``[num_turns]``.
@@ -678,151 +640,6 @@ def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
 
 
-# ---------------------------------------------------------------------------------------
-# Row building and checks
-# ---------------------------------------------------------------------------------------
-
-
-def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i:i + _CHUNK]
-
-
-def _check_id(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value or len(value) > 200:
-        raise ContractError(f"{name}={value!r}; expected a non-empty str of at most 200 characters")
-
-
-def _as_int(name: str, value: object, lo: int, hi: int) -> int:
-    """``value`` as a Python int in ``[lo, hi]`` (numpy integers accepted, bools not)."""
-    try:
-        v = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        v = None
-    if isinstance(value, bool) or v is None or not lo <= v <= hi:
-        raise ContractError(f"{name}={value!r}; expected an int in [{lo}, {hi}]")
-    return v
-
-
-def _check_iteration(iteration: object) -> int:
-    return _as_int("iteration", iteration, 0, 2**31 - 1)
-
-
-def _json_object(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ContractError(f"{name} must be a dict; got {type(value).__name__}")
-    try:
-        return json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise ContractError(f"{name} is not JSON-serializable (NaN/inf not allowed): {exc}") from exc
-
-
-def _finite(what: str, value: float | None) -> float | None:
-    if value is None:
-        return None
-    v = float(value)
-    if not math.isfinite(v):
-        raise ContractError(f"{what}={value!r} is not finite; record a failure as an error, not a value")
-    return v
-
-
-def _episode_row(run_id: str, iteration: int, position: int, ep: Episode,
-                 adv: Sequence[float] | None, now: datetime) -> dict[str, Any]:
-    for name in ("episode_id", "group_id", "env_id"):
-        _check_id(f"episode.{name}", getattr(ep, name))
-    if not isinstance(ep.task_id, str):
-        raise ContractError(f"episode {ep.episode_id}: task_id={ep.task_id!r}; expected a str")
-    seed = _as_int(f"episode {ep.episode_id} seed", ep.seed, -(2**63), 2**63 - 1)
-    if ep.termination_reason is not None and not isinstance(ep.termination_reason, TerminationReason):
-        raise ContractError(f"episode {ep.episode_id}: termination_reason={ep.termination_reason!r}; "
-                            "expected a TerminationReason or None")
-    ep.validate()
-    error = None if ep.error is None else _json_object(f"episode {ep.episode_id} error", ep.error)
-    adv_mean = None
-    if adv is not None:
-        if len(adv) != len(ep.turns):
-            raise ContractError(f"episode {ep.episode_id}: {len(adv)} advantages for "
-                                f"{len(ep.turns)} turns; expected one per turn")
-        for k, a in enumerate(adv):
-            _finite(f"episode {ep.episode_id} turn {k} advantage", a)
-        adv_mean = statistics.fmean(adv) if adv else None
-    versions = [t.policy_version for t in ep.turns]
-    return {
-        "episode_id": ep.episode_id,
-        "run_id": run_id,
-        "iteration": iteration,
-        "position": position,
-        "group_id": ep.group_id,
-        "env_id": ep.env_id,
-        "task_id": ep.task_id,
-        "seed": seed,
-        "terminated": bool(ep.terminated),
-        "truncated": bool(ep.truncated),
-        "termination_reason": None if ep.termination_reason is None else ep.termination_reason.value,
-        "prompt_mode": ep.prompt_mode,
-        "success": ep.success,
-        "total_reward": _finite(f"episode {ep.episode_id} total_reward", ep.total_reward),
-        "error": error,
-        "num_turns": len(ep.turns),
-        "num_generated_tokens": ep.num_generated_tokens(),
-        "policy_version_min": min(versions) if versions else None,
-        "policy_version_max": max(versions) if versions else None,
-        "advantage_mean": adv_mean,
-        "created_at": now,
-    }
-
-
-def _turn_row(ep: Episode, k: int, t: Turn, advantage: float | None) -> dict[str, Any]:
-    where = f"episode {ep.episode_id} turn {k}"
-    anchor, anchor_kind = encode_anchor(t.anchor)
-    return {
-        "episode_id": ep.episode_id,
-        "turn_index": k,
-        "prompt_ids": pack_token_ids(t.prompt_ids, what=f"{where} prompt_ids"),
-        "completion_ids": pack_token_ids(t.completion_ids, what=f"{where} completion_ids"),
-        "behavior_log_probs": pack_floats(t.behavior_log_probs, what=f"{where} behavior_log_probs"),
-        "temperature": float(t.sampling.temperature),
-        "top_p": float(t.sampling.top_p),
-        "top_k": int(t.sampling.top_k),
-        "policy_version": int(t.policy_version),
-        "finish_reason": t.finish_reason,
-        "reward": _finite(f"{where} reward", t.reward),
-        "anchor": anchor,
-        "anchor_kind": anchor_kind,
-        "action_text": t.action_text,
-        "observation_text": t.observation_text,
-        "invalid_action": bool(t.invalid_action),
-        "advantage": None if advantage is None else float(advantage),
-    }
-
-
-def _event_row(episode_id: str, k: int, seq: int, r: ExecResult, now: datetime) -> dict[str, Any]:
-    where = f"episode {episode_id} turn {k} exec result {seq}"
-    if isinstance(r.command, str):
-        command, argv = r.command, None
-    else:
-        argv = [str(a) for a in r.command]
-        command = shlex.join(argv)
-    return {
-        "episode_id": episode_id,
-        "turn_index": k,
-        "seq": seq,
-        "command": command,
-        "argv": argv,
-        "exit_code": r.exit_code,
-        "stdout": r.stdout,
-        "stderr": r.stderr,
-        "duration_s": _finite(f"{where} duration_s", r.duration_s),
-        "timed_out": bool(r.timed_out),
-        "truncated_bytes": int(r.truncated_bytes),
-        "created_at": now,
-    }
-
-
-def _reason(value: str | None) -> TerminationReason | None:
-    return None if value is None else TerminationReason(value)
-
-
 def _run_info(row: RunRow) -> RunInfo:
     return RunInfo(run_id=row.run_id, status=RunStatus(row.status), config=row.config,
                    created_at=row.created_at, finished_at=row.finished_at,
@@ -833,7 +650,7 @@ def _summary(r: EpisodeRow, complete: bool) -> EpisodeSummary:
     return EpisodeSummary(
         episode_id=r.episode_id, run_id=r.run_id, iteration=r.iteration, group_id=r.group_id,
         env_id=r.env_id, task_id=r.task_id, seed=r.seed, terminated=r.terminated,
-        truncated=r.truncated, termination_reason=_reason(r.termination_reason),
+        truncated=r.truncated, termination_reason=reason(r.termination_reason),
         total_reward=r.total_reward, error=r.error, num_turns=r.num_turns,
         num_generated_tokens=r.num_generated_tokens, policy_version_min=r.policy_version_min,
         policy_version_max=r.policy_version_max, advantage_mean=r.advantage_mean,

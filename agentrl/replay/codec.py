@@ -1,0 +1,219 @@
+"""Row building, checks and the row ↔ ``Episode`` mapping of the replay store
+(``agentrl.replay.store``); the column codecs themselves are in ``agentrl.replay.models``.
+
+Every check raises ``ContractError`` naming the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import shlex
+import statistics
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from agentrl.errors import ContractError
+from agentrl.replay.models import (
+    EpisodeRow,
+    SandboxEventRow,
+    TurnRow,
+    decode_anchor,
+    encode_anchor,
+    pack_floats,
+    pack_token_ids,
+    unpack_floats,
+    unpack_token_ids,
+)
+from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+
+CHUNK = 500
+"""Ids per ``IN (...)`` clause; far below SQLite's and PostgreSQL's parameter limits."""
+
+
+def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), CHUNK):
+        yield items[i:i + CHUNK]
+
+
+def check_id(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise ContractError(f"{name}={value!r}; expected a non-empty str of at most 200 characters")
+
+
+def as_int(name: str, value: object, lo: int, hi: int) -> int:
+    """``value`` as a Python int in ``[lo, hi]`` (numpy integers accepted, bools not)."""
+    try:
+        v = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        v = None
+    if isinstance(value, bool) or v is None or not lo <= v <= hi:
+        raise ContractError(f"{name}={value!r}; expected an int in [{lo}, {hi}]")
+    return v
+
+
+def check_iteration(iteration: object) -> int:
+    return as_int("iteration", iteration, 0, 2**31 - 1)
+
+
+def json_object(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ContractError(f"{name} must be a dict; got {type(value).__name__}")
+    try:
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"{name} is not JSON-serializable (NaN/inf not allowed): {exc}") from exc
+
+
+def finite(what: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    if not math.isfinite(v):
+        raise ContractError(f"{what}={value!r} is not finite; record a failure as an error, not a value")
+    return v
+
+
+def episode_row(run_id: str, iteration: int, position: int, ep: Episode,
+                 adv: Sequence[float] | None, now: datetime) -> dict[str, Any]:
+    for name in ("episode_id", "group_id", "env_id"):
+        check_id(f"episode.{name}", getattr(ep, name))
+    if not isinstance(ep.task_id, str):
+        raise ContractError(f"episode {ep.episode_id}: task_id={ep.task_id!r}; expected a str")
+    seed = as_int(f"episode {ep.episode_id} seed", ep.seed, -(2**63), 2**63 - 1)
+    if ep.termination_reason is not None and not isinstance(ep.termination_reason, TerminationReason):
+        raise ContractError(f"episode {ep.episode_id}: termination_reason={ep.termination_reason!r}; "
+                            "expected a TerminationReason or None")
+    ep.validate()
+    error = None if ep.error is None else json_object(f"episode {ep.episode_id} error", ep.error)
+    adv_mean = None
+    if adv is not None:
+        if len(adv) != len(ep.turns):
+            raise ContractError(f"episode {ep.episode_id}: {len(adv)} advantages for "
+                                f"{len(ep.turns)} turns; expected one per turn")
+        for k, a in enumerate(adv):
+            finite(f"episode {ep.episode_id} turn {k} advantage", a)
+        adv_mean = statistics.fmean(adv) if adv else None
+    versions = [t.policy_version for t in ep.turns]
+    return {
+        "episode_id": ep.episode_id,
+        "run_id": run_id,
+        "iteration": iteration,
+        "position": position,
+        "group_id": ep.group_id,
+        "env_id": ep.env_id,
+        "task_id": ep.task_id,
+        "seed": seed,
+        "terminated": bool(ep.terminated),
+        "truncated": bool(ep.truncated),
+        "termination_reason": None if ep.termination_reason is None else ep.termination_reason.value,
+        "prompt_mode": ep.prompt_mode,
+        "success": ep.success,
+        "total_reward": finite(f"episode {ep.episode_id} total_reward", ep.total_reward),
+        "error": error,
+        "num_turns": len(ep.turns),
+        "num_generated_tokens": ep.num_generated_tokens(),
+        "policy_version_min": min(versions) if versions else None,
+        "policy_version_max": max(versions) if versions else None,
+        "advantage_mean": adv_mean,
+        "created_at": now,
+    }
+
+
+def turn_row(ep: Episode, k: int, t: Turn, advantage: float | None) -> dict[str, Any]:
+    where = f"episode {ep.episode_id} turn {k}"
+    anchor, anchor_kind = encode_anchor(t.anchor)
+    return {
+        "episode_id": ep.episode_id,
+        "turn_index": k,
+        "prompt_ids": pack_token_ids(t.prompt_ids, what=f"{where} prompt_ids"),
+        "completion_ids": pack_token_ids(t.completion_ids, what=f"{where} completion_ids"),
+        "behavior_log_probs": pack_floats(t.behavior_log_probs, what=f"{where} behavior_log_probs"),
+        "temperature": float(t.sampling.temperature),
+        "top_p": float(t.sampling.top_p),
+        "top_k": int(t.sampling.top_k),
+        "policy_version": int(t.policy_version),
+        "finish_reason": t.finish_reason,
+        "reward": finite(f"{where} reward", t.reward),
+        "anchor": anchor,
+        "anchor_kind": anchor_kind,
+        "action_text": t.action_text,
+        "observation_text": t.observation_text,
+        "invalid_action": bool(t.invalid_action),
+        "advantage": None if advantage is None else float(advantage),
+    }
+
+
+def event_row(episode_id: str, k: int, seq: int, r: ExecResult, now: datetime) -> dict[str, Any]:
+    where = f"episode {episode_id} turn {k} exec result {seq}"
+    if isinstance(r.command, str):
+        command, argv = r.command, None
+    else:
+        argv = [str(a) for a in r.command]
+        command = shlex.join(argv)
+    return {
+        "episode_id": episode_id,
+        "turn_index": k,
+        "seq": seq,
+        "command": command,
+        "argv": argv,
+        "exit_code": r.exit_code,
+        "stdout": r.stdout,
+        "stderr": r.stderr,
+        "duration_s": finite(f"{where} duration_s", r.duration_s),
+        "timed_out": bool(r.timed_out),
+        "truncated_bytes": int(r.truncated_bytes),
+        "created_at": now,
+    }
+
+
+def reason(value: str | None) -> TerminationReason | None:
+    return None if value is None else TerminationReason(value)
+
+
+def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequence[SandboxEventRow]) -> Episode:
+    """The ``Episode`` stored as ``row`` with its ``turns`` (in turn order) and sandbox
+    ``events`` (in turn, then ``seq`` order)."""
+    by_turn: dict[int, list[ExecResult]] = {}
+    for ev in events:
+        by_turn.setdefault(ev.turn_index, []).append(ExecResult(
+            command=ev.command if ev.argv is None else tuple(ev.argv),
+            exit_code=ev.exit_code,
+            stdout=ev.stdout,
+            stderr=ev.stderr,
+            duration_s=ev.duration_s,
+            timed_out=ev.timed_out,
+            truncated_bytes=ev.truncated_bytes,
+        ))
+    return Episode(
+        episode_id=row.episode_id,
+        group_id=row.group_id,
+        env_id=row.env_id,
+        task_id=row.task_id,
+        seed=row.seed,
+        turns=[
+            Turn(
+                prompt_ids=unpack_token_ids(t.prompt_ids),
+                completion_ids=unpack_token_ids(t.completion_ids),
+                behavior_log_probs=unpack_floats(t.behavior_log_probs),
+                sampling=SamplingRecord(temperature=t.temperature, top_p=t.top_p, top_k=t.top_k),
+                policy_version=t.policy_version,
+                finish_reason=t.finish_reason,  # type: ignore[arg-type]
+                reward=t.reward,
+                anchor=decode_anchor(t.anchor, t.anchor_kind),
+                action_text=t.action_text,
+                observation_text=t.observation_text,
+                invalid_action=t.invalid_action,
+                exec_results=by_turn.get(t.turn_index, []),
+            )
+            for t in turns
+        ],
+        terminated=row.terminated,
+        truncated=row.truncated,
+        termination_reason=reason(row.termination_reason),
+        error=row.error,
+        prompt_mode=row.prompt_mode,
+        success=row.success,
+    )
