@@ -3,26 +3,26 @@
 Synchronous mode (the only mode so far): one iteration's rollouts all use the same
 ``policy_version``; the update starts when they are done, and the next iteration starts
 after the new weights are in the engine. There are therefore no in-flight rollouts at a
-checkpoint: a run stopped mid-iteration resumes from the last checkpoint and re-runs that
-iteration from its start (its episodes are written again under the same iteration; the
-replay store keeps the first copy of an episode id and the re-run's new ones).
+checkpoint.
 
-Run directory layout::
+Resume never duplicates (design.md, invariant 7). Each iteration writes its episodes, then
+its metrics (``metrics.jsonl`` and the store), then, every ``run.checkpoint_every``
+iterations, the checkpoint, and only then marks the iterations it covers complete in the
+replay store (``ReplayStore.mark_complete``). A run stopped at any point resumes from the
+last checkpoint: before re-running, the store drops every row of the later iterations
+(``ReplayStore.rewind``) and ``metrics.jsonl`` is rewritten from the checkpoint's history
+(``RunDir.rewind``), so after the re-run the store, its metrics table and ``metrics.jsonl``
+hold each iteration exactly once. The re-run's episodes keep their ids, which are
+deterministic from run, iteration, request and attempt (``EpisodeRequest.episode_id``).
 
-    RUN_DIR/config.yaml          the validated config (resume reads it)
-    RUN_DIR/metrics.jsonl        one JSON object per iteration
-    RUN_DIR/replay.db            SQLite replay store (unless replay.url is set)
-    RUN_DIR/checkpoints/iter_N/  trainer/ (model, optimizer, scheduler, RNG) + controller.json
-    RUN_DIR/checkpoints/latest   name of the newest complete checkpoint (written last)
+Run directory layout and checkpoints: ``agentrl.cluster.checkpoint``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import shutil
 import signal
 import socket
 import time
@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from agentrl.config import Config, config_from_dict
+from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
+from agentrl.config import Config
 from agentrl.credit import assign_credit, critic_step_metrics, missing_groups
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.rollout.loop import rollout_metrics
@@ -41,7 +40,7 @@ from agentrl.tasks import TaskSource
 
 log = logging.getLogger(__name__)
 
-CONTROLLER_STATE = "controller.json"
+__all__ = ["CONTROLLER_STATE", "RunSummary", "latest_checkpoint", "load_run_config", "train"]
 
 
 def _free_port() -> int:
@@ -60,53 +59,6 @@ class RunSummary:
     status: str = "finished"
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    pointer = run_dir / "checkpoints" / "latest"
-    if not pointer.is_file():
-        return None
-    ckpt = run_dir / "checkpoints" / pointer.read_text().strip()
-    if not (ckpt / CONTROLLER_STATE).is_file():
-        raise CheckpointError(f"checkpoint pointer names {ckpt}, which has no {CONTROLLER_STATE}")
-    return ckpt
-
-
-def load_run_config(run_dir: Path, overrides: list[str]) -> Config:
-    """Config of an existing run (for ``--resume``), with overrides such as
-    ``run.iterations=6`` applied on top."""
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise CheckpointError(f"{run_dir} is not a run directory (no config.yaml)")
-    data = yaml.safe_load(path.read_text())
-    cfg = config_from_dict(data, overrides)
-    cfg.run.dir = str(run_dir)
-    return cfg
-
-
-def _save_checkpoint(run_dir: Path, iteration: int, trainers: list, state: dict) -> Path:
-    import ray
-
-    root = run_dir / "checkpoints"
-    name = f"iter_{iteration}"
-    tmp = root / f".{name}.tmp"
-    final = root / name
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    ray.get([t.save_checkpoint.remote(str(tmp / "trainer")) for t in trainers])
-    (tmp / CONTROLLER_STATE).write_text(json.dumps(state, indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    pointer_tmp = root / ".latest.tmp"
-    pointer_tmp.write_text(name)
-    os.replace(pointer_tmp, root / "latest")
-    # keep only the newest two checkpoints
-    olds = sorted((p for p in root.glob("iter_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
-    for p in olds[:-2]:
-        shutil.rmtree(p, ignore_errors=True)
-    return final
-
-
 def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dict], None] | None = None,
           progress: Any = None) -> RunSummary:
     """Run ``cfg.run.iterations`` iterations (or continue a run up to that number).
@@ -123,22 +75,23 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     from sandboxes import reap_orphans
 
     run_dir = cfg.run_dir()
+    rd = RunDir(run_dir)
     if resume:
-        ckpt = latest_checkpoint(run_dir)
+        ckpt = rd.latest_checkpoint()
         if ckpt is None:
             raise CheckpointError(f"--resume: {run_dir} has no checkpoint yet")
-        state = json.loads((ckpt / CONTROLLER_STATE).read_text())
+        state = rd.load_state(ckpt)
         run_id = state["run_id"]
     else:
-        if (run_dir / "checkpoints" / "latest").exists():
+        if rd.holds_run():
             raise ConfigError(
                 f"run directory {run_dir} already holds a run; use --resume {run_dir} to continue it, "
                 "or choose another run.name / run.dir"
             )
         ckpt, state = None, None
         run_id = f"{cfg.run.name}-{uuid.uuid4().hex[:8]}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    iterations_done = int(state["iteration"]) if state else 0
+    rd.write_config(cfg.model_dump(mode="json"))
 
     reaped = reap_orphans()
     if reaped:
@@ -150,13 +103,19 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         if unknown:
             raise ConfigError(f"env.task_ids: {unknown[:5]} not in split {cfg.env.split!r} of {cfg.env.id!r}")
         task_ids = list(cfg.env.task_ids)
-    tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size)
+    tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size, run_id=run_id)
     model_path = resolve_model_path(cfg.model.path)
     cfg_dict = cfg.model_dump(mode="json")
 
-    replay_url = cfg.replay.url or f"sqlite:///{(run_dir / 'replay.db').resolve()}"
+    replay_url = cfg.replay.url or rd.replay_url()
     store = ReplayStore(replay_url)
     store.start_run(run_id, cfg_dict)
+    # Whatever an attempt wrote after the checkpoint (or, for a new run, a crashed start in this
+    # directory that reached no checkpoint wrote to metrics.jsonl) is abandoned: drop it.
+    dropped = store.rewind(run_id, iterations_done)
+    rd.rewind(iterations_done, state.get("history", []) if state else [])
+    if dropped:
+        log.warning("resume: dropped %d stored episodes of iterations after checkpoint %d", dropped, iterations_done)
 
     started_ray = False
     if not ray.is_initialized():
@@ -199,10 +158,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             ray.get(rollout.update_weights.remote(refs[0]))
 
         sampling = sampling_of(cfg)
-        metrics_path = run_dir / "metrics.jsonl"
         if progress is not None:
             progress.start(total=cfg.run.iterations, completed=start_iter)
         for it in range(start_iter, cfg.run.iterations):
+            tasks.iteration = it  # every request of this iteration (refills too) carries it in its episode id
             t_iter = time.perf_counter()
             requests = tasks.next_requests(cfg.env.tasks_per_iteration)
             if progress is not None:
@@ -247,8 +206,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             sync_s = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            store.add_episodes(run_id, it, episodes, credit.turn_advantages)
+            store.add_episodes(run_id, it, episodes, credit.turn_advantages)  # not complete until checkpointed
             replay_s = time.perf_counter() - t0
+            kill_point("after_replay_write", it + 1)
 
             m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(policy_version)}
             m.update(rollout_metrics(episodes))
@@ -265,19 +225,21 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                 "time/iteration_s": time.perf_counter() - t_iter,
             })
             clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None) for k, v in m.items()}
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(clean) + "\n")
+            rd.append_metrics(clean)
             store.add_metrics(run_id, it, {k: v for k, v in clean.items() if v is not None})
             history.append(clean)
+            kill_point("after_metrics", it + 1)
 
             if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.run.iterations:
                 if progress is not None:
                     progress.phase(it, "checkpoint")
-                _save_checkpoint(run_dir, it + 1, trainers, {
+                rd.save_checkpoint(it + 1, {
                     "run_id": run_id, "iteration": it + 1, "policy_version": policy_version,
                     "tasks": tasks.state_dict(), "history": history,
                     "in_flight_rollouts": "none (synchronous mode: each iteration completes before a checkpoint)",
-                })
+                }, save_trainers=lambda d: ray.get([t.save_checkpoint.remote(str(d / "trainer")) for t in trainers]))
+                kill_point("after_checkpoint", it + 1)
+                store.mark_complete(run_id, it + 1)  # only now does the store call these iterations complete
             if on_iteration is not None:
                 on_iteration(it, clean)
             if progress is not None:

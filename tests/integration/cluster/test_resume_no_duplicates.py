@@ -1,0 +1,139 @@
+"""Issue 9, item 7: after a SIGKILL at any point and ``--resume``, the replay store, its
+metrics table and ``metrics.jsonl`` hold each iteration exactly once, and the store calls an
+iteration complete only once its checkpoint is written.
+
+A real ``agentrl train`` (Ray, vLLM on CPU, the FSDP2 trainer, SQLite replay store) on the
+tiny model and GuessNumber (no sandbox: the fastest env), 4 iterations of 2 tasks × 2
+rollouts with ``run.checkpoint_every=2``, in full_history and per_step mode. The kills are
+deterministic: the controller's test hook (``AGENTRL_TEST_KILL_AT``,
+``agentrl.cluster.checkpoint.kill_point``) SIGKILLs the driver at a named phase.
+
+1. killed mid-iteration: after iteration 4's episodes are stored (iteration 3 is stored
+   whole but was never checkpointed; the checkpoint is iter_2);
+2. resumed, and killed mid-checkpoint: iter_4 is on disk but ``latest`` still names iter_2;
+3. resumed to the end. Then every count is one copy per iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[3]
+ITERATIONS, TASKS, GROUP = 4, 2, 2
+PER_ITERATION = TASKS * GROUP
+
+
+def _train(args: list[str], kill_at: str | None = None, timeout_s: float = 420) -> tuple[int, str]:
+    """Run ``agentrl train ARGS`` to its end (or its kill); returns (exit code, output). The
+    process group (Ray's head and workers, which a SIGKILLed driver leaves behind) is
+    killed afterwards."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("AGENTRL_TEST_KILL_AT", None)
+    if kill_at:
+        env["AGENTRL_TEST_KILL_AT"] = kill_at
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", *args], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return proc.returncode, out.decode(errors="replace")
+
+
+def _jsonl(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _latest(run_dir: Path) -> str:
+    return (run_dir / "checkpoints" / "latest").read_text().strip()
+
+
+def _store(run_dir: Path):
+    from agentrl.replay import ReplayStore
+
+    store = ReplayStore(f"sqlite:///{run_dir / 'replay.db'}")
+    (run,) = store.runs()
+    return store, run.run_id
+
+
+def _ids(store, run_id: str, it: int) -> list[str]:
+    return sorted(s.episode_id for s in store.list_episodes(run_id, it, limit=1000))
+
+
+@pytest.mark.parametrize("mode", ["full_history", "per_step"])
+def test_sigkill_mid_iteration_and_mid_checkpoint_then_resume_stores_each_iteration_once(tmp_path, tiny_model_path,
+                                                                                          mode):
+    run_dir = tmp_path / mode
+    args = [f"run.name=resume-{mode.replace('_', '')}", f"run.dir={run_dir}", f"run.iterations={ITERATIONS}",
+            "run.checkpoint_every=2", "run.seed=0", f"model.path={tiny_model_path}", "env.id=agentrl/GuessNumber-v0",
+            f"env.tasks_per_iteration={TASKS}", f"env.group_size={GROUP}", "rollout.max_turns=2",
+            "rollout.max_new_tokens=8", "rollout.max_context_tokens=1024", f"rollout.prompt_mode={mode}",
+            "rollout.history_length=1", "trainer.micro_batch_size=2", "cluster.num_cpus=4"]
+
+    # 1. SIGKILL mid-iteration: iteration 4's episodes are stored, its metrics are not.
+    rc, out = _train(args, kill_at="after_replay_write:it=4")
+    assert rc == -signal.SIGKILL, out[-3000:]
+    assert _latest(run_dir) == "iter_2"
+    assert [m["iteration"] for m in _jsonl(run_dir)] == [1, 2, 3]
+    store, run_id = _store(run_dir)
+    with store:
+        assert store.iterations(run_id) == [0, 1, 2, 3]  # rows of iterations 3 and 4 exist ...
+        assert store.completed_iterations(run_id) == [0, 1]  # ... but only the checkpointed ones are complete
+        assert store.count_episodes(run_id) == 4 * PER_ITERATION
+        assert store.count_episodes(run_id, complete_only=True) == 2 * PER_ITERATION
+        assert sorted(store.metrics(run_id, complete_only=True)) == [0, 1] and sorted(store.metrics(run_id)) == [0, 1, 2]
+        first_ids = {it: _ids(store, run_id, it) for it in range(4)}
+    first_lines = _jsonl(run_dir)[:2]
+
+    # 2. --resume, SIGKILLed mid-checkpoint: iter_4 is written, `latest` does not name it yet.
+    rc, out = _train(["--resume", str(run_dir)], kill_at="mid_checkpoint:it=4")
+    assert rc == -signal.SIGKILL, out[-3000:]
+    assert _latest(run_dir) == "iter_2" and (run_dir / "checkpoints" / "iter_4" / "controller.json").is_file()
+    assert [m["iteration"] for m in _jsonl(run_dir)] == [1, 2, 3, 4]  # the abandoned line 3 was cut, then re-run
+    with _store(run_dir)[0] as store:
+        assert store.completed_iterations(run_id) == [0, 1]
+        for it in range(4):  # the re-run replaced the abandoned attempt: one copy, the same ids
+            assert _ids(store, run_id, it) == first_ids[it]
+
+    # 3. --resume to the end.
+    rc, out = _train(["--resume", str(run_dir)])
+    assert rc == 0, out[-3000:]
+    assert _latest(run_dir) == f"iter_{ITERATIONS}"
+    lines = _jsonl(run_dir)
+    assert [m["iteration"] for m in lines] == [1, 2, 3, 4]  # one line per iteration
+    assert lines[:2] == first_lines  # the checkpointed iterations' lines are kept as written
+    assert all(m["rollout/episodes"] == PER_ITERATION for m in lines)
+    with _store(run_dir)[0] as store:
+        assert store.get_run(run_id).resume_count == 2 and store.get_run(run_id).status.value == "finished"
+        assert store.completed_iterations(run_id) == list(range(ITERATIONS))
+        assert store.iterations(run_id) == list(range(ITERATIONS))
+        for it in range(ITERATIONS):
+            assert store.count_episodes(run_id, it) == store.count_episodes(run_id, it, complete_only=True) == PER_ITERATION
+            ids = _ids(store, run_id, it)
+            assert ids == first_ids[it] and len(set(ids)) == PER_ITERATION
+            # "{run_id}/it{iteration}/{task_id}@{position}/{index}/a{attempt}"
+            pattern = re.compile(rf"{re.escape(run_id)}/it{it}/guess/\d+@({2 * it}|{2 * it + 1})/[01]/a0")
+            assert all(pattern.fullmatch(i) for i in ids), ids
+            assert {s.complete for s in store.list_episodes(run_id, it)} == {True}
+            assert {e.prompt_mode for e in map(store.get_episode, ids[:1])} == {mode}
+        assert store.count_episodes(run_id) == ITERATIONS * PER_ITERATION
+        metrics = store.metrics(run_id)
+        assert sorted(metrics) == list(range(ITERATIONS))
+        for it in range(ITERATIONS):  # the store's metrics row and the metrics.jsonl line are the same attempt's
+            assert metrics[it]["iteration"] == it + 1
+            assert metrics[it]["rollout/reward_mean"] == pytest.approx(lines[it]["rollout/reward_mean"])
+            assert metrics[it]["time/iteration_s"] == lines[it]["time/iteration_s"]
+    assert not list((run_dir / "checkpoints").glob(".*"))  # no half-written checkpoint is left
