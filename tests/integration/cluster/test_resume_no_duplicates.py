@@ -8,10 +8,14 @@ rollouts with ``run.checkpoint_every=2``, in full_history and per_step mode. The
 deterministic: the controller's test hook (``AGENTRL_TEST_KILL_AT``,
 ``agentrl.cluster.checkpoint.kill_point``) SIGKILLs the driver at a named phase.
 
-1. killed mid-iteration: after iteration 4's episodes are stored (iteration 3 is stored
-   whole but was never checkpointed; the checkpoint is iter_2);
-2. resumed, and killed mid-checkpoint: iter_4 is on disk but ``latest`` still names iter_2;
-3. resumed to the end. Then every count is one copy per iteration.
+* killed mid-iteration: after iteration 4's episodes are stored (iteration 3 is stored
+  whole but was never checkpointed; the checkpoint is iter_2);
+* killed mid-checkpoint: iter_4 is on disk but ``latest`` still names iter_2.
+
+The full_history run is killed mid-iteration, resumed and killed again mid-checkpoint (a
+second crash after a resume), the per_step run is killed mid-checkpoint (one kill, to keep
+the file near 3.5 minutes on 2 cores: each start of a run costs about 40 s); each is then
+resumed to its end, and every count is one copy per iteration.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]
 ITERATIONS, TASKS, GROUP = 4, 2, 2
 PER_ITERATION = TASKS * GROUP
+KILLS = {  # the SIGKILLs of each run, in order; after the last one the run is resumed to its end
+    "full_history": ["after_replay_write:it=4", "mid_checkpoint:it=4"],
+    "per_step": ["mid_checkpoint:it=4"],
+}
 
 
 def _train(args: list[str], kill_at: str | None = None, timeout_s: float = 420) -> tuple[int, str]:
@@ -74,8 +82,7 @@ def _ids(store, run_id: str, it: int) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["full_history", "per_step"])
-def test_sigkill_mid_iteration_and_mid_checkpoint_then_resume_stores_each_iteration_once(tmp_path, tiny_model_path,
-                                                                                          mode):
+def test_sigkill_then_resume_stores_each_iteration_once(tmp_path, tiny_model_path, mode):
     run_dir = tmp_path / mode
     args = [f"run.name=resume-{mode.replace('_', '')}", f"run.dir={run_dir}", f"run.iterations={ITERATIONS}",
             "run.checkpoint_every=2", "run.seed=0", f"model.path={tiny_model_path}", "env.id=agentrl/GuessNumber-v0",
@@ -83,32 +90,34 @@ def test_sigkill_mid_iteration_and_mid_checkpoint_then_resume_stores_each_iterat
             "rollout.max_new_tokens=8", "rollout.max_context_tokens=1024", f"rollout.prompt_mode={mode}",
             "rollout.history_length=1", "trainer.micro_batch_size=2", "cluster.num_cpus=4"]
 
-    # 1. SIGKILL mid-iteration: iteration 4's episodes are stored, its metrics are not.
-    rc, out = _train(args, kill_at="after_replay_write:it=4")
-    assert rc == -signal.SIGKILL, out[-3000:]
-    assert _latest(run_dir) == "iter_2"
-    assert [m["iteration"] for m in _jsonl(run_dir)] == [1, 2, 3]
-    store, run_id = _store(run_dir)
-    with store:
-        assert store.iterations(run_id) == [0, 1, 2, 3]  # rows of iterations 3 and 4 exist ...
-        assert store.completed_iterations(run_id) == [0, 1]  # ... but only the checkpointed ones are complete
-        assert store.count_episodes(run_id) == 4 * PER_ITERATION
-        assert store.count_episodes(run_id, complete_only=True) == 2 * PER_ITERATION
-        assert sorted(store.metrics(run_id, complete_only=True)) == [0, 1] and sorted(store.metrics(run_id)) == [0, 1, 2]
-        first_ids = {it: _ids(store, run_id, it) for it in range(4)}
-    first_lines = _jsonl(run_dir)[:2]
+    first_ids: dict[int, list[str]] = {}
+    for k, kill_at in enumerate(KILLS[mode]):
+        rc, out = _train(["--resume", str(run_dir)] if k else args, kill_at=kill_at)
+        assert rc == -signal.SIGKILL, out[-3000:]
+        assert _latest(run_dir) == "iter_2"  # the only complete checkpoint
+        store, run_id = _store(run_dir)
+        with store:
+            # Iteration 4's episodes (and all of iteration 3) are stored, but only the
+            # checkpointed iterations 1 and 2 count as complete.
+            assert store.iterations(run_id) == [0, 1, 2, 3]
+            assert store.completed_iterations(run_id) == [0, 1]
+            assert store.count_episodes(run_id) == 4 * PER_ITERATION  # each once: a resume dropped its attempt
+            assert store.count_episodes(run_id, complete_only=True) == 2 * PER_ITERATION
+            assert sorted(store.metrics(run_id, complete_only=True)) == [0, 1]
+            ids = {it: _ids(store, run_id, it) for it in range(4)}
+            assert ids == (first_ids or ids)  # a re-run iteration's episodes keep their ids
+            first_ids = ids
+            if kill_at.startswith("after_replay_write"):  # mid-iteration: iteration 4 has no metrics yet
+                assert [m["iteration"] for m in _jsonl(run_dir)] == [1, 2, 3]
+                assert sorted(store.metrics(run_id)) == [0, 1, 2]
+            else:  # mid-checkpoint: iter_4 is written, `latest` does not name it yet
+                assert (run_dir / "checkpoints" / "iter_4" / "controller.json").is_file()
+                assert [m["iteration"] for m in _jsonl(run_dir)] == [1, 2, 3, 4]
+                assert sorted(store.metrics(run_id)) == [0, 1, 2, 3]
+        if k == 0:
+            first_lines = _jsonl(run_dir)[:2]
 
-    # 2. --resume, SIGKILLed mid-checkpoint: iter_4 is written, `latest` does not name it yet.
-    rc, out = _train(["--resume", str(run_dir)], kill_at="mid_checkpoint:it=4")
-    assert rc == -signal.SIGKILL, out[-3000:]
-    assert _latest(run_dir) == "iter_2" and (run_dir / "checkpoints" / "iter_4" / "controller.json").is_file()
-    assert [m["iteration"] for m in _jsonl(run_dir)] == [1, 2, 3, 4]  # the abandoned line 3 was cut, then re-run
-    with _store(run_dir)[0] as store:
-        assert store.completed_iterations(run_id) == [0, 1]
-        for it in range(4):  # the re-run replaced the abandoned attempt: one copy, the same ids
-            assert _ids(store, run_id, it) == first_ids[it]
-
-    # 3. --resume to the end.
+    # --resume to the end.
     rc, out = _train(["--resume", str(run_dir)])
     assert rc == 0, out[-3000:]
     assert _latest(run_dir) == f"iter_{ITERATIONS}"
@@ -117,7 +126,7 @@ def test_sigkill_mid_iteration_and_mid_checkpoint_then_resume_stores_each_iterat
     assert lines[:2] == first_lines  # the checkpointed iterations' lines are kept as written
     assert all(m["rollout/episodes"] == PER_ITERATION for m in lines)
     with _store(run_dir)[0] as store:
-        assert store.get_run(run_id).resume_count == 2 and store.get_run(run_id).status.value == "finished"
+        assert store.get_run(run_id).resume_count == len(KILLS[mode]) and store.get_run(run_id).status.value == "finished"
         assert store.completed_iterations(run_id) == list(range(ITERATIONS))
         assert store.iterations(run_id) == list(range(ITERATIONS))
         for it in range(ITERATIONS):
