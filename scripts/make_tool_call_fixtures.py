@@ -40,7 +40,7 @@ def main() -> None:
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    from agentrl.models import prepare_model
+    from agentrl.model_zoo import prepare_model
 
     path = str(prepare_model("smollm2-135m-instruct"))
     tok = AutoTokenizer.from_pretrained(path)

@@ -23,14 +23,14 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> str:
-    from agentrl.models import prepare_model
+    from agentrl.model_zoo import prepare_model
 
     return str(prepare_model("smollm2-135m-instruct"))
 
 
 @pytest.fixture(scope="session")
 def tiny_model_path() -> str:
-    from agentrl.models import prepare_model
+    from agentrl.model_zoo import prepare_model
 
     return str(prepare_model("tiny-random-smollm2"))
 

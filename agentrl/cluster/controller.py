@@ -70,7 +70,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     import ray
 
     from agentrl.cluster.actors import RolloutActor, TrainerActor, env_task_ids, sampling_of
-    from agentrl.models import resolve_model_path
+    from agentrl.model_zoo import resolve_model_path
     from agentrl.replay import ReplayStore
     from sandboxes import reap_orphans
 

