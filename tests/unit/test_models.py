@@ -24,11 +24,14 @@ from agentrl.errors import ConfigError
 from agentrl.model_zoo import (
     MARKER_FILE,
     SMOLLM2_CHAT_TEMPLATE,
+    cache,
     default_cache_dir,
     known_model_names,
     prepare_model,
     read_marker,
     resolve_model_path,
+    smollm2,
+    tiny,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +107,7 @@ def test_smollm2_weights_equal_an_independent_dequantization_of_the_gguf(smollm2
     from gguf.quants import dequantize
     from safetensors import safe_open
 
-    reader = GGUFReader(str(model_zoo._smollm2_gguf_path()))
+    reader = GGUFReader(str(smollm2._smollm2_gguf_path()))
     pairs = {
         "token_embd.weight": ("model.embed_tokens.weight", None),  # Q8_0
         "blk.0.ffn_down.weight": ("model.layers.0.mlp.down_proj.weight", None),  # Q4_1
@@ -280,7 +283,7 @@ def test_changed_recipe_or_lost_marker_rebuilds_and_force_rebuilds(tmp_cache, mo
     assert read_marker(prepare_model(TINY, tmp_cache))["build_id"] == first["build_id"]
 
     # A recipe change (here: another seed) changes the hash, so the folder is rebuilt.
-    monkeypatch.setitem(model_zoo._TINY_ARCH, "seed", 4321)
+    monkeypatch.setitem(tiny._TINY_ARCH, "seed", 4321)
     second = read_marker(prepare_model(TINY, tmp_cache))
     assert second["recipe_hash"] != first["recipe_hash"]
     assert second["build_id"] != first["build_id"]
@@ -302,7 +305,7 @@ def test_interrupted_build_leaves_no_half_folder_and_keeps_the_old_one(tmp_cache
         (out / "config.json").write_text("{}")
         raise KeyboardInterrupt  # like Ctrl-C in the middle of writing
 
-    failing = model_zoo._ModelSpec("fails", model_zoo._tiny_recipe, failing_build)
+    failing = cache._ModelSpec("fails", tiny._tiny_recipe, failing_build)
     monkeypatch.setitem(model_zoo.KNOWN_MODELS, TINY, failing)
     with pytest.raises(KeyboardInterrupt):
         prepare_model(TINY, tmp_cache)
