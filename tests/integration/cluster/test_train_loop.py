@@ -80,6 +80,14 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     a, b = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
     assert [x[0] for x in b] == [1, 2, 3, 4, 5, 6]  # nothing repeated or skipped
     assert a == b  # same tasks, same samples, same losses (CPU, fp32)
+    # the replay store holds each iteration once, all complete (a SIGKILL mid-run is in
+    # test_resume_no_duplicates.py)
+    from agentrl.replay import ReplayStore
+
+    with ReplayStore(f"sqlite:///{tmp_path / 'resumed' / 'replay.db'}") as store:
+        assert store.completed_iterations(summary.run_id) == list(range(6))
+        assert [store.count_episodes(summary.run_id, it) for it in range(6)] == [2] * 6
+        assert sorted(store.metrics(summary.run_id)) == list(range(6))
 
 
 def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_path):
