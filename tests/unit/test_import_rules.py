@@ -142,14 +142,20 @@ def _imports(path: Path, source: str | None = None) -> list[Import]:
     """Every import of the file ``path`` (or of ``source`` read as if it were that file)."""
     tree = ast.parse(path.read_text() if source is None else source, filename=str(path))
     module = _module_name(path)
-    top_level = {id(n) for n in tree.body}
-    # Imports under a module-level `if`/`try` (e.g. TYPE_CHECKING) are module-level too.
-    for node in tree.body:
-        if isinstance(node, (ast.If, ast.Try)):
-            top_level.update(id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    # An import runs when the module is imported unless it sits inside a function (or a
+    # lambda): module level, under a module-level `if`/`try` (TYPE_CHECKING) and in a class
+    # body all count as module-level; only function bodies are lazy.
+    lazy: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            lazy.update(id(n) for n in ast.walk(fn) if n is not fn)
+    # Names bound to importlib.import_module (`from importlib import import_module as im`).
+    dynamic = {"import_module", "__import__"} | {
+        a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "importlib"
+        for a in n.names if a.name == "import_module" and a.asname}
     out: list[Import] = []
     for node in ast.walk(tree):
-        at_top = id(node) in top_level
+        at_top = id(node) not in lazy
         if isinstance(node, ast.Import):
             for a in node.names:
                 out.append(Import(path, node.lineno, a.name, (), at_top, f"import {a.name}"))
@@ -166,8 +172,8 @@ def _imports(path: Path, source: str | None = None) -> list[Import]:
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)
               and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                   or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__")))):
-            out.append(Import(path, node.lineno, node.args[0].value, (), False,
+                   or (isinstance(node.func, ast.Name) and node.func.id in dynamic))):
+            out.append(Import(path, node.lineno, node.args[0].value, (), at_top,
                               f"import_module({node.args[0].value!r})"))
     return out
 
@@ -238,6 +244,17 @@ def test_docker_is_imported_only_inside_sandboxes_docker():
     assert not bad, "docker is imported outside sandboxes/docker/:\n" + "\n".join(bad)
 
 
+def test_critics_never_touch_an_episode():
+    """critics: arrays in, arrays out. Beyond the import check, no attribute access such as
+    ``agentrl.types.Episode`` or ``T.Episode`` either (code, not docstrings)."""
+    bad = []
+    for path in sorted((REPO / "critics").rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (isinstance(n, ast.Attribute) and n.attr == "Episode") or (isinstance(n, ast.Name) and n.id == "Episode"):
+                bad.append(f"{path.relative_to(REPO)}:{n.lineno}")
+    assert not bad, "critics use Episode: " + ", ".join(bad)
+
+
 def test_critics_do_no_io():
     """critics: arrays in, arrays out; no file or console I/O."""
     io_calls = {"open", "print", "input"}
@@ -249,23 +266,32 @@ def test_critics_do_no_io():
 
 
 def test_the_checker_sees_lazy_relative_and_dynamic_imports():
-    """The reader itself: a lazy import inside a function, a relative import and an
-    ``importlib.import_module`` call all reach the table with their line numbers."""
+    """The reader itself: a lazy import inside a function, a relative import, an import in a
+    class body, and ``importlib.import_module`` calls (aliased too) all reach the table with
+    their line numbers."""
     src = ("import numpy\n"
            "from . import grpo\n"
            "def f():\n"
            "    import agentrl.rollout.loop\n"
-           "    importlib.import_module('docker')\n")
+           "    importlib.import_module('docker')\n"
+           "class C:\n"
+           "    import ray\n"
+           "from importlib import import_module as im\n"
+           "im('vllm')\n")
     probe = REPO / "critics" / "_probe_for_import_rules.py"  # never written: `source` is read instead
     rule = rule_for("critics._probe_for_import_rules")
     assert rule is not None and rule.prefix == "critics"
     imports = _imports(probe, source=src)
     assert {(i.target, i.line, i.module_level) for i in imports} == {
-        ("numpy", 1, True), ("critics.grpo", 2, True), ("agentrl.rollout.loop", 4, False), ("docker", 5, False)}
+        ("numpy", 1, True), ("critics.grpo", 2, True), ("agentrl.rollout.loop", 4, False), ("docker", 5, False),
+        ("ray", 7, True),  # a class body runs at import time: not lazy
+        ("importlib", 8, True), ("vllm", 9, True)}  # an aliased import_module is still seen
     why = {i.target: breach(rule, i, "critics._probe_for_import_rules") for i in imports}
     assert why == {"numpy": None, "critics.grpo": None,
                    "agentrl.rollout.loop": "not an allowed module of ours",
-                   "docker": "third-party package not allowed here"}
+                   "docker": "third-party package not allowed here",
+                   "ray": "third-party package not allowed here", "importlib": None,
+                   "vllm": "third-party package not allowed here"}
 
 
 def test_import_agentrl_and_agentrl_tasks_stay_cheap():

@@ -36,7 +36,7 @@ ITERATIONS, TASKS, GROUP = 4, 2, 2
 PER_ITERATION = TASKS * GROUP
 KILLS = {  # the SIGKILLs of each run, in order; after the last one the run is resumed to its end
     "full_history": ["after_replay_write:it=4", "mid_checkpoint:it=4"],
-    "per_step": ["mid_checkpoint:it=4"],
+    "per_step": ["after_replay_write:it=4", "mid_checkpoint:it=4"],
 }
 
 
