@@ -22,9 +22,9 @@ import math
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Hashable, Literal, Sequence
+from typing import Any, Hashable, Literal, Mapping, Sequence
 
-from agentrl.errors import ContractError
+from agentrl.errors import ConfigError, ContractError
 
 FinishReason = Literal["stop", "length", "abort"]
 PromptMode = Literal["full_history", "per_step"]
@@ -768,6 +768,74 @@ STEP_INFO_KEYS: tuple[str, ...] = (
 )
 """The ``info`` keys ``StepInfo`` owns; every other key is the env's own."""
 
+_TOOL_SHAPE = '{"type": "function", "function": {"name": ..., "parameters": {"properties": {...}}}}'
+
+
+def type_name(value: Any) -> str:
+    """``value``'s type as ``module.qualname`` (``numpy.float64``), bare for builtins
+    (``int``), for error messages: numpy 2 names its bool type plain ``bool``."""
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _safe_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters; a ``repr`` that raises is described."""
+    try:
+        text = repr(value)
+    except Exception as exc:
+        return f"<{type_name(value)} whose repr raised {type_name(exc)}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def as_bool(value: Any) -> bool | None:
+    """``value`` as a Python bool when it is one or numpy's bool scalar (``np.True_``,
+    what ``reward >= 1.0`` gives for a numpy reward), else None. numpy is detected by
+    ``type(value).__module__ == "numpy"`` and the type's name (``bool`` in numpy 2, ``bool_``
+    in numpy 1), so this module never imports numpy; ints (0/1) and numpy ints are not bools."""
+    if isinstance(value, bool):
+        return value
+    t = type(value)
+    if t.__module__ == "numpy" and t.__name__ in ("bool", "bool_"):
+        return bool(value)
+    return None
+
+
+def tool_function(tool: Any) -> Mapping[str, Any]:
+    """The ``function`` part of an OpenAI tool schema (or the schema itself if flat),
+    checked so everything that reads it (the prompt's tool description, the tool-call
+    parser, ``StepInfo``) can index it without further checks: ``name`` a str; ``parameters``,
+    if present and not None, a dict whose ``properties`` (if present) is a dict of dicts
+    and whose ``required`` (if present) is a list of str. The one copy of this check.
+
+    Raises:
+        ConfigError: the schema breaks one of these; the message names the schema, the
+            part that is wrong and the shape expected.
+    """
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"tool schema {_safe_repr(tool)} {what}; expected {_TOOL_SHAPE}")
+
+    if not isinstance(tool, Mapping):
+        raise bad(f"is a {type_name(tool)}, not a dict")
+    fn = tool.get("function", tool)
+    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        raise bad("has no function name")
+    params = fn.get("parameters")
+    if params is None:
+        return fn
+    if not isinstance(params, Mapping):
+        raise bad(f"has parameters of type {type_name(params)}, not a dict")
+    props = params.get("properties")
+    if props is not None:
+        if not isinstance(props, Mapping):
+            raise bad(f"has parameters.properties of type {type_name(props)}, not a dict")
+        for pname, pschema in props.items():
+            if not isinstance(pschema, Mapping):
+                raise bad(f"has property {pname!r} whose schema is a {type_name(pschema)}, not a dict")
+    required = params.get("required")
+    if required is not None and not (isinstance(required, (list, tuple)) and all(isinstance(r, str) for r in required)):
+        raise bad(f"has parameters.required={_safe_repr(required)}, not a list of str")
+    return fn
+
 
 class StepInfoError(ContractError):
     """An environment's ``info`` broke the step-info contract. ``env_id``, ``key`` and
@@ -797,8 +865,8 @@ class StepInfo:
         tool_outputs: with role ``tool``, one string per tool call run; each becomes its
             own tool message (chat templates expect one per call). None: absent.
         system_prompt: (reset) the system message of the episode; None: absent.
-        tools: (reset) OpenAI-style function schemas offered to the model, as dicts.
-            None: absent; ``()``: no tools.
+        tools: (reset) OpenAI-style function schemas offered to the model, as dicts, each
+            passing ``tool_function``. None: absent; ``()``: no tools.
         system_prompt_describes_tools: (reset) the system prompt already explains the
             tools in words, so the rollout must not append a generated description.
         invalid_action: the action could not be parsed (the model's format fault).
@@ -849,6 +917,10 @@ class StepInfo:
     def from_info(cls, info: Any, *, env_id: str, where: str = "step") -> "StepInfo":
         """Parse and validate the step-info keys of an env's ``info`` dict.
 
+        Accepted beyond the plain types: ``tool_outputs`` and ``tools`` as a list or a
+        tuple; numpy's bool (``np.True_``) for the flags, stored as a Python bool
+        (``as_bool``).
+
         Args:
             info: what ``reset`` or ``step`` returned as ``info``.
             env_id: the env, for messages.
@@ -856,39 +928,51 @@ class StepInfo:
 
         Raises:
             StepInfoError (a ContractError): ``info`` is not a dict, or a key has a value of
-                the wrong type; the message names the env, the key, the value and what was
-                expected.
+                the wrong type (an anchor whose ``hash`` raises anything, an
+                ``observation_role`` that is not one of the role strings, a tool schema
+                ``tool_function`` refuses); the message names the env, the key, the value
+                and what was expected. Nothing else is raised.
         """
         def bad(key: str, value: Any, expected: str) -> StepInfoError:
-            return StepInfoError(f"{env_id} {where}: info[{key!r}]={value!r:.200} {expected}",
+            return StepInfoError(f"{env_id} {where}: info[{key!r}]={_safe_repr(value)} {expected}",
                                  env_id=env_id, key=key, value=value)
 
         if not isinstance(info, dict):
-            raise StepInfoError(f"{env_id} {where}: info of type {type(info).__name__}; expected dict",
+            raise StepInfoError(f"{env_id} {where}: info of type {type_name(info)}; expected dict",
                                 env_id=env_id, key="info", value=info)
         anchor = info.get("anchor")
         try:
             hash(anchor)
         except TypeError:
             raise bad("anchor", anchor, "is not hashable; use a tuple/str/int state key (GiGPO groups steps by it)") from None
+        except Exception as exc:
+            raise bad("anchor", anchor, f"is not hashable: hash() raised {type_name(exc)}: {exc}; "
+                      "use a tuple/str/int state key (GiGPO groups steps by it)") from exc
         role = info.get("observation_role", "user")
-        if role not in OBSERVATION_ROLES:
+        if not isinstance(role, str) or role not in OBSERVATION_ROLES:
             raise bad("observation_role", role, f"is not one of {OBSERVATION_ROLES}")
         outputs = info.get("tool_outputs")
         if outputs is not None and not (isinstance(outputs, (list, tuple)) and all(isinstance(o, str) for o in outputs)):
             raise bad("tool_outputs", outputs, "must be a list of str (one per tool call)")
         prompt = info.get("system_prompt")
         if prompt is not None and not isinstance(prompt, str):
-            raise bad("system_prompt", prompt, f"must be str, got {type(prompt).__name__}")
+            raise bad("system_prompt", prompt, f"must be str, got {type_name(prompt)}")
         tools = info.get("tools")
-        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
-            raise bad("tools", tools, "must be a list of dict (OpenAI-style function schemas)")
-        flags = {}
+        if tools is not None:
+            if not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
+                raise bad("tools", tools, "must be a list of dict (OpenAI-style function schemas)")
+            for i, tool in enumerate(tools):
+                try:
+                    tool_function(tool)
+                except ConfigError as exc:
+                    raise bad("tools", tools, f"has a bad tool {i}: {exc}") from exc
+        flags: dict[str, bool | None] = {}
         for key, default in (("system_prompt_describes_tools", False), ("invalid_action", False), ("success", None)):
             value = info.get(key, default)
-            if not (isinstance(value, bool) or (value is None and default is None)):
-                raise bad(key, value, f"must be bool, got {type(value).__name__}")
-            flags[key] = value
+            flag = as_bool(value)
+            if flag is None and not (value is None and default is None):
+                raise bad(key, value, f"must be bool, got {type_name(value)}")
+            flags[key] = flag
         return cls(anchor=anchor, observation_role=role,
                    tool_outputs=tuple(outputs) if outputs is not None else None,
                    system_prompt=prompt, tools=tuple(tools) if tools is not None else None, **flags)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jsonschema
 
 from agentrl.errors import ConfigError, ToolParseError
+from agentrl.types import tool_function
 
 __all__ = [
     "ToolCall",
@@ -92,17 +93,6 @@ def python_tool_schema(description: str | None = None) -> dict[str, Any]:
     }
 
 
-def _function_of(tool: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``function`` part of an OpenAI tool schema (or the schema itself if flat)."""
-    fn = tool.get("function", tool)
-    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise ConfigError(
-            f"tool schema {tool!r} has no function name; expected "
-            '{"type": "function", "function": {"name": ..., "parameters": {...}}}'
-        )
-    return fn
-
-
 class HermesToolParser:
     """Parse Hermes-style tool calls: ``<tool_call>{json}</tool_call>``, several per turn.
 
@@ -123,8 +113,9 @@ class HermesToolParser:
         tools: OpenAI-style tool schemas (``{"type": "function", "function": {...}}``).
 
     Raises:
-        ConfigError: a tool schema has no name, two tools share a name, or a parameters
-            schema is not a valid JSON schema.
+        ConfigError: a tool schema fails ``agentrl.types.tool_function`` (no name, a
+            parameters or property schema that is not a dict), two tools share a name, or a
+            parameters schema is not a valid JSON schema.
     """
 
     name = "hermes"
@@ -134,7 +125,7 @@ class HermesToolParser:
     def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
         for tool in tools:
-            fn = _function_of(tool)
+            fn = tool_function(tool)
             tool_name = fn["name"]
             if tool_name in self._validators:
                 raise ConfigError(f"two tools are named {tool_name!r}; tool names must be unique")

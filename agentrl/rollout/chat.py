@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import json
 from typing import Any, Mapping, Sequence
 
-from agentrl.errors import ConfigError, TemplateError
+from agentrl.errors import TemplateError
+from agentrl.types import tool_function
 
 Message = dict[str, Any]
 
@@ -172,17 +173,6 @@ class ChatTokenizer:
             )
 
 
-def _tool_function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``function`` part of an OpenAI tool schema (or the schema itself if flat)."""
-    fn = tool.get("function", tool)
-    if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-        raise ConfigError(
-            f"tool schema {tool!r} has no function name; expected "
-            '{"type": "function", "function": {"name": ..., "parameters": {...}}}'
-        )
-    return fn
-
-
 def render_tools_for_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
     """Describe JSON-schema tools in plain text, with the exact call format to use.
 
@@ -198,14 +188,15 @@ def render_tools_for_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
     Returns ``""`` for no tools.
 
     Raises:
-        ConfigError: a tool schema has no function name.
+        ConfigError: a tool schema fails ``agentrl.types.tool_function`` (no function name,
+            parameters or a property schema that is not a dict, ``required`` not a list of str).
     """
     if not tools:
         return ""
     lines: list[str] = []
     example: str | None = None
     for tool in tools:
-        fn = _tool_function(tool)
+        fn = tool_function(tool)
         desc = str(fn.get("description", "")).strip()
         lines.append(f"Tool `{fn['name']}`: {desc}" if desc else f"Tool `{fn['name']}`.")
         params = fn.get("parameters") or {}

@@ -171,6 +171,19 @@ def test_render_tools_for_prompt_describes_arguments_and_call_format():
     assert render_tools_for_prompt([]) == ""
 
 
+@pytest.mark.parametrize("tool, expected", [
+    ({"type": "function"}, "has no function name"),
+    ({"function": {"name": "x", "parameters": "oops"}}, "has parameters of type str, not a dict"),
+    ({"function": {"name": "x", "parameters": {"properties": {"a": 1}}}}, "property 'a' whose schema is a int"),
+])
+def test_prompt_rendering_and_the_parser_refuse_a_bad_schema_with_the_one_shared_check(tool, expected):
+    # agentrl.types.tool_function is the check both use (and StepInfo.from_info too).
+    with pytest.raises(ConfigError, match=expected):
+        render_tools_for_prompt([tool])
+    with pytest.raises(ConfigError, match=expected):
+        HermesToolParser([tool])
+
+
 def test_tool_call_to_openai_message_entry():
     entry = ToolCall("python", {"code": "print(1)"}).to_openai("call_0")
     assert entry == {
