@@ -143,8 +143,10 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------------------
     def run(self, requests: Sequence[EpisodeRequest], policy_version: int) -> list[Episode]:
-        """Roll out every request; returns episodes in request order. Never raises for an
-        environment's or sandbox's fault (those episodes carry ``infra_error``). Each episode's
+        """Roll out every request; returns episodes in request order. Never raises for one
+        episode's fault: an exception from its env reset or step, from parsing its ``info``
+        or from building its next prompt ends that episode alone with ``infra_error`` (or
+        ``reward_error``), carrying the error's type, message and traceback. Each episode's
         id is its request's ``episode_id``.
 
         Raises:
@@ -326,10 +328,13 @@ class RolloutWorker:
                 return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), policy_version, by_request)
             delta = self.chat.delta_ids(_observation_messages(obs, info))
             return self._queue_turn(st, delta, policy_version, by_request)
-        except (EnvError, InfraError) as exc:
-            return self._fail(st, TerminationReason.INFRA_ERROR, exc)
         except RewardError as exc:
             return self._fail(st, TerminationReason.REWARD_ERROR, exc)
+        except Exception as exc:
+            # Building the next prompt from what this env returned (tool schemas, chat
+            # template, token budget) failed: that episode ends as infra_error with the
+            # message; the other episodes of the batch go on.
+            return self._fail(st, TerminationReason.INFRA_ERROR, exc)
 
     def _first_prompt(self, st: _Active, user_text: str) -> list[int]:
         msgs = self.chat.initial_messages(st.system_prompt, user_text, st.tools, prompt_describes_tools=st.describes_tools)
