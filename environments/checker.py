@@ -14,7 +14,9 @@ Checks, in order (each failure is one ``CheckProblem`` naming the check and what
 ``task_ids``    ``task_ids(split)`` is a classmethod returning a non-empty list of str.
 ``reset``       return types; ``info`` passes ``agentrl.types.StepInfo.from_info`` (the
                 validator the rollout loop uses: known ``observation_role``,
-                ``tool_outputs`` a list of str, typed ``system_prompt``, ``tools``, flags).
+                ``tool_outputs`` a list of str, typed ``system_prompt``, each ``tools``
+                schema passing ``agentrl.types.tool_function``, bool flags, numpy's
+                included).
 ``anchor``      every ``info["anchor"]`` is hashable.
 ``step``        return types, finite reward, bool flags, ``info`` as for ``reset``.
 ``done``        after ``terminated or truncated``, ``step`` raises ``EnvError``.

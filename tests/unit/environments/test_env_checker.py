@@ -9,6 +9,7 @@ import tempfile
 import threading
 
 import gymnasium
+import numpy as np
 import pytest
 
 from agentrl.errors import EnvError
@@ -107,7 +108,25 @@ class BadObservationRole(GoodEnv):
         return obs, r, term, trunc, info
 
 
+class BadToolSchema(GoodEnv):
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        info["tools"] = [{"type": "function", "function": {"name": "python", "parameters": "oops"}}]
+        return obs, info
+
+
+class NumpyBoolFlags(GoodEnv):
+    """``info["success"] = reward >= 1.0`` with a numpy reward gives ``np.True_``: fine."""
+
+    def step(self, action):
+        obs, r, term, trunc, info = super().step(action)
+        info["success"] = np.float64(r) >= 1.0
+        info["invalid_action"] = np.False_
+        return obs, r, term, trunc, info
+
+
 BROKEN = {
+    "BadToolSchema": (BadToolSchema, "reset", r"info\['tools'\].*has parameters of type str, not a dict"),
     "BadObservationRole": (BadObservationRole, "step", "observation_role.*'assistant'"),
     "NondeterministicReset": (NondeterministicReset, "determinism", "different"),
     "UnhashableAnchor": (UnhashableAnchor, "anchor", "not hashable"),
@@ -121,7 +140,7 @@ BROKEN = {
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     ids = []
-    for name, cls in [("Good", GoodEnv)] + [(n, c) for n, (c, _, _) in BROKEN.items()]:
+    for name, cls in [("Good", GoodEnv), ("NumpyBoolFlags", NumpyBoolFlags)] + [(n, c) for n, (c, _, _) in BROKEN.items()]:
         env_id = f"checkertest/{name}-v0"
         gymnasium.register(id=env_id, entry_point=cls)
         ids.append(env_id)
@@ -156,6 +175,11 @@ def test_a_broken_env_fails_with_a_message_naming_the_problem(name):
     finally:
         while LeaksResources.made:
             LeaksResources.made.pop().really_close()
+
+
+def test_numpy_bool_flags_pass():
+    report = check_env("checkertest/NumpyBoolFlags-v0")
+    assert report.ok, format_report(report)
 
 
 def test_actions_that_do_not_end_the_episode_are_noted_not_failed():
