@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import inspect
 import logging
 import re
 import threading
@@ -106,9 +107,38 @@ class Estimator:
 ESTIMATORS: dict[str, Estimator] = {}
 """Registered estimators by name. Read it freely; add to it with ``register_estimator``."""
 
+SIGNATURES: dict[str, str] = {
+    "turn": "fn(rewards, anchors, group_ids, values, params)",
+    "token": "fn(rewards, anchors, group_ids, values, turn_token_counts, params)",
+}
+"""The positional signature each level is called with (module docstring)."""
+
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
-_lock = threading.Lock()
-_entry_points_loaded = False
+_lock = threading.RLock()  # re-entrant: an entry point loaded under it registers under it
+_entry_points_loaded = False  # set only once every entry point has been tried
+_entry_points_loading = False  # the thread holding _lock is loading them (re-entry returns)
+_entry_point_failures: dict[str, str] = {}
+"""Entry points that failed to load: name -> ``"<value>: <ExcType>: <message>"``."""
+
+
+def _check_signature(name: str, fn: Callable[..., Any], level: str) -> None:
+    """Raise ``ConfigError`` unless ``fn`` accepts its level's positional arguments.
+
+    A callable whose signature cannot be read (some C functions) is let through.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    n = len(SIGNATURES[level].split(","))
+    try:
+        sig.bind(*range(n))
+    except TypeError as exc:
+        raise ConfigError(
+            f"estimator {name!r} (level={level!r}) has signature {name}{sig}, which cannot be called as "
+            f"{SIGNATURES[level]} ({n} positional arguments: {exc}); give it that signature or register "
+            f"it with the level it was written for"
+        ) from None
 
 
 def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level: str = "turn",
@@ -131,7 +161,9 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
 
     Raises:
         ConfigError: bad name, ``fn`` not callable, a level other than ``"turn"`` /
-            ``"token"``, or ``name`` already registered and ``overwrite`` is False.
+            ``"token"``, ``fn`` cannot be called with its level's positional arguments
+            (checked with ``inspect.signature(fn).bind``; ``*args`` accepts any), or
+            ``name`` already registered and ``overwrite`` is False.
     """
     if fn is None:
         return lambda f: register_estimator(name, f, level=level, needs_values=needs_values, overwrite=overwrite)
@@ -144,6 +176,7 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
         raise ConfigError(f"estimator {name!r}: {fn!r} is not callable")
     if level not in LEVELS:
         raise ConfigError(f"estimator {name!r}: level={level!r}; expected 'turn' or 'token'")
+    _check_signature(name, fn, level)
     with _lock:
         if name in ESTIMATORS and not overwrite:
             raise ConfigError(
@@ -156,20 +189,34 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
 
 def load_entry_points() -> None:
     """Load every ``agentrl.estimators`` entry point once per process: a module is
-    imported (it registers), a callable is called. A broken one is logged and skipped, so
-    one bad package cannot stop training with the others."""
-    global _entry_points_loaded
+    imported (it registers), a callable is called. A broken one is logged, remembered
+    (``get_estimator``'s unknown-name error names it and why) and skipped, so one bad
+    package cannot stop training with the others.
+
+    Loading happens under the registry lock and the process counts as loaded only once
+    every entry point was tried, so a thread looking a name up meanwhile waits for it
+    instead of seeing a half-filled registry.
+    """
+    global _entry_points_loaded, _entry_points_loading
+    if _entry_points_loaded:
+        return
     with _lock:
-        if _entry_points_loaded:
+        if _entry_points_loaded or _entry_points_loading:  # loaded, or re-entered by an entry point
             return
-        _entry_points_loaded = True
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        _entry_points_loading = True
         try:
-            obj = ep.load()
-            if callable(obj):
-                obj()
-        except Exception as exc:  # noqa: BLE001 - a user package; logged and skipped
-            log.warning("estimator entry point %r (%s) failed: %s: %s", ep.name, ep.value, type(exc).__name__, exc)
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                try:
+                    obj = ep.load()
+                    if callable(obj):
+                        obj()
+                except Exception as exc:  # noqa: BLE001 - a user package; logged, remembered, skipped
+                    _entry_point_failures[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+                    log.warning("estimator entry point %r (%s) failed: %s: %s", ep.name, ep.value,
+                                type(exc).__name__, exc)
+            _entry_points_loaded = True
+        finally:
+            _entry_points_loading = False
 
 
 def estimator_names() -> list[str]:
@@ -182,8 +229,9 @@ def get_estimator(name: str) -> Estimator:
     """The registration of ``name`` (entry points loaded first).
 
     Raises:
-        ConfigError: unknown name; the message lists the registered names and suggests
-            the closest ones.
+        ConfigError: unknown name; the message lists the registered names, suggests the
+            closest ones and names every ``agentrl.estimators`` entry point that failed to
+            load, with its error.
     """
     load_entry_points()
     try:
@@ -191,10 +239,15 @@ def get_estimator(name: str) -> Estimator:
     except (KeyError, TypeError):
         close = difflib.get_close_matches(str(name), list(ESTIMATORS), n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        failed = "".join(
+            f"; entry point {ep!r} of {ENTRY_POINT_GROUP!r} failed to load ({why})"
+            for ep, why in sorted(_entry_point_failures.items())
+        )
         raise ConfigError(
             f"unknown advantage estimator {name!r}; {hint}registered: "
             f"{', '.join(repr(n) for n in sorted(ESTIMATORS))} (add one with critics.register_estimator in a "
             f"module listed in env.import_modules, or through the {ENTRY_POINT_GROUP!r} entry-point group)"
+            f"{failed}"
         ) from None
 
 

@@ -134,7 +134,15 @@ def test_register_estimator():
         assert (reg.name, reg.fn, reg.level, reg.needs_values) == ("test_centered", centered, "turn", False)
         with pytest.raises(ConfigError, match="already registered"):
             register_estimator("test_centered", centered)
-        register_estimator("test_centered", centered, level="token", needs_values=True, overwrite=True)
+        with pytest.raises(ConfigError, match=r"estimator 'test_centered' \(level='token'\) has signature "
+                                              r"test_centered\(rewards, anchors, group_ids, values, params\)"):
+            register_estimator("test_centered", centered, level="token", overwrite=True)  # a turn signature
+        assert get_estimator("test_centered").fn is centered  # the rejected one replaced nothing
+
+        def centered_tokens(rewards, anchors, group_ids, values, turn_token_counts, params):
+            return [[0.0] * sum(c) for c in turn_token_counts], [[0.0] * sum(c) for c in turn_token_counts]
+
+        register_estimator("test_centered", centered_tokens, level="token", needs_values=True, overwrite=True)
         assert get_estimator("test_centered").level == "token" and get_estimator("test_centered").needs_values
 
         @register_estimator("test_decorated", level="token")
