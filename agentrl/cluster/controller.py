@@ -168,9 +168,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                 progress.phase(it, "rollout")
             episodes, rollout_s = ray.get(rollout.rollout.remote(requests, policy_version))
             refills = 0
+            shaped: dict[str, list[float]] = {}  # each episode's rewards shaped once this iteration
             while refills < cfg.algorithm.max_refill_rounds:  # DAPO dynamic sampling's refill
                 missing = missing_groups(episodes, cfg.algorithm, groups_wanted=cfg.env.tasks_per_iteration,
-                                         max_new_tokens=cfg.rollout.max_new_tokens)
+                                         max_new_tokens=cfg.rollout.max_new_tokens, shaped_cache=shaped)
                 if missing <= 0:
                     break
                 more, more_s = ray.get(rollout.rollout.remote(tasks.next_requests(missing), policy_version))
@@ -180,7 +181,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                 progress.phase(it, "credit")
             t0 = time.perf_counter()
             credit = assign_credit(episodes, cfg.algorithm, sampling, max_new_tokens=cfg.rollout.max_new_tokens,
-                                   values_fn=lambda vb: ray.get([t.critic_values.remote(vb) for t in trainers])[0])
+                                   values_fn=lambda vb: ray.get([t.critic_values.remote(vb) for t in trainers])[0],
+                                   shaped_cache=shaped)
             credit.metrics["filter/refill_rounds"] = float(refills)
             credit_s = time.perf_counter() - t0
 

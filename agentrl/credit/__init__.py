@@ -3,7 +3,8 @@
 ``assign_credit(episodes, cfg, sampling, max_new_tokens=..., values_fn=...)`` selects,
 shapes, runs the estimator named by ``algorithm.advantage`` from ``critics``' registry,
 and packs the policy batch (plus the critic's batch for a critic-based estimator);
-``missing_groups`` says how many groups dynamic sampling wants refilled.
+``missing_groups`` says how many groups dynamic sampling wants refilled (one
+``ShapedCache`` dict per iteration, passed to both, shapes each episode once).
 
 * ``agentrl.credit.assign``: selection, shaping, the estimator call, packing.
 * ``agentrl.credit.rows``: episodes onto token rows (value positions, per-row splits),
@@ -12,6 +13,7 @@ and packs the policy batch (plus the critic's batch for a critic-based estimator
 
 from agentrl.credit.assign import (
     CreditResult,
+    ShapedCache,
     ValuesFn,
     assign_credit,
     critic_step_metrics,
@@ -30,6 +32,7 @@ from agentrl.credit.rows import (
 
 __all__ = [
     "CreditResult",
+    "ShapedCache",
     "ValuesFn",
     "assign_credit",
     "critic_rows",

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -82,10 +82,18 @@ def shaped_turn_rewards(episode: Episode, cfg: AlgorithmConfig, max_new_tokens: 
     return out
 
 
-def _select(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: int | None
+ShapedCache = dict[str, list[float]]
+"""``episode_id -> [K]`` shaped rewards, shared by one iteration's ``missing_groups`` and
+``assign_credit`` calls (same ``cfg`` and ``max_new_tokens``) so each episode is shaped once
+across the refill checks and the credit."""
+
+
+def _select(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: int | None,
+            shaped_cache: ShapedCache | None = None
             ) -> tuple[list[Episode], dict[str, list[float]], dict[str, float]]:
     """Steps 1-3: the episodes that go into the loss, their shaped rewards by episode id
-    (each computed once), and the token accounting so far."""
+    (each computed once, or taken from and added to ``shaped_cache``), and the token
+    accounting so far."""
     m: dict[str, float] = defaultdict(float)
     m["tokens/generated"] = float(sum(e.num_generated_tokens() for e in episodes))
     errored = [e for e in episodes if e.is_error]
@@ -94,7 +102,10 @@ def _select(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: i
     bad_groups = {e.group_id for e in errored} if cfg.error_policy == "drop_group" else set()
     kept = [e for e in episodes if not e.is_error and e.group_id not in bad_groups and e.turns]
     m["filter/error_dropped_episodes"] = float(len(episodes) - len(kept))
-    shaped = {e.episode_id: shaped_turn_rewards(e, cfg, max_new_tokens) for e in kept}  # once per episode
+    shaped = {} if shaped_cache is None else shaped_cache
+    for e in kept:  # once per episode (per iteration, with a shared cache)
+        if e.episode_id not in shaped:
+            shaped[e.episode_id] = shaped_turn_rewards(e, cfg, max_new_tokens)
     if cfg.dynamic_sampling and kept:
         totals = [sum(shaped[e.episode_id]) for e in kept]
         keep = np.asarray(critics.dynamic_sampling_keep(totals, [e.group_id for e in kept]), dtype=bool)
@@ -108,16 +119,19 @@ def _select(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: i
 
 
 def missing_groups(episodes: Sequence[Episode], cfg: AlgorithmConfig, *, groups_wanted: int,
-                   max_new_tokens: int | None = None) -> int:
+                   max_new_tokens: int | None = None, shaped_cache: ShapedCache | None = None) -> int:
     """How many more task groups to roll out so that ``groups_wanted`` survive selection
     (DAPO dynamic sampling's refill); 0 without ``dynamic_sampling`` or when enough survive.
+
+    ``shaped_cache``: one dict per iteration, passed to every refill check and to
+    ``assign_credit``, so an episode's rewards are shaped once (``ShapedCache``).
 
     Raises:
         ContractError: a turn without a reward in a non-errored episode.
     """
     if not cfg.dynamic_sampling:
         return 0
-    kept, _, _ = _select(episodes, cfg, max_new_tokens)
+    kept, _, _ = _select(episodes, cfg, max_new_tokens, shaped_cache)
     return max(0, groups_wanted - len({e.group_id for e in kept}))
 
 
@@ -180,20 +194,50 @@ def estimator_params(cfg: AlgorithmConfig) -> critics.EstimatorParams:
                                    token_lam=cfg.token_lam, norm_by_std=cfg.norm_by_std)
 
 
-def _check_counts(name: str, what: str, got: Sequence, want: Sequence[int], kept: Sequence[Episode]) -> None:
-    """Raise unless ``got`` holds one sequence of ``want[i]`` numbers per episode."""
-    got = list(got)
-    if len(got) != len(want):
-        raise ContractError(f"estimator {name!r} returned {what} for {len(got)} episodes; expected {len(want)}")
-    for e, g, n in zip(kept, got, want):
-        if len(g) != n:
-            raise ContractError(
-                f"estimator {name!r} returned {len(g)} {what} for episode {e.episode_id}; expected {n}"
-            )
+def _per_episode(est: critics.Estimator, what: str, got: object, want: Sequence[int],
+                 kept: Sequence[Episode]) -> list:
+    """``got`` as a list of one sequence per episode of ``kept``, each of ``want[i]``
+    finite real numbers (turn level: per turn; token level: per sampled token).
+
+    Raises:
+        ContractError: anything else, naming the estimator, its level, the episode (id and
+            index) and the expected vs actual count or type.
+    """
+    unit = "turn" if est.level == "turn" else "sampled token"
+    who = f"estimator {est.name!r}"
+    if isinstance(got, (str, bytes)) or not isinstance(got, Iterable) or getattr(got, "ndim", 1) == 0:
+        raise ContractError(f"{who} returned {what} as {type(got).__name__} {got!r:.80}; expected one sequence "
+                            f"per episode ({len(want)}; level={est.level!r})")
+    items = list(got)
+    if len(items) != len(want):
+        raise ContractError(f"{who} returned {what} for {len(items)} episodes; expected {len(want)} (one "
+                            f"sequence per episode; level={est.level!r})")
+    for i, (e, g, n) in enumerate(zip(kept, items, want)):
+        ep, ctx = f"episode {e.episode_id}", f"episode index {i}, level={est.level!r}"
+        if isinstance(g, (str, bytes)) or not isinstance(g, Iterable) or getattr(g, "ndim", 1) == 0:
+            raise ContractError(f"{who} returned {type(g).__name__} {g!r:.80} as {what} for {ep}; expected a "
+                                f"sequence of {n} numbers (one per {unit}; {ctx})")
+        try:
+            arr = np.asarray(g)
+        except (TypeError, ValueError, RuntimeError) as exc:  # ragged, or a tensor numpy cannot read
+            raise ContractError(f"{who} returned {type(g).__name__} as {what} for {ep} that numpy cannot read "
+                                f"({exc}); expected {n} real numbers (one per {unit}; {ctx})") from None
+        if arr.ndim != 1 or arr.dtype.kind not in "biuf":
+            raise ContractError(f"{who} returned an array of shape {arr.shape} and dtype {arr.dtype} as {what} "
+                                f"for {ep}; expected {n} real numbers (one per {unit}; {ctx})")
+        if arr.shape[0] != n:
+            raise ContractError(f"{who} returned {arr.shape[0]} {what} for {ep}; expected {n} (one per {unit}; "
+                                f"{ctx})")
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if bad.size:
+            raise ContractError(f"{who} returned {arr[bad[0]]} as {what} at {unit} {int(bad[0])} of {ep}; "
+                                f"expected finite numbers ({ctx})")
+    return items
 
 
 def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord, *,
-                  max_new_tokens: int | None = None, values_fn: ValuesFn | None = None) -> CreditResult:
+                  max_new_tokens: int | None = None, values_fn: ValuesFn | None = None,
+                  shaped_cache: ShapedCache | None = None) -> CreditResult:
     """Turn an iteration's episodes into the policy batch (and, for a critic, the critic's
     batch) with the estimator named ``cfg.advantage`` (module docstring, steps 1-5).
 
@@ -205,14 +249,19 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
             turns that shaping off.
         values_fn: for an estimator registered with ``needs_values``: given the critic's
             ``ValueBatch`` (no returns), the value at each of its positions.
+        shaped_cache: the iteration's ``ShapedCache`` that its ``missing_groups`` calls
+            filled, so no episode is shaped twice; ``None``: shape here.
 
     Returns:
         The ``CreditResult``.
 
     Raises:
         ConfigError: an unknown estimator, or one that needs values without ``values_fn``.
-        ContractError: an episode breaks the token contract, a turn has no reward, or the
-            estimator / ``values_fn`` returned a count that does not match the episodes.
+        ContractError: an episode breaks the token contract, a turn has no reward,
+            ``values_fn`` returned a count that does not match the value positions, or the
+            estimator's return breaks its contract (not one sequence per episode, not one
+            finite number per turn / sampled token, or with ``needs_values`` not an
+            ``(advantages, returns)`` pair); the message names the estimator and episode.
     """
     est = critics.get_estimator(cfg.advantage)
     if est.needs_values and values_fn is None:
@@ -220,7 +269,7 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
             f"algorithm.advantage={cfg.advantage!r} needs a learned critic's values; assign_credit "
             "needs values_fn (the controller passes the critic trainer's)"
         )
-    kept, shaped, m = _select(episodes, cfg, max_new_tokens)
+    kept, shaped, m = _select(episodes, cfg, max_new_tokens, shaped_cache)
     if not kept:
         return pack_batch(kept, [], sampling, m, level=est.level)
     rewards = [shaped[e.episode_id] for e in kept]  # [N][K_i]
@@ -239,12 +288,19 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
         out = est.fn(rewards, anchors, group_ids, values, params)
     else:
         out = est.fn(rewards, anchors, group_ids, values, [turn_token_counts(e) for e in kept], params)
+    if est.needs_values and not (isinstance(out, tuple) and len(out) == 2):
+        raise ContractError(
+            f"estimator {est.name!r} (level={est.level!r}, needs_values=True) returned {type(out).__name__}"
+            f"{f' of length {len(out)}' if isinstance(out, (tuple, list)) else ''}; expected a 2-tuple "
+            "(advantages, returns)"
+        )
     adv, rets = out if est.needs_values else (out, None)
-    _check_counts(est.name, "advantages", adv, counts, kept)
-    credit = pack_batch(kept, list(adv), sampling, m, level=est.level)
+    adv = _per_episode(est, "advantages", adv, counts, kept)
     if est.needs_values:
-        _check_counts(est.name, "returns", rets, counts, kept)
-        vb = ValueBatch.pack(critic_rows(kept, returns=list(rets), old_values=values, level=est.level))
+        rets = _per_episode(est, "returns", rets, counts, kept)
+    credit = pack_batch(kept, adv, sampling, m, level=est.level)
+    if est.needs_values:
+        vb = ValueBatch.pack(critic_rows(kept, returns=rets, old_values=values, level=est.level))
         credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
         credit.value_batch = vb if vb.num_positions else None  # no value position: nothing to fit
     return credit

@@ -167,3 +167,89 @@ def test_import_modules_register_an_estimator_before_the_config_validates(tmp_pa
     finally:
         critics.ESTIMATORS.pop("test_from_module", None)
         sys.modules.pop("test_user_estimators", None)
+
+
+# ----------------------------------------------------- an estimator breaking its contract
+
+
+def test_registration_checks_the_signature_against_the_level(registered):
+    with pytest.raises(ConfigError, match=r"estimator 'test_tok_sig' \(level='turn'\) has signature "
+                                          r"test_tok_sig\(rewards, anchors, group_ids, values, tc, params\).*"
+                                          r"fn\(rewards, anchors, group_ids, values, params\)"):
+        registered("test_tok_sig", lambda rewards, anchors, group_ids, values, tc, params: rewards)
+    with pytest.raises(ConfigError, match=r"'test_turn_sig' \(level='token'\).*"
+                                          r"fn\(rewards, anchors, group_ids, values, turn_token_counts, params\)"):
+        registered("test_turn_sig", lambda r, a, g, v, p: r, level="token")
+    with pytest.raises(ConfigError, match=r"'test_noargs' \(level='turn'\) has signature test_noargs\(\)"):
+        registered("test_noargs", lambda: None)
+    assert not {"test_tok_sig", "test_turn_sig", "test_noargs"} & set(critics.ESTIMATORS)
+    registered("test_star", lambda *a, **kw: None)  # *args takes either level's arguments
+    registered("test_star_tok", lambda *a: None, level="token")
+    registered("test_defaults", lambda r, a, g, v, p, extra=None: None)
+
+
+@pytest.mark.parametrize("ret, match", [
+    (0.5, r"estimator 'test_bad' returned advantages as float 0.5; expected one sequence per episode \(2"),
+    (None, r"returned advantages as NoneType None; expected one sequence per episode"),
+    ([1.0, 1.0], r"returned float 1.0 as advantages for episode e0; expected a sequence of 2 numbers "
+                 r"\(one per turn; episode index 0, level='turn'\)"),
+    ([[0.0, 0.0]], r"returned advantages for 1 episodes; expected 2"),
+    ([[0.0, 0.0], [0.0]], r"returned 1 advantages for episode e1; expected 2 \(one per turn; episode index 1"),
+    ([[0.0, 0.0], [0.0, float("nan")]], r"returned nan as advantages at turn 1 of episode e1; expected finite"),
+    ([[0.0, 0.0], ["a", "b"]], r"dtype <U1 as advantages for episode e1; expected 2 real numbers"),
+    ([[0.0, 0.0], [[0.0, 0.0], [0.0, 0.0]]], r"shape \(2, 2\).*for episode e1"),
+])
+def test_a_malformed_return_is_a_contract_error_naming_estimator_and_episode(registered, ret, match):
+    registered("test_bad", lambda r, a, g, v, p: ret)
+    eps = [_ep("a", [1.0, 0.0], episode_id="e0"), _ep("a", [0.0, 0.0], episode_id="e1")]
+    with pytest.raises(ContractError, match=match):
+        assign_credit(eps, AlgorithmConfig(advantage="test_bad"), SamplingRecord())
+
+
+def test_a_token_estimator_must_return_one_number_per_sampled_token(registered):
+    registered("test_tok_short", lambda r, a, g, v, c, p: [[0.0] * len(x) for x in r], level="token")
+    with pytest.raises(ContractError, match=r"'test_tok_short' returned 2 advantages for episode t0; expected 5 "
+                                            r"\(one per sampled token; episode index 0, level='token'\)"):
+        assign_credit([_ep("a", [1.0, 0.0], episode_id="t0", lens=[2, 3])],
+                      AlgorithmConfig(advantage="test_tok_short"), SamplingRecord())
+
+
+def test_a_needs_values_estimator_must_return_an_advantages_returns_pair(registered):
+    # two episodes of two turns: the bare advantages list would unpack into two "halves"
+    registered("test_no_pair", lambda r, a, g, v, p: [[0.0] * len(x) for x in r], needs_values=True)
+    eps = [_ep("a", [1.0, 0.0], episode_id="p0"), _ep("a", [0.0, 0.0], episode_id="p1")]
+    with pytest.raises(ContractError, match=r"estimator 'test_no_pair' \(level='turn', needs_values=True\) "
+                                            r"returned list of length 2; expected a 2-tuple \(advantages, returns\)"):
+        assign_credit(eps, AlgorithmConfig(advantage="test_no_pair"), SamplingRecord(),
+                      values_fn=lambda vb: [0.0] * vb.num_positions)
+    registered("test_bad_returns", lambda r, a, g, v, p: ([[0.0] * len(x) for x in r], [[0.0]] * len(r)),
+               needs_values=True)
+    with pytest.raises(ContractError, match=r"'test_bad_returns' returned 1 returns for episode p0; expected 2"):
+        assign_credit(eps, AlgorithmConfig(advantage="test_bad_returns"), SamplingRecord(),
+                      values_fn=lambda vb: [0.0] * vb.num_positions)
+
+
+def test_shaping_runs_once_per_episode_across_refill_checks_and_credit(monkeypatch):
+    calls = []
+    real = assign_mod.shaped_turn_rewards
+
+    def counting(e, cfg, max_new_tokens=None):
+        calls.append(e.episode_id)
+        return real(e, cfg, max_new_tokens)
+
+    cfg = AlgorithmConfig(dynamic_sampling=True, invalid_action_penalty=0.5, overlong_buffer_tokens=1)
+    first = [_ep("a", [1.0], episode_id="a1"), _ep("a", [0.0], episode_id="a0"),
+             _ep("b", [1.0], episode_id="b1"), _ep("b", [1.0], episode_id="b2")]
+    refill = [_ep("c", [1.0], episode_id="c1"), _ep("c", [1.0], episode_id="c2")]  # dropped again
+    refill2 = [_ep("d", [1.0], episode_id="d1"), _ep("d", [0.0], episode_id="d0")]
+    expected = assign_credit(first + refill + refill2, cfg, SamplingRecord(), max_new_tokens=8)  # no cache
+    monkeypatch.setattr(assign_mod, "shaped_turn_rewards", counting)
+    cache: dict = {}  # what the controller's refill loop does, one per iteration
+    episodes = first
+    for more in (refill, refill2):
+        assert missing_groups(episodes, cfg, groups_wanted=2, max_new_tokens=8, shaped_cache=cache) == 1
+        episodes = episodes + more
+    assert missing_groups(episodes, cfg, groups_wanted=2, max_new_tokens=8, shaped_cache=cache) == 0
+    res = assign_credit(episodes, cfg, SamplingRecord(), max_new_tokens=8, shaped_cache=cache)
+    assert sorted(calls) == sorted(e.episode_id for e in episodes)  # 8 calls for 8 episodes, 3 checks + credit
+    assert res.turn_advantages == expected.turn_advantages and res.metrics == expected.metrics
