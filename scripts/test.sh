@@ -26,7 +26,7 @@ if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   export AGENTRL_REQUIRE_DOCKER=1
 fi
 
-$PY -m pytest -q -p no:cacheprovider "${@:-tests}"
+$PY -m pytest -q -p no:cacheprovider --durations=25 "${@:-tests}"
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "scripts/test.sh: pytest collected no tests; that is a failure" >&2

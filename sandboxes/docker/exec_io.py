@@ -30,27 +30,36 @@ _READ_CHUNK = 1 << 16
 _SCAN_BASH = (
     'scan() { f=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
     'while IFS= read -r -d "" kv; do [ "$kv" = "AGENTRL_EXEC_ID=$1" ] && '
-    '{ kill -9 "${p#/proc/}" && f=1; break; }; done < "$p/environ"; done; }; '
+    '{ kill -9 "${p#/proc/}" && f=1 && k="$k ${p#/proc/}"; break; }; done < "$p/environ"; done; }; '
 )
 _SCAN_SH = (
     'scan() { f=; for p in /proc/[0-9]*; do [ "${p#/proc/}" = "$$" ] && continue; '
-    'grep -qsxz "AGENTRL_EXEC_ID=$1" "$p/environ" && kill -9 "${p#/proc/}" && f=1; done; }; '
+    'grep -qsxz "AGENTRL_EXEC_ID=$1" "$p/environ" && kill -9 "${p#/proc/}" && f=1 && k="$k ${p#/proc/}"; done; }; '
+)
+# `kill -9` returns before its target is gone: under load a killed escapee can still be
+# listed (running, its SIGKILL pending) when the exec returns. ``reap_wait`` spins, with
+# builtins only (no fork, no sleep binary), until every pid the scan killed has left
+# /proc or is a zombie (dead, waiting for the container's init to reap it), for at most
+# 20000 reads of its stat line per pid (a few hundred ms in all under load).
+_REAP_WAIT = (
+    'reap_wait() { for q in $k; do i=0; while [ $i -lt 20000 ] && read -r st < "/proc/$q/stat"; do '
+    'st=${st##*") "}; [ "${st%% *}" = Z ] && break; i=$((i+1)); done 2>/dev/null; done; }; '
 )
 RUN_AND_SCAN = (
     'id=$1; t=$2; shift 2; exec 3>&2 2>/dev/null; '
     '(exec 2>&3 3>&- timeout -s KILL "$t" /bin/sh -c \'exec "$@"\' sh "$@"); rc=$?; '
-    'n=0; while [ $n -lt 100 ]; do n=$((n+1)); scan "$id"; [ -z "$f" ] && break; done; '
-    'exit $rc'
+    'k=; n=0; while [ $n -lt 100 ]; do n=$((n+1)); scan "$id"; [ -z "$f" ] && break; done; '
+    'reap_wait; exit $rc'
 )
 # Run as root from outside: kill every process of one exec (wrapper included).
-KILL_ONLY = 'exec 2>/dev/null; scan "$1"; exit 0'
+KILL_ONLY = 'exec 2>/dev/null; k=; scan "$1"; reap_wait; exit 0'
 # Starts bash with the fork-free scan when the image has it, else sh with the grep scan.
 _LAUNCH = 'b=$1; s=$2; shift 2; [ -x /bin/bash ] && exec /bin/bash -c "$b" sh "$@"; exec /bin/sh -c "$s" sh "$@"'
 
 
 def launch(body: str, *args: str) -> list[str]:
     """argv running ``body`` (after ``scan``'s definition) with ``args`` as ``$1...``."""
-    return ["/bin/sh", "-c", _LAUNCH, "sh", _SCAN_BASH + body, _SCAN_SH + body, *args]
+    return ["/bin/sh", "-c", _LAUNCH, "sh", _SCAN_BASH + _REAP_WAIT + body, _SCAN_SH + _REAP_WAIT + body, *args]
 
 
 def pump(
