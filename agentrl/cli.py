@@ -86,6 +86,7 @@ def train(
     if config is not None and "=" in str(config) and not config.exists():
         ov.insert(0, str(config))  # first positional was an override, not a file
         config = None
+    cfg = None
     try:
         if resume is not None:
             if config is not None:
@@ -102,7 +103,9 @@ def train(
         _fail(exc, debug)
         return
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: the latest checkpoint is kept; continue with --resume")
+        run_dir = resume if resume is not None else (cfg.run_dir() if cfg is not None else "RUN_DIR")
+        console.print(f"[yellow]interrupted[/]: the latest checkpoint is kept; continue with "
+                      f"`agentrl train --resume {run_dir}` (add run.iterations=N to run more)")
         raise typer.Exit(130)
     Console().print(_summary_table(summary))
     console.print(f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/)")

@@ -3,6 +3,7 @@
 Ray actor import this file as ``custom_env`` (Ray puts the script's folder on the actors'
 sys.path), so they register the same env."""
 import sys
+import time
 
 import gymnasium
 
@@ -53,7 +54,8 @@ if __name__ == "__main__":
     report = check_env(ENV_ID)
     print(format_report(report))
     report.raise_if_failed()
-    run_dir = sys.argv[1] if len(sys.argv) > 1 else "runs/custom-env-example"
+    # A fresh run directory each time (pass one to choose it; --resume is for continuing a run).
+    run_dir = sys.argv[1] if len(sys.argv) > 1 else f"runs/custom-env-example-{time.strftime('%Y%m%d-%H%M%S')}"
     cfg = agentrl.load_config(None, [f"env.id={ENV_ID}", "env.import_modules=[custom_env]", "model.path=tiny-random-smollm2",
                                      "run.iterations=1", f"run.dir={run_dir}", "run.name=custom-env",
                                      "env.tasks_per_iteration=2", "env.group_size=2", "rollout.max_turns=1",

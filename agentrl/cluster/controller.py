@@ -91,7 +91,6 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         ckpt, state = None, None
         run_id = f"{cfg.run.name}-{uuid.uuid4().hex[:8]}"
     iterations_done = int(state["iteration"]) if state else 0
-    rd.write_config(cfg.model_dump(mode="json"))
 
     reaped = reap_orphans()
     if reaped:
@@ -104,6 +103,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             raise ConfigError(f"env.task_ids: {unknown[:5]} not in split {cfg.env.split!r} of {cfg.env.id!r}")
         task_ids = list(cfg.env.task_ids)
     tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size, run_id=run_id)
+    rd.write_config(cfg.model_dump(mode="json"))  # only once the env and its tasks are known to exist
     model_path = resolve_model_path(cfg.model.path)
     cfg_dict = cfg.model_dump(mode="json")
 
