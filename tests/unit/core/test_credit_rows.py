@@ -11,15 +11,10 @@ import pytest
 from agentrl.credit import episode_boundaries, episode_token_positions, split_per_row, split_tokens_per_row
 from agentrl.errors import ContractError
 from agentrl.types import Episode, Turn
+from tests.helpers.episodes import make_episode
 
 
-def _episode(mode: str, completions=(2, 3), prompts=(3, 2), rewards=(0.5, 1.0), episode_id="ep") -> Episode:
-    turns, tok = [], 100
-    for p, c, r in zip(prompts, completions, rewards):
-        turns.append(Turn(prompt_ids=list(range(tok, tok + p)), completion_ids=list(range(tok + p, tok + p + c)),
-                          behavior_log_probs=[-0.1] * c, reward=r))
-        tok += p + c
-    return Episode(group_id="g", env_id="e", task_id="t", seed=0, turns=turns, prompt_mode=mode, episode_id=episode_id)
+_episode = make_episode
 
 
 @pytest.mark.parametrize("mode", ["full_history", "per_step"])

@@ -9,7 +9,8 @@ import torch
 
 import critics
 from agentrl.errors import ConfigError, ContractError
-from agentrl.types import Episode, Turn
+from agentrl.types import Episode
+from tests.helpers.episodes import make_episode
 from critics import (
     gae,
     token_critic_advantages,
@@ -18,13 +19,7 @@ from critics import (
 )
 
 
-def _episode(mode: str, completions=(2, 3), prompts=(3, 2), rewards=(0.5, 1.0), episode_id="ep") -> Episode:
-    turns, tok = [], 100
-    for p, c, r in zip(prompts, completions, rewards):
-        turns.append(Turn(prompt_ids=list(range(tok, tok + p)), completion_ids=list(range(tok + p, tok + p + c)),
-                          behavior_log_probs=[-0.1] * c, reward=r))
-        tok += p + c
-    return Episode(group_id="g", env_id="e", task_id="t", seed=0, turns=turns, prompt_mode=mode, episode_id=episode_id)
+_episode = make_episode
 
 
 def test_token_value_positions_are_one_before_each_sampled_token():

@@ -47,7 +47,9 @@ def test_invalid_field_is_named(field: str, value: object, message: str) -> None
 
 
 def test_optional_fields_accept_none() -> None:
-    TrainerConfig(model_path="m", max_grad_norm=None, micro_batch_tokens=None, temperature=None).validate()
+    cfg = TrainerConfig(model_path="m", max_grad_norm=None, micro_batch_tokens=None, temperature=None)
+    cfg.validate()  # None means "off" (no clipping, no token budget, the batch's own temperature)
+    assert (cfg.max_grad_norm, cfg.micro_batch_tokens, cfg.temperature) == (None, None, None)
 
 
 _SHARED = [
