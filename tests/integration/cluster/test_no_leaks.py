@@ -30,9 +30,11 @@ def _containers(name: str) -> list:
         return []
     import docker
 
+    # The low-level list answers in one call; containers.list() inspects each container
+    # afterwards and raises NotFound for one removed in between (a race with the run's clean-up).
     client = docker.from_env()
-    return [c for c in client.containers.list(all=True, filters={"label": "agentrl.run_id"})
-            if c.labels.get("agentrl.run_id", "").startswith(name + "-")]
+    return [c["Id"] for c in client.api.containers(all=True, filters={"label": "agentrl.run_id"})
+            if (c.get("Labels") or {}).get("agentrl.run_id", "").startswith(name + "-")]
 
 
 def _need_backend(backend: str) -> None:

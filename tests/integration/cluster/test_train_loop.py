@@ -190,7 +190,7 @@ def test_humaneval_end_to_end_on_docker_sandboxes(ray_session, tmp_path, tiny_mo
     summary = train(cfg)
     m = json.loads((tmp_path / "docker" / "metrics.jsonl").read_text())
     assert m["rollout/episodes"] == 4 and m["filter/infra_errors"] == 0 and m["tokens/trained"] > 0
-    left = client.containers.list(all=True, filters={"label": f"agentrl.run_id={summary.run_id}"})
+    left = client.api.containers(all=True, filters={"label": f"agentrl.run_id={summary.run_id}"})  # one call, no inspect race
     assert left == []  # no container outlives its run
 
 
