@@ -61,7 +61,7 @@ def _summary_table(summary: Any) -> Table:
             ("succ", "rollout/success_rate", "{:.2f}"), ("gen", "tokens/generated", "{:.0f}"),
             ("train", "tokens/trained", "{:.0f}"), ("roll s", "time/rollout_s", "{:.0f}"),
             ("upd s", "time/update_s", "{:.0f}"), ("sync s", "time/sync_s", "{:.1f}"),
-            ("lp gap", "train/behavior_logprob_gap_mean_abs", "{:.0e}")]
+            ("lp gap", "rollout_corr/gap_abs_mean", "{:.0e}")]
     for name, _, _ in cols:
         t.add_column(name, justify="right")
     for row in summary.history:

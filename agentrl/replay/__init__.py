@@ -4,7 +4,7 @@ training run, in SQLite (embedded default) or PostgreSQL, for the viewer and the
     store = ReplayStore("sqlite:///runs/replay.db")
     store.start_run("run-1", config)
     store.add_episodes("run-1", iteration, episodes, advantages)
-    store.add_metrics("run-1", iteration, {"losses/policy_loss": 0.12})
+    store.add_metrics("run-1", iteration, {"actor/pg_loss": 0.12})
     store.mark_complete("run-1", iteration + 1)   # once the checkpoint after it is written
     store.count_episodes("run-1", complete_only=True)
     store.finish_run("run-1", "finished")

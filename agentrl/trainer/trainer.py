@@ -145,14 +145,14 @@ class PolicyTrainer:
         Collective: call on every rank with the same batch.
 
         Returns:
-            Metrics (floats, identical on every rank): ``losses/policy_loss``,
-            ``losses/approx_kl``, ``losses/clipfrac``, ``losses/entropy``,
-            ``losses/ratio_mean`` (means over epochs; token means over the batch's loss
-            tokens, the loss itself as aggregated), ``train/grad_norm`` (pre-clip, mean over
-            epochs), ``train/lr`` (of the last optimizer step), ``train/num_loss_tokens``,
-            ``train/num_loss_seqs``, ``train/behavior_logprob_gap_mean_abs``,
-            ``train/behavior_logprob_gap_max_abs``, ``train/skipped_step`` (optimizer steps
-            skipped for a non-finite gradient norm), ``train/global_step``,
+            Metrics (floats, identical on every rank): ``actor/pg_loss``,
+            ``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/entropy``,
+            ``actor/ratio_mean`` (means over epochs; token means over the batch's loss
+            tokens, the loss itself as aggregated), ``actor/grad_norm`` (pre-clip, mean over
+            epochs), ``actor/lr`` (of the last optimizer step), ``actor/num_loss_tokens``,
+            ``actor/num_loss_seqs``, ``rollout_corr/gap_abs_mean``,
+            ``rollout_corr/gap_abs_max``, ``actor/skipped_step`` (optimizer steps
+            skipped for a non-finite gradient norm), ``actor/global_step``,
             ``perf/tokens_per_s`` (batch tokens / step time), ``perf/step_s``.
 
         Raises:
@@ -185,7 +185,8 @@ class PolicyTrainer:
 
         # 3. PPO epochs: TrainerCore runs the loop (zero-grad, micro-batches or dummy
         # passes, all-reduce of these sums, clip, AdamW or a skipped step, scheduler).
-        metric_names = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean")
+        loss_keys = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean")
+        metric_names = ("actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/ratio_mean")
 
         def micro_step(epoch: int, g: int, rows: list[int]) -> torch.Tensor:
             """Score, loss and backward of one micro-batch; returns
@@ -217,7 +218,7 @@ class PolicyTrainer:
             )
             loss.backward()
             n = mask.sum().double()
-            return torch.stack([m["losses/policy_loss"].double()] + [m[k].double() * n for k in metric_names[1:]])
+            return torch.stack([m[loss_keys[0]].double()] + [m[k].double() * n for k in loss_keys[1:]])
 
         stats = self._core.optimize(groups, cfg.ppo_epochs, micro_step, len(metric_names))
         self._core.all_reduce(gap_sum, dist.ReduceOp.SUM)
@@ -233,14 +234,14 @@ class PolicyTrainer:
         out = {k: v / n_ep for k, v in totals.items()}
         out.update(
             {
-                "train/grad_norm": sum(stats.grad_norms) / n_ep,
-                "train/lr": stats.lr,
-                "train/num_loss_tokens": global_tokens,
-                "train/num_loss_seqs": global_seqs,
-                "train/behavior_logprob_gap_mean_abs": float(gap_sum) / global_tokens,
-                "train/behavior_logprob_gap_max_abs": float(gap_max),
-                "train/skipped_step": float(stats.skipped),
-                "train/global_step": float(self.global_step),
+                "actor/grad_norm": sum(stats.grad_norms) / n_ep,
+                "actor/lr": stats.lr,
+                "actor/num_loss_tokens": global_tokens,
+                "actor/num_loss_seqs": global_seqs,
+                "rollout_corr/gap_abs_mean": float(gap_sum) / global_tokens,
+                "rollout_corr/gap_abs_max": float(gap_max),
+                "actor/skipped_step": float(stats.skipped),
+                "actor/global_step": float(self.global_step),
                 "perf/tokens_per_s": batch.num_tokens / step_s if step_s > 0 else 0.0,
                 "perf/step_s": step_s,
             }

@@ -38,8 +38,8 @@ def _assert_same(a: dict, b: dict, what: str) -> None:
     assert a["weights"].keys() == b["weights"].keys()
     for name in a["weights"]:
         torch.testing.assert_close(a["weights"][name], b["weights"][name], atol=TOL, rtol=0, msg=f"{what}: weight {name}")
-    for key in ("losses/policy_loss", "losses/approx_kl", "losses/entropy", "train/grad_norm", "train/num_loss_tokens",
-                "train/behavior_logprob_gap_mean_abs", "train/behavior_logprob_gap_max_abs"):
+    for key in ("actor/pg_loss", "actor/ppo_kl", "actor/entropy", "actor/grad_norm", "actor/num_loss_tokens",
+                "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_max"):
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], abs=1e-5), f"{what}: {key}"
 
 
@@ -52,7 +52,7 @@ def test_C06_gradients_equal_for_micro_batch_sizes_1_2_4(tiny_llama_path: str, m
     }
     res = run_trainer_cases(tiny_llama_path, cases)
     # the gradient is not trivially zero, and the step moved the weights
-    assert res["mbs4"]["metrics"]["train/grad_norm"] > 1e-3
+    assert res["mbs4"]["metrics"]["actor/grad_norm"] > 1e-3
     _assert_same(res["mbs1"], res["mbs4"], "micro-batch size 1 vs 4")
     _assert_same(res["mbs2"], res["mbs4"], "micro-batch size 2 vs 4")
 
@@ -89,7 +89,7 @@ def test_C06_gradients_equal_for_one_and_two_ranks(tiny_llama_path: str, tmp_pat
     one = run_trainer_cases(tiny_llama_path, TWO_RANK_CASES)
     assert two.keys() == one.keys() == TWO_RANK_CASES.keys()
     for name in TWO_RANK_CASES:
-        assert one[name]["metrics"]["train/grad_norm"] > 1e-3, name
+        assert one[name]["metrics"]["actor/grad_norm"] > 1e-3, name
         _assert_same(one[name], two[name], f"1 vs 2 ranks, case {name}")
 
 
@@ -120,7 +120,7 @@ def test_pinned_loss_curve(tiny_llama_path: str) -> None:
         )
     )
     batch = make_batch(num_rows=6, seed=21, temperature=0.9)
-    keys = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "train/grad_norm", "train/lr")
+    keys = ("actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/grad_norm", "actor/lr")
     curve = []
     for _ in range(5):
         m = trainer.step(batch)

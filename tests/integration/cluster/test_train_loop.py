@@ -42,13 +42,13 @@ def test_one_iteration_end_to_end(ray_session, tmp_path, tiny_model_path):
     m = lines[0]
     for key in ("rollout/reward_mean", "rollout/success_rate", "tokens/generated", "tokens/trained", "tokens/discarded",
                 "time/rollout_s", "time/credit_s", "time/update_s", "time/sync_s", "rollout/response_length_mean",
-                "rollout/finish_reason/stop", "rollout/finish_reason/length", "losses/entropy",
-                "train/behavior_logprob_gap_mean_abs"):
+                "rollout/finish_reason/stop", "rollout/finish_reason/length", "actor/entropy",
+                "rollout_corr/gap_abs_mean"):
         assert key in m, key
     assert m["rollout/episodes"] == 4
     assert m["tokens/generated"] == m["tokens/trained"] + m["tokens/discarded"]
     # engine and trainer scored the sampled tokens with the same weights: the gap is tiny (fp32)
-    assert m["train/behavior_logprob_gap_mean_abs"] < 1e-3
+    assert m["rollout_corr/gap_abs_mean"] < 1e-3
     store = ReplayStore(f"sqlite:///{run_dir / 'replay.db'}")
     assert store.count_episodes(summary.run_id) == 4
     ep = store.get_episode(store.list_episodes(summary.run_id)[0].episode_id)
@@ -58,7 +58,7 @@ def test_one_iteration_end_to_end(ray_session, tmp_path, tiny_model_path):
 
 
 def _losses(run_dir):
-    return [(round(x["iteration"]), x.get("losses/policy_loss"), x["tokens/generated"])
+    return [(round(x["iteration"]), x.get("actor/pg_loss"), x["tokens/generated"])
             for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
 
 

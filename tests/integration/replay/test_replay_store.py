@@ -225,17 +225,17 @@ def test_advantages_are_stored_per_turn(store: ReplayStore, make_episode) -> Non
 
 def test_metrics_round_trip_and_overwrite(store: ReplayStore, make_episode) -> None:
     store.start_run("run-m", {})
-    store.add_metrics("run-m", 0, {"losses/policy": 0.125, "rollout/reward_mean": np.float32(0.5)})
-    store.add_metrics("run-m", 1, {"losses/policy": -0.0625, "losses/kl": math.nan,
+    store.add_metrics("run-m", 0, {"actor/pg_loss": 0.125, "rollout/reward_mean": np.float32(0.5)})
+    store.add_metrics("run-m", 1, {"actor/pg_loss": -0.0625, "actor/ppo_kl": math.nan,
                                    "grad/norm": math.inf})
-    store.add_metrics("run-m", 0, {"losses/policy": 0.25})  # replayed after a resume
+    store.add_metrics("run-m", 0, {"actor/pg_loss": 0.25})  # replayed after a resume
     store.add_episodes("run-m", 2, [make_episode(0)])
 
     m = store.metrics("run-m")
     assert list(m) == [0, 1]
-    assert m[0] == {"losses/policy": 0.25, "rollout/reward_mean": 0.5}
-    assert m[1]["losses/policy"] == -0.0625 and m[1]["grad/norm"] == math.inf
-    assert math.isnan(m[1]["losses/kl"])
+    assert m[0] == {"actor/pg_loss": 0.25, "rollout/reward_mean": 0.5}
+    assert m[1]["actor/pg_loss"] == -0.0625 and m[1]["grad/norm"] == math.inf
+    assert math.isnan(m[1]["actor/ppo_kl"])
     assert store.iterations("run-m") == [0, 1, 2]
     assert store.metrics("no-such-run") == {}
     with pytest.raises(ContractError, match=r"metric 'x'='high' is not a real number"):

@@ -84,12 +84,12 @@ def test_behavior_gap_is_zero_at_equal_weights_and_measures_an_offset(tiny_llama
     lp = _trainer(tiny_llama_path).compute_log_probs(base)
 
     m = _trainer(tiny_llama_path).step(_with_behavior(base, lp))
-    assert m["train/behavior_logprob_gap_mean_abs"] < 1e-6
-    assert m["train/behavior_logprob_gap_max_abs"] < 1e-5
+    assert m["rollout_corr/gap_abs_mean"] < 1e-6
+    assert m["rollout_corr/gap_abs_max"] < 1e-5
 
     m = _trainer(tiny_llama_path).step(_with_behavior(base, lp - 0.25))
-    assert m["train/behavior_logprob_gap_mean_abs"] == pytest.approx(0.25, abs=1e-5)
-    assert m["train/behavior_logprob_gap_max_abs"] == pytest.approx(0.25, abs=1e-5)
+    assert m["rollout_corr/gap_abs_mean"] == pytest.approx(0.25, abs=1e-5)
+    assert m["rollout_corr/gap_abs_max"] == pytest.approx(0.25, abs=1e-5)
 
 
 def test_C03_garbage_behavior_log_probs_at_observation_positions_change_nothing(tiny_llama_path: str) -> None:
@@ -129,7 +129,7 @@ def test_temperature_must_match_config_when_pinned(tiny_llama_path: str) -> None
     trainer = _trainer(tiny_llama_path, temperature=1.0)
     with pytest.raises(ConfigError, match=r"batch.sampling.temperature=0.7 but TrainerConfig.temperature=1.0"):
         trainer.step(make_batch(num_rows=2, temperature=0.7))
-    assert trainer.step(make_batch(num_rows=2, temperature=1.0))["train/num_loss_tokens"] > 0
+    assert trainer.step(make_batch(num_rows=2, temperature=1.0))["actor/num_loss_tokens"] > 0
 
 
 def test_bad_batches_are_refused_with_clear_errors(tiny_llama_path: str) -> None:
@@ -184,7 +184,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_llama_path: str) -
         "checkpointed": {"batch": {"num_rows": 4, "seed": 9}, "config": {"micro_batch_size": 2, "gradient_checkpointing": True}},
     }
     res = run_trainer_cases(tiny_llama_path, cases)
-    assert res["plain"]["metrics"]["train/grad_norm"] > 1e-3
+    assert res["plain"]["metrics"]["actor/grad_norm"] > 1e-3
     for name, g in res["plain"]["grads"].items():
         torch.testing.assert_close(res["checkpointed"]["grads"][name], g, atol=1e-6, rtol=0, msg=name)
 
@@ -208,21 +208,21 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> 
     batch = make_batch(num_rows=4, seed=4)
     m = _trainer(tiny_llama_path, warmup_steps=4).step(batch)
     assert set(m) == {
-        "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean",
-        "train/grad_norm", "train/lr", "train/num_loss_tokens", "train/num_loss_seqs",
-        "train/behavior_logprob_gap_mean_abs", "train/behavior_logprob_gap_max_abs", "train/skipped_step",
-        "train/global_step", "perf/tokens_per_s", "perf/step_s",
+        "actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/ratio_mean",
+        "actor/grad_norm", "actor/lr", "actor/num_loss_tokens", "actor/num_loss_seqs",
+        "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_max", "actor/skipped_step",
+        "actor/global_step", "perf/tokens_per_s", "perf/step_s",
     }
     assert all(isinstance(v, float) for v in m.values())
-    assert m["train/num_loss_tokens"] == batch.num_loss_tokens
-    assert m["train/num_loss_seqs"] == 4
+    assert m["actor/num_loss_tokens"] == batch.num_loss_tokens
+    assert m["actor/num_loss_seqs"] == 4
     # on-policy first epoch: ratio exactly 1, no clipping, KL 0, loss = -mean(advantage)
-    assert m["losses/ratio_mean"] == 1.0 and m["losses/clipfrac"] == 0.0 and m["losses/approx_kl"] == 0.0
+    assert m["actor/ratio_mean"] == 1.0 and m["actor/pg_clipfrac"] == 0.0 and m["actor/ppo_kl"] == 0.0
     adv = batch.advantages[batch.loss_mask > 0]
-    assert m["losses/policy_loss"] == pytest.approx(-float(adv.mean()), abs=1e-6)
-    assert m["losses/entropy"] == pytest.approx(np.log(256), abs=0.1)  # random init: near uniform
-    assert m["train/lr"] == pytest.approx(1e-3 / 4)  # first warmup step
-    assert m["train/global_step"] == 1.0 and m["train/skipped_step"] == 0.0
+    assert m["actor/pg_loss"] == pytest.approx(-float(adv.mean()), abs=1e-6)
+    assert m["actor/entropy"] == pytest.approx(np.log(256), abs=0.1)  # random init: near uniform
+    assert m["actor/lr"] == pytest.approx(1e-3 / 4)  # first warmup step
+    assert m["actor/global_step"] == 1.0 and m["actor/skipped_step"] == 0.0
     assert m["perf/step_s"] > 0 and m["perf/tokens_per_s"] > 0
 
 
@@ -290,14 +290,14 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_llama_path: str, tmp
         for k in mc:
             if not k.startswith("perf/"):
                 assert mr[k] == mc[k], k  # bit-identical
-    assert cont[0]["losses/clipfrac"] > 0 or cont[1]["losses/clipfrac"] > 0  # the update is not trivial
+    assert cont[0]["actor/pg_clipfrac"] > 0 or cont[1]["actor/pg_clipfrac"] > 0  # the update is not trivial
     w_res = b.full_state_dict()
     for k in w_cont:
         assert torch.equal(w_res[k], w_cont[k]), k
 
     # a fresh trainer without the checkpoint does differ (the test can fail)
     fresh = _trainer(tiny_llama_path, **cfg).step(b1)
-    assert fresh["losses/policy_loss"] != cont[0]["losses/policy_loss"]
+    assert fresh["actor/pg_loss"] != cont[0]["actor/pg_loss"]
 
 
 def test_checkpoint_errors(tiny_llama_path: str, tmp_path: Path) -> None:
