@@ -484,6 +484,12 @@ class TokenBatch:
         seq_lens: ``[B]`` int64 row lengths, ``sum(seq_lens) == T``.
         group_ids: ``B`` strings. policy_versions: ``[B]`` int64. episode_ids: ``B``.
         sampling: the transform every row was sampled with (must be uniform).
+        proximal_log_probs: ``[T]`` float32 or ``None``: the trainer's log-probs (nats) at
+            the weights the update starts from (design.md, "Three log-probs"), finite on
+            loss tokens, 0 elsewhere. ``None`` (on-policy, the synchronous loop): the
+            trainer takes them from the first epoch's own forward (today's
+            ``old_log_probs``). Set them with ``pack(..., proximal_log_probs=...)`` or
+            ``with_proximal_log_probs``, which validate them.
     """
 
     input_ids: Any
@@ -496,6 +502,7 @@ class TokenBatch:
     group_ids: tuple[str, ...]
     episode_ids: tuple[str, ...]
     sampling: SamplingRecord
+    proximal_log_probs: Any = None
 
     @property
     def num_rows(self) -> int:
@@ -538,16 +545,39 @@ class TokenBatch:
             group_ids=tuple(self.group_ids[r] for r in rows),
             episode_ids=tuple(self.episode_ids[r] for r in rows),
             sampling=self.sampling,
+            proximal_log_probs=take(self.proximal_log_probs),
         )
 
+    def with_proximal_log_probs(self, proximal_log_probs: Any) -> "TokenBatch":
+        """This batch with ``proximal_log_probs`` set (``[T]``, e.g. what
+        ``PolicyTrainer.compute_log_probs`` returned at the weights the update starts
+        from), checked as ``pack`` checks them. ``None`` clears them.
+
+        Raises:
+            ContractError: not ``[T]``, or a non-finite value on a loss token.
+        """
+        from dataclasses import replace
+
+        return replace(self, proximal_log_probs=_checked_proximal(proximal_log_probs, self.loss_mask))
+
     @classmethod
-    def pack(cls, rows: Sequence[TokenSequence], sampling: SamplingRecord) -> "TokenBatch":
+    def pack(
+        cls, rows: Sequence[TokenSequence], sampling: SamplingRecord, *, proximal_log_probs: Any = None
+    ) -> "TokenBatch":
         """Validate and pack rows into one batch.
+
+        Args:
+            rows: the rows, in order.
+            sampling: the transform every row was sampled with.
+            proximal_log_probs: optional ``[T]`` (tensor or sequence, ``T`` = the packed
+                token count) trainer log-probs at the weights the update starts from;
+                stored as float32, set to 0 off the loss tokens.
 
         Raises:
             ContractError: empty input, mismatched lengths, ``sum(loss_mask) !=
-                len(behavior_log_probs)``, a non-finite advantage, or a non-zero
-                advantage on an unmasked token.
+                len(behavior_log_probs)``, a non-finite advantage, a non-zero
+                advantage on an unmasked token, or ``proximal_log_probs`` not ``[T]`` or
+                not finite on a loss token.
         """
         import torch
 
@@ -607,7 +637,32 @@ class TokenBatch:
             group_ids=tuple(r.group_id for r in rows),
             episode_ids=tuple(r.episode_id for r in rows),
             sampling=sampling,
+        ).with_proximal_log_probs(proximal_log_probs)
+
+
+def _checked_proximal(values: Any, loss_mask: Any) -> Any:
+    """``values`` as a ``[T]`` float32 tensor, 0 where ``loss_mask`` is 0 (``None`` stays
+    ``None``).
+
+    Raises:
+        ContractError: not one value per token, or a non-finite value on a loss token.
+    """
+    import torch
+
+    if values is None:
+        return None
+    t = torch.as_tensor(values).detach().to(device="cpu", dtype=torch.float32)  # (T,)
+    if t.shape != loss_mask.shape:
+        raise ContractError(
+            f"proximal_log_probs has shape {tuple(t.shape)}; expected {tuple(loss_mask.shape)} "
+            "(one log-prob per packed token, [T] float32)"
         )
+    on = loss_mask > 0  # (T,)
+    bad = (~torch.isfinite(t) & on).nonzero()
+    if bad.numel():
+        k = int(bad[0])
+        raise ContractError(f"proximal_log_probs[{k}]={float(t[k])} on a loss token; expected a finite log-prob")
+    return torch.where(on, t, torch.zeros_like(t))  # (T,)
 
 
 # ---------------------------------------------------------------------------- value targets

@@ -63,6 +63,31 @@ def test_pack_builds_packed_tensors_and_select_rows_round_trips():
     assert second.num_tokens == 9 and second.advantages.tolist() == [0, 0, 0, 0, 0, 0, -1, -1, -1]
 
 
+def test_proximal_log_probs_are_optional_checked_and_follow_select_rows():
+    ep1, ep2 = _episode(), _episode()
+    rows = [_row(ep1, [1.0, 2.0]), _row(ep2, [0.0, -1.0])]
+    plain = TokenBatch.pack(rows, SamplingRecord())
+    assert plain.proximal_log_probs is None and plain.select_rows([1]).proximal_log_probs is None
+    # off the loss tokens anything goes in (NaN included) and 0 comes out
+    lp = torch.full((18,), math.nan)
+    on = plain.loss_mask > 0
+    lp[on] = -torch.arange(1, 11, dtype=torch.float32)
+    b = TokenBatch.pack(rows, SamplingRecord(), proximal_log_probs=lp.double())
+    assert b.proximal_log_probs.dtype == torch.float32 and b.proximal_log_probs.shape == (18,)
+    assert b.proximal_log_probs[~on].tolist() == [0.0] * 8
+    assert b.proximal_log_probs[on].tolist() == [-float(k) for k in range(1, 11)]
+    second = b.select_rows([1])
+    assert second.proximal_log_probs.tolist() == b.proximal_log_probs[9:].tolist()
+    assert torch.equal(plain.with_proximal_log_probs(lp).proximal_log_probs, b.proximal_log_probs)
+    assert b.with_proximal_log_probs(None).proximal_log_probs is None
+    with pytest.raises(ContractError, match=r"proximal_log_probs has shape \(17,\); expected \(18,\)"):
+        plain.with_proximal_log_probs(torch.zeros(17))
+    bad = lp.clone()
+    bad[3] = math.inf  # token 3 is a loss token
+    with pytest.raises(ContractError, match=r"proximal_log_probs\[3\]=inf on a loss token"):
+        TokenBatch.pack(rows, SamplingRecord(), proximal_log_probs=bad)
+
+
 def test_pack_rejects_nonfinite_and_observation_advantages():
     ep = _episode()
     bad = TokenSequence(ep.token_ids(), ep.loss_mask(), ep.behavior_log_probs(), [0.0] * 3 + [math.nan] * 6, "g", 0)
