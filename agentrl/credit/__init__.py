@@ -9,6 +9,9 @@ and packs the policy batch (plus the critic's batch for a critic-based estimator
 * ``agentrl.credit.assign``: selection, shaping, the estimator call, packing.
 * ``agentrl.credit.rows``: episodes onto token rows (value positions, per-row splits),
   all read from ``Episode.row_layout``.
+* ``agentrl.credit.kl_reward``: the KL-to-reference penalty in the reward
+  (``trainer.kl.mode: reward``): the rows the reference scores, and per-turn penalties for
+  ``assign_credit(..., reward_penalties=...)``.
 """
 
 from agentrl.credit.assign import (
@@ -22,6 +25,7 @@ from agentrl.credit.assign import (
     pack_batch,
     shaped_turn_rewards,
 )
+from agentrl.credit.kl_reward import reference_batch, turn_penalties
 from agentrl.credit.rows import (
     critic_rows,
     episode_boundaries,
@@ -42,7 +46,9 @@ __all__ = [
     "estimator_params",
     "missing_groups",
     "pack_batch",
+    "reference_batch",
     "shaped_turn_rewards",
     "split_per_row",
     "split_tokens_per_row",
+    "turn_penalties",
 ]

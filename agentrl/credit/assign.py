@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -237,7 +237,8 @@ def _per_episode(est: critics.Estimator, what: str, got: object, want: Sequence[
 
 def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: SamplingRecord, *,
                   max_new_tokens: int | None = None, values_fn: ValuesFn | None = None,
-                  shaped_cache: ShapedCache | None = None) -> CreditResult:
+                  shaped_cache: ShapedCache | None = None,
+                  reward_penalties: Mapping[str, Sequence[float]] | None = None) -> CreditResult:
     """Turn an iteration's episodes into the policy batch (and, for a critic, the critic's
     batch) with the estimator named ``cfg.advantage`` (module docstring, steps 1-5).
 
@@ -251,6 +252,12 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
             ``ValueBatch`` (no returns), the value at each of its positions.
         shaped_cache: the iteration's ``ShapedCache`` that its ``missing_groups`` calls
             filled, so no episode is shaped twice; ``None``: shape here.
+        reward_penalties: ``episode_id -> [K]`` per-turn costs subtracted from the shaped
+            rewards the estimator sees (the KL-to-reference penalty of ``trainer.kl.mode:
+            reward``, from ``agentrl.credit.kl_reward.turn_penalties``); applied after
+            shaping and after the dynamic-sampling filter (which keeps judging the task's
+            own rewards), never written into the episodes or ``shaped_cache``. Every kept
+            episode needs an entry. ``None``: no penalty.
 
     Returns:
         The ``CreditResult``.
@@ -261,7 +268,8 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
             ``values_fn`` returned a count that does not match the value positions, or the
             estimator's return breaks its contract (not one sequence per episode, not one
             finite number per turn / sampled token, or with ``needs_values`` not an
-            ``(advantages, returns)`` pair); the message names the estimator and episode.
+            ``(advantages, returns)`` pair); the message names the estimator and episode;
+            ``reward_penalties`` missing a kept episode or not one finite number per turn.
     """
     est = critics.get_estimator(cfg.advantage)
     if est.needs_values and values_fn is None:
@@ -273,6 +281,8 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
     if not kept:
         return pack_batch(kept, [], sampling, m, level=est.level)
     rewards = [shaped[e.episode_id] for e in kept]  # [N][K_i]
+    if reward_penalties is not None:
+        rewards = [_penalised(e, r, reward_penalties) for e, r in zip(kept, rewards)]  # [N][K_i]
     anchors = [[t.anchor for t in e.turns] for e in kept]
     group_ids = [e.group_id for e in kept]
     counts = [len(e.turns) if est.level == "turn" else e.num_generated_tokens() for e in kept]
@@ -304,6 +314,22 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
         credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
         credit.value_batch = vb if vb.num_positions else None  # no value position: nothing to fit
     return credit
+
+
+def _penalised(episode: Episode, rewards: Sequence[float], penalties: Mapping[str, Sequence[float]]) -> list[float]:
+    """``rewards[k] - penalties[episode_id][k]`` per turn (a new list).
+
+    Raises:
+        ContractError: no entry for the episode, or not one finite number per turn.
+    """
+    if episode.episode_id not in penalties:
+        raise ContractError(f"reward_penalties has no entry for kept episode {episode.episode_id}")
+    p = [float(x) for x in penalties[episode.episode_id]]
+    if len(p) != len(rewards) or not all(np.isfinite(p)):
+        raise ContractError(
+            f"reward_penalties[{episode.episode_id!r}]={p!r:.120}; expected {len(rewards)} finite numbers (one per turn)"
+        )
+    return [r - x for r, x in zip(rewards, p)]
 
 
 def critic_step_metrics(metrics: dict[str, float]) -> dict[str, float]:
