@@ -12,8 +12,8 @@ This module imports no torch (only ``agentrl.errors``), so the run configuration
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal
 
 from agentrl.errors import ConfigError
 
@@ -28,6 +28,182 @@ DEFAULT_CHUNK_TOKENS = 1024
 (1024 x 49,152 x 4 B = 201 MB)."""
 
 
+IS_LEVELS: tuple[str, ...] = ("token", "sequence")
+"""Values of ``RolloutCorrectionConfig.is_level`` besides ``None`` (off)."""
+
+KLEstimator = Literal["k1", "k2", "k3"]
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+"""Estimators of KL(current || reference) per token (Schulman 2020, "Approximating KL
+Divergence"); see ``agentrl.trainer.losses.kl_penalty``."""
+
+KL_MODES: tuple[str, ...] = ("loss", "reward")
+"""Where the KL-to-reference term acts: added to the loss, or subtracted from the reward."""
+
+ROW_LAYOUTS: tuple[str, ...] = ("packed", "padded")
+"""How the rows of a micro-batch are laid out for the forward pass."""
+
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "eager", "flash_attention_2")
+"""Accepted values of ``attn_implementation``."""
+
+
+def documented(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING) -> Any:
+    """A dataclass field that carries its documentation (``metadata["doc"]``).
+
+    This text is the one source of a field's documentation: ``field_doc`` reads it, and
+    the run configuration (``agentrl.config``) uses it as the ``description`` of the
+    field of the same name in its ``trainer`` / ``critic`` sections, so the two layers
+    cannot drift apart."""
+    return field(default=default, default_factory=default_factory, metadata={"doc": doc})
+
+
+def field_doc(cls: type, name: str) -> str:
+    """The documentation of dataclass field ``name`` of ``cls`` (see ``documented``).
+
+    Raises:
+        KeyError: ``cls`` has no field ``name`` or it carries no documentation.
+    """
+    for f in fields(cls):
+        if f.name == name:
+            if "doc" not in f.metadata:
+                raise KeyError(f"{cls.__name__}.{name} carries no documentation (metadata['doc'])")
+            return f.metadata["doc"]
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def _check_band(name: str, band: Any) -> None:
+    """A mask band ``(low, high)`` of importance ratios: finite, ``0 < low <= 1 <= high``
+    (a band that excludes 1 would mask on-policy tokens, whose ratio is exactly 1)."""
+    if band is None:
+        return
+    ok = (
+        isinstance(band, (tuple, list))
+        and len(band) == 2
+        and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in band)
+    )
+    if not ok:
+        raise ConfigError(f"{name}={band!r}; expected a pair (low, high) of finite numbers, or None (off)")
+    low, high = band
+    if low > high:
+        raise ConfigError(f"{name}={tuple(band)}: low={low} > high={high}; expected low <= high")
+    if not (0.0 < low <= 1.0 <= high):
+        raise ConfigError(
+            f"{name}={tuple(band)}; expected 0 < low <= 1 <= high (a ratio of 1, on-policy, must stay inside)"
+        )
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    """Rollout correction: how the mismatch between the engine's ``behavior_log_probs`` and
+    the trainer's ``proximal_log_probs`` (weights ``w_t = exp(proximal_t - behavior_t)``,
+    per loss token) reweights or masks the policy-gradient term of the decoupled PPO loss
+    (Hilton et al. 2021, "Batch size-invariance for policy optimization"; AReaL, Fu et al.
+    2025, Sec. 5). Off by default: every weight is 1. See
+    ``agentrl.trainer.losses.rollout_correction``."""
+
+    is_level: Literal["token", "sequence"] | None = documented(
+        None,
+        doc=(
+            "Importance sampling against the engine's log-probs. None (default): off, every weight is 1. "
+            "'token': truncated IS per token, weight min(w_t, is_cap) (TIS). 'sequence': one weight per "
+            "sequence, exp(sum over its loss tokens of log w_t) (never a sum of per-token ratios), truncated "
+            "at is_cap and applied to every token of the sequence; unbiased for whole-sequence rewards but "
+            "of higher variance. Here w_t = proximal / behavior probability of token t; the weights carry "
+            "no gradient."
+        ),
+    )
+    is_cap: float = documented(
+        2.0,
+        doc=(
+            "Truncation of the importance weights (token or sequence): weights above it are cut to it, "
+            "which trades a little bias for bounded variance (rollout_corr/is_clipped_frac counts the cuts). "
+            "Must be >= 1."
+        ),
+    )
+    token_mask_band: tuple[float, float] | None = documented(
+        None,
+        doc=(
+            "IcePop-style token masking: a loss token whose w_t leaves [low, high] gets no policy-gradient "
+            "term (it still counts in the token-mean normaliser). None: off. Needs 0 < low <= 1 <= high, "
+            "e.g. [0.5, 2.0]."
+        ),
+    )
+    seq_mask_band: tuple[float, float] | None = documented(
+        None,
+        doc=(
+            "Sequence masking: a sequence whose geometric-mean ratio exp(mean over its loss tokens of "
+            "log w_t) leaves [low, high] gets no policy-gradient term on any token (its tokens still count "
+            "in the normalisers). None: off. Needs 0 < low <= 1 <= high, e.g. [0.999, 1.001] for a "
+            "length-independent test of the mismatch."
+        ),
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """True when any correction (importance weights or a mask band) is on."""
+        return self.is_level is not None or self.token_mask_band is not None or self.seq_mask_band is not None
+
+    def validate(self, prefix: str = "rollout_correction.") -> None:
+        """Raise ``ConfigError`` naming the first invalid field (``prefix`` + name)."""
+        if self.is_level is not None and self.is_level not in IS_LEVELS:
+            raise ConfigError(f"{prefix}is_level={self.is_level!r}; expected one of {IS_LEVELS} or None (off)")
+        cap = self.is_cap
+        if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap >= 1.0):
+            raise ConfigError(f"{prefix}is_cap={cap!r}; expected a finite number >= 1")
+        _check_band(f"{prefix}token_mask_band", self.token_mask_band)
+        _check_band(f"{prefix}seq_mask_band", self.seq_mask_band)
+
+
+@dataclass
+class KLConfig:
+    """A KL penalty toward a frozen reference policy (the initial policy by default),
+    estimated per loss token with k1, k2 or k3 (Schulman 2020, "Approximating KL
+    Divergence"). Off by default (``coef`` 0). See ``agentrl.trainer.losses.kl_penalty``."""
+
+    coef: float = documented(
+        0.0,
+        doc=(
+            "Weight of the KL(current || reference) penalty; 0 (default) turns it off and no reference "
+            "model is loaded. Must be >= 0."
+        ),
+    )
+    estimator: Literal["k1", "k2", "k3"] = documented(
+        "k3",
+        doc=(
+            "Per-token estimator of KL(current || reference) with d = log current - log reference "
+            "(Schulman 2020): k1 = d (unbiased, can be negative), k2 = d^2 / 2 (low variance, biased), "
+            "k3 = exp(-d) - 1 + d (unbiased and >= 0; the default, as in GRPO). In 'loss' mode each keeps "
+            "its own gradient."
+        ),
+    )
+    mode: Literal["loss", "reward"] = documented(
+        "loss",
+        doc=(
+            "'loss': coef times the aggregated estimate is added to the loss (loss_agg_mode, global "
+            "normalisers), as in GRPO. 'reward': coef times the per-token estimate is subtracted from the "
+            "reward before advantages, as in PPO for RLHF."
+        ),
+    )
+    reference_path: str | None = documented(
+        None,
+        doc=(
+            "Hugging Face folder of the reference model; None (default): the initial policy. Its vocabulary "
+            "must equal the policy's."
+        ),
+    )
+
+    def validate(self, prefix: str = "kl.") -> None:
+        """Raise ``ConfigError`` naming the first invalid field (``prefix`` + name)."""
+        c = self.coef
+        if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c >= 0.0):
+            raise ConfigError(f"{prefix}coef={c!r}; expected a finite number >= 0 (0 turns the KL penalty off)")
+        if self.estimator not in KL_ESTIMATORS:
+            raise ConfigError(f"{prefix}estimator={self.estimator!r}; expected one of {KL_ESTIMATORS}")
+        if self.mode not in KL_MODES:
+            raise ConfigError(f"{prefix}mode={self.mode!r}; expected one of {KL_MODES}")
+        if self.reference_path is not None and not (isinstance(self.reference_path, str) and self.reference_path):
+            raise ConfigError(f"{prefix}reference_path={self.reference_path!r}; expected a model folder path or None")
+
+
 def validate_clip_ratios(clip_ratio_low: float | None = None, clip_ratio_high: float | None = None) -> None:
     """The one check of the PPO clip range ``[1 - low, 1 + high]``, used by
     ``TrainerConfig.validate``, ``policy_loss`` and the run config's ``trainer`` section
@@ -40,6 +216,21 @@ def validate_clip_ratios(clip_ratio_low: float | None = None, clip_ratio_high: f
         raise ConfigError(f"clip_ratio_low={clip_ratio_low}; expected 0 <= value < 1")
     if clip_ratio_high is not None and not clip_ratio_high >= 0.0:
         raise ConfigError(f"clip_ratio_high={clip_ratio_high}; expected >= 0")
+
+
+def validate_dual_clip_c(dual_clip_c: float | None, name: str = "dual_clip_c") -> None:
+    """The check of the PPO dual-clip constant (Ye et al. 2020, Eq. 5), used by
+    ``TrainerConfig.validate`` and ``ppo_loss``: ``None`` (off) or a finite ``c > 1`` (at
+    ``c <= 1`` the bound ``-c A`` would cut tokens inside the ordinary clip range).
+
+    Raises:
+        ConfigError: naming the value.
+    """
+    if dual_clip_c is None:
+        return
+    c = dual_clip_c
+    if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 1.0):
+        raise ConfigError(f"{name}={c!r}; expected a finite number > 1, or None (dual clip off)")
 
 
 @dataclass

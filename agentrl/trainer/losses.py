@@ -17,20 +17,41 @@ times a small constant.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from agentrl.errors import ConfigError, ContractError
-from agentrl.trainer.config import DEFAULT_CHUNK_TOKENS, LOSS_AGG_MODES, LossAggMode, validate_clip_ratios
+from agentrl.trainer.config import (
+    DEFAULT_CHUNK_TOKENS,
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    KLEstimator,
+    LossAggMode,
+    RolloutCorrectionConfig,
+    validate_clip_ratios,
+    validate_dual_clip_c,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
     "LOSS_AGG_MODES",
     "LossAggMode",
     "MAX_ABS_LOG_RATIO",
+    "PPO_TOKEN_SUM_METRICS",
+    "ROLLOUT_CORR_SUMS",
+    "RolloutCorrection",
+    "aggregate_loss",
     "entropy_from_logits",
+    "kl_penalty",
     "logprobs_from_logits",
     "policy_loss",
+    "ppo_loss",
+    "quantile",
+    "rollout_corr_metrics",
+    "rollout_correction",
     "value_loss_terms",
 ]
 
@@ -286,6 +307,515 @@ def _positive(value: float | torch.Tensor, name: str) -> float | torch.Tensor:
     if not v > 0:
         raise ConfigError(f"{name}={v}; expected a count > 0 of the whole optimizer step")
     return value
+
+
+# ---------------------------------------------------------------- loss aggregation
+
+
+def aggregate_loss(
+    token_values: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: LossAggMode = "token-mean",
+    *,
+    global_num_tokens: float | torch.Tensor | None = None,
+    global_num_seqs: float | torch.Tensor | None = None,
+    seq_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Aggregate per-token loss values into this call's share of the batch's loss, with
+    *global* normalisers (design.md, invariant 5).
+
+    ``S`` sums over this call's tokens; ``n_s`` is sequence ``s``'s count of loss tokens
+    (``loss_mask``), always the original count: a token zeroed by a rollout-correction mask
+    still counts (as in verl and IcePop), so masking never rescales the other tokens.
+
+    - ``token-mean``: ``S(v_t) / global_num_tokens``.
+    - ``seq-mean-token-mean``: ``sum_s (sum_{t in s} v_t / n_s) / global_num_seqs``.
+    - ``seq-mean-token-sum``: ``sum_s sum_{t in s} v_t / global_num_seqs``.
+
+    The global counts are the whole optimizer step's (all micro-batches, all ranks; a row
+    never straddles two calls), so the sum of this function's results over the calls is
+    the batch's loss and its gradient does not depend on the split. Left ``None`` they
+    default to this call's own counts (loss tokens; sequences with a loss token).
+
+    Args:
+        token_values: ``[T]`` float32, already 0 where ``loss_mask`` is 0 (use
+            ``torch.where``, not a product: ``NaN * 0 = NaN``).
+        loss_mask: ``[T]`` 0/1, any dtype.
+        loss_agg_mode: one of ``LOSS_AGG_MODES``.
+        global_num_tokens: normaliser of ``token-mean`` (> 0).
+        global_num_seqs: normaliser of the ``seq-mean-*`` modes (> 0).
+        seq_ids: ``[T]`` int64 row index of each token (0-based within this call),
+            required by the ``seq-mean-*`` modes.
+
+    Returns:
+        0-dim float32 tensor.
+
+    Raises:
+        ConfigError: unknown ``loss_agg_mode``, a normaliser <= 0.
+        ContractError: ``seq_ids`` missing or of another shape in a ``seq-mean-*`` mode.
+    """
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ConfigError(f"loss_agg_mode={loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
+    mask = loss_mask > 0  # (T,) bool
+    if loss_agg_mode == "token-mean":
+        denom = mask.sum().clamp(min=1).float() if global_num_tokens is None else global_num_tokens
+        return token_values.sum() / _positive(denom, "global_num_tokens")
+    if seq_ids is None or seq_ids.shape != token_values.shape:
+        raise ContractError(
+            f"loss_agg_mode={loss_agg_mode!r} needs seq_ids of shape {tuple(token_values.shape)}, got "
+            f"{None if seq_ids is None else tuple(seq_ids.shape)}"
+        )
+    zero = torch.zeros((), dtype=torch.float32, device=token_values.device)
+    n_seq = int(seq_ids.max().item()) + 1 if seq_ids.numel() else 0
+    seq_sum = torch.zeros(n_seq, dtype=torch.float32, device=token_values.device).index_add(0, seq_ids, token_values)  # (S,)
+    seq_cnt = torch.zeros(n_seq, dtype=torch.float32, device=token_values.device).index_add(0, seq_ids, mask.float())  # (S,)
+    if loss_agg_mode == "seq-mean-token-mean":
+        per_seq = torch.where(seq_cnt > 0, seq_sum / seq_cnt.clamp(min=1.0), zero)  # (S,)
+    else:
+        per_seq = seq_sum  # (S,)
+    denom = (seq_cnt > 0).sum().clamp(min=1).float() if global_num_seqs is None else global_num_seqs
+    return per_seq.sum() / _positive(denom, "global_num_seqs")
+
+
+# ---------------------------------------------------------------- KL to a reference
+
+
+def kl_penalty(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: KLEstimator = "k3"
+) -> torch.Tensor:
+    """Per-token estimate of KL(current || reference) from the log-probs of the sampled
+    tokens (Schulman 2020, "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html).
+
+    With ``d = log_probs - ref_log_probs`` (clamped to ``±MAX_ABS_LOG_RATIO`` so that
+    ``exp`` stays finite in fp32) and ``r = exp(-d) = ref / current``:
+
+    - ``k1 = d``: unbiased, high variance, negative on some tokens.
+      Gradient ``d k1 / d log_probs = 1``.
+    - ``k2 = d^2 / 2``: biased, low variance, >= 0. Gradient ``d``.
+    - ``k3 = (r - 1) - log r = exp(-d) - 1 + d``: unbiased, >= 0 (GRPO's choice).
+      Gradient ``1 - exp(-d)``. Computed as ``expm1(-d) + d`` (no cancellation at small d).
+
+    Each estimator keeps its own autograd gradient (with respect to both inputs; detach
+    ``ref_log_probs`` for a frozen reference). Outside the clamp the gradient is 0.
+
+    Args:
+        log_probs: ``[T]`` float32, current policy log-probs (nats).
+        ref_log_probs: ``[T]`` float32, the reference model's log-probs of the same tokens.
+        estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
+
+    Returns:
+        ``[T]`` float32 per-token estimates (nats). Masking is the caller's.
+
+    Raises:
+        ConfigError: unknown ``estimator``.
+        ContractError: shapes that differ.
+    """
+    if estimator not in KL_ESTIMATORS:
+        raise ConfigError(f"kl estimator={estimator!r}; expected one of {KL_ESTIMATORS}")
+    if log_probs.shape != ref_log_probs.shape:
+        raise ContractError(
+            f"ref_log_probs has shape {tuple(ref_log_probs.shape)}; expected {tuple(log_probs.shape)} like log_probs"
+        )
+    d = (log_probs.float() - ref_log_probs.float()).clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # (T,)
+    if estimator == "k1":
+        return d  # (T,)
+    if estimator == "k2":
+        return 0.5 * d * d  # (T,)
+    return torch.expm1(-d) + d  # (T,)
+
+
+# ---------------------------------------------------------------- rollout correction
+
+ROLLOUT_CORR_SUMS: tuple[str, ...] = (
+    "gap_abs_sum",
+    "loss_tokens",
+    "loss_seqs",
+    "weight_sum",
+    "weight_sq_sum",
+    "weight_count",
+    "weight_clipped",
+    "token_masked",
+    "seq_masked",
+)
+"""Order of ``RolloutCorrection.sums``: additive statistics (float64) that a caller sums
+over micro-batches and all-reduces (SUM) over ranks before ``rollout_corr_metrics``.
+``weight_*`` count weight units: tokens (``is_level`` None or ``"token"``) or sequences
+(``"sequence"``), over the units the masks keep."""
+
+
+@dataclass
+class RolloutCorrection:
+    """Result of ``rollout_correction`` for one micro-batch (all tensors detached).
+
+    Attributes:
+        weights: ``[T]`` float32 importance weight of each token's policy-gradient term
+            (after truncation; a sequence's weight on each of its tokens); 1 where
+            ``is_level`` is None and off ``loss_mask``.
+        keep: ``[T]`` bool, ``loss_mask`` minus the tokens the token band or the
+            sequence band masks out. Masked tokens carry no policy-gradient term but still
+            count in the normalisers (``aggregate_loss``).
+        sums: ``[len(ROLLOUT_CORR_SUMS)]`` float64 additive statistics (see
+            ``ROLLOUT_CORR_SUMS``).
+        gaps: ``[n]`` float32 ``|proximal - behavior|`` (nats) of this call's ``n`` loss
+            tokens, in token order; concatenate over micro-batches and gather over ranks
+            for the exact quantile of ``rollout_corr_metrics``.
+    """
+
+    weights: torch.Tensor
+    keep: torch.Tensor
+    sums: torch.Tensor
+    gaps: torch.Tensor
+
+
+def rollout_correction(
+    proximal_log_probs: torch.Tensor,
+    behavior_log_probs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    seq_ids: torch.Tensor,
+    config: RolloutCorrectionConfig | None = None,
+) -> RolloutCorrection:
+    """Importance weights and masks of the engine/trainer mismatch, per token, for the
+    policy-gradient term of the decoupled PPO loss (Hilton et al. 2021, "Batch
+    size-invariance for policy optimization", Sec. 3; AReaL, Fu et al. 2025, Sec. 5).
+
+    With ``log w_t = proximal_t - behavior_t`` on loss tokens (clamped to
+    ``±MAX_ABS_LOG_RATIO``):
+
+    - ``is_level="token"``: ``weight_t = min(exp(log w_t), is_cap)`` (truncated IS, TIS).
+    - ``is_level="sequence"``: ``W_s = min(exp(sum_{t in s} log w_t), is_cap)`` over the
+      sequence's loss tokens (a product of ratios, never a sum of them), on each of its
+      tokens.
+    - ``token_mask_band=(lo, hi)``: a token with ``w_t`` outside ``[lo, hi]`` is masked
+      (IcePop, Ling Team 2025).
+    - ``seq_mask_band=(lo, hi)``: a sequence whose geometric mean
+      ``exp(mean_{t in s} log w_t)`` is outside ``[lo, hi]`` is masked entirely.
+
+    Bands are compared in log space. The weights carry no gradient. With
+    ``proximal == behavior`` every weight is exactly 1 and nothing is masked (a band
+    always contains 1, ``RolloutCorrectionConfig.validate``).
+
+    Args:
+        proximal_log_probs: ``[T]`` float32, the trainer's log-probs at the weights the
+            update starts from.
+        behavior_log_probs: ``[T]`` float32, the engine's log-probs at sampling time.
+        loss_mask: ``[T]`` 0/1, any dtype. Other positions are ignored (NaN included).
+        seq_ids: ``[T]`` int64 row index of each token, 0-based within this call.
+        config: the correction (``None``: the default, off: weights 1, nothing masked;
+            the gap statistics are computed all the same).
+
+    Returns:
+        ``RolloutCorrection`` (weights, keep mask, additive sums, per-token gaps).
+
+    Raises:
+        ConfigError: an invalid ``config``.
+        ContractError: shapes that differ.
+    """
+    cfg = config if config is not None else RolloutCorrectionConfig()
+    cfg.validate()
+    shape = proximal_log_probs.shape
+    if proximal_log_probs.dim() != 1:
+        raise ContractError(f"proximal_log_probs has shape {tuple(shape)}; expected [T]")
+    for name, t in (("behavior_log_probs", behavior_log_probs), ("loss_mask", loss_mask), ("seq_ids", seq_ids)):
+        if t.shape != shape:
+            raise ContractError(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} like proximal_log_probs")
+    dev = proximal_log_probs.device
+    mask = loss_mask > 0  # (T,) bool
+    zero = torch.zeros((), dtype=torch.float32, device=dev)
+    prox = torch.where(mask, proximal_log_probs.detach().float(), zero)  # (T,)
+    behav = torch.where(mask, behavior_log_probs.detach().float(), zero)  # (T,)
+    log_w = (prox - behav).clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # (T,) 0 off-mask
+
+    n_seq = int(seq_ids.max().item()) + 1 if seq_ids.numel() else 0
+    seq_cnt = torch.zeros(n_seq, dtype=torch.float64, device=dev).index_add(0, seq_ids, mask.double())  # (S,)
+    seq_log_w = torch.zeros(n_seq, dtype=torch.float64, device=dev).index_add(0, seq_ids, log_w.double())  # (S,)
+    has_loss = seq_cnt > 0  # (S,) bool
+
+    token_masked = torch.zeros_like(mask)  # (T,) bool
+    if cfg.token_mask_band is not None:
+        lo, hi = (math.log(b) for b in cfg.token_mask_band)
+        token_masked = mask & ((log_w < lo) | (log_w > hi))  # (T,)
+    seq_masked = torch.zeros_like(has_loss)  # (S,) bool
+    if cfg.seq_mask_band is not None:
+        lo, hi = (math.log(b) for b in cfg.seq_mask_band)
+        mean_log_w = seq_log_w / seq_cnt.clamp(min=1.0)  # (S,)
+        seq_masked = has_loss & ((mean_log_w < lo) | (mean_log_w > hi))  # (S,)
+    keep = mask & ~token_masked & ~seq_masked[seq_ids]  # (T,) bool
+
+    ones = torch.ones_like(log_w)  # (T,)
+    if cfg.is_level == "token":
+        raw = torch.exp(log_w)  # (T,)
+        weights = torch.where(mask, raw.clamp(max=cfg.is_cap), ones)  # (T,)
+        units, unit_w, unit_clipped = keep, weights, raw > cfg.is_cap  # (T,) each
+    elif cfg.is_level == "sequence":
+        raw_seq = torch.exp(seq_log_w)  # (S,) float64, inf when the sum overflows
+        w_seq = raw_seq.clamp(max=cfg.is_cap).float()  # (S,)
+        weights = torch.where(mask, w_seq[seq_ids], ones)  # (T,)
+        units, unit_w, unit_clipped = has_loss & ~seq_masked, w_seq, raw_seq > cfg.is_cap  # (S,) each
+    else:
+        weights = ones  # (T,)
+        units, unit_w, unit_clipped = keep, ones, torch.zeros_like(keep)  # (T,) each
+
+    gaps = (prox - behav).abs()[mask]  # (n,) unclamped
+    uw = torch.where(units, unit_w.double(), torch.zeros((), dtype=torch.float64, device=dev))  # (T,) or (S,)
+    sums = torch.stack(
+        [
+            gaps.double().sum(),
+            mask.double().sum(),
+            has_loss.double().sum(),
+            uw.sum(),
+            (uw * uw).sum(),
+            units.double().sum(),
+            (units & unit_clipped).double().sum(),
+            token_masked.double().sum(),
+            seq_masked.double().sum(),
+        ]
+    )  # (K,) in ROLLOUT_CORR_SUMS order
+    return RolloutCorrection(weights=weights.detach(), keep=keep, sums=sums, gaps=gaps.detach())
+
+
+def quantile(values: torch.Tensor, q: float) -> float:
+    """The ``q``-quantile of 1-D ``values`` with linear interpolation between order
+    statistics (numpy's and ``torch.quantile``'s default), without ``torch.quantile``'s
+    input-size limit. 0.0 for an empty tensor.
+
+    Raises:
+        ConfigError: ``q`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ConfigError(f"q={q}; expected 0 <= q <= 1")
+    n = values.numel()
+    if n == 0:
+        return 0.0
+    s = torch.sort(values.detach().double().reshape(-1)).values  # (n,)
+    pos = q * (n - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, n - 1)
+    return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+
+
+def rollout_corr_metrics(sums: torch.Tensor, gaps: torch.Tensor) -> dict[str, float]:
+    """The ``rollout_corr/*`` metrics of a whole batch from its summed statistics.
+
+    The caller adds ``RolloutCorrection.sums`` over its micro-batches, all-reduces the sum
+    over ranks (SUM), concatenates ``RolloutCorrection.gaps`` over micro-batches and
+    gathers them over ranks (the quantile needs every gap), then calls this once.
+
+    Args:
+        sums: ``[len(ROLLOUT_CORR_SUMS)]`` float64 (any float dtype), in that order.
+        gaps: ``[N]`` float32, every loss token's ``|proximal - behavior|``.
+
+    Returns:
+        ``rollout_corr/gap_abs_mean``, ``rollout_corr/gap_abs_max``,
+        ``rollout_corr/gap_abs_p99`` (nats, over loss tokens);
+        ``rollout_corr/is_weight_mean`` (mean applied weight over the kept units; 1 when
+        off or when no unit is kept), ``rollout_corr/is_clipped_frac`` (share of kept units
+        whose weight was cut at the cap), ``rollout_corr/ess`` (``(sum w)^2 / (n sum w^2)``
+        over the kept units, in (0, 1]; 1 when off), ``rollout_corr/token_masked_frac``
+        (share of loss tokens the token band masked), ``rollout_corr/seq_masked_frac``
+        (share of sequences with a loss token the sequence band masked).
+
+    Raises:
+        ContractError: ``sums`` of the wrong length.
+    """
+    if sums.shape != (len(ROLLOUT_CORR_SUMS),):
+        raise ContractError(f"sums has shape {tuple(sums.shape)}; expected ({len(ROLLOUT_CORR_SUMS)},) (ROLLOUT_CORR_SUMS)")
+    s = dict(zip(ROLLOUT_CORR_SUMS, (float(v) for v in sums.detach().double().cpu())))
+    n_tok, n_seq, n_w = s["loss_tokens"], s["loss_seqs"], s["weight_count"]
+    return {
+        "rollout_corr/gap_abs_mean": s["gap_abs_sum"] / n_tok if n_tok > 0 else 0.0,
+        "rollout_corr/gap_abs_max": float(gaps.max()) if gaps.numel() else 0.0,
+        "rollout_corr/gap_abs_p99": quantile(gaps, 0.99),
+        "rollout_corr/is_weight_mean": s["weight_sum"] / n_w if n_w > 0 else 1.0,
+        "rollout_corr/is_clipped_frac": s["weight_clipped"] / n_w if n_w > 0 else 0.0,
+        "rollout_corr/ess": s["weight_sum"] ** 2 / (n_w * s["weight_sq_sum"]) if n_w > 0 and s["weight_sq_sum"] > 0 else 1.0,
+        "rollout_corr/token_masked_frac": s["token_masked"] / n_tok if n_tok > 0 else 0.0,
+        "rollout_corr/seq_masked_frac": s["seq_masked"] / n_seq if n_seq > 0 else 0.0,
+    }
+
+
+# ---------------------------------------------------------------- the policy loss, assembled
+
+PPO_TOKEN_SUM_METRICS: tuple[str, ...] = (
+    "actor/ppo_kl",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_dual",
+    "actor/entropy",
+    "actor/ratio_mean",
+)
+"""Metrics of ``ppo_loss`` that are sums over the call's loss tokens: sum them over
+micro-batches and ranks and divide by the global loss-token count for the batch's mean.
+(``kl/ref_k1``, ``kl/ref_k2``, ``kl/ref_k3`` likewise, when a reference is given.)"""
+
+
+def ppo_loss(
+    log_probs: torch.Tensor,
+    proximal_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    seq_ids: torch.Tensor | None = None,
+    correction: RolloutCorrection | None = None,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    dual_clip_c: float | None = None,
+    loss_agg_mode: LossAggMode = "token-mean",
+    global_num_tokens: float | torch.Tensor | None = None,
+    global_num_seqs: float | torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy loss: decoupled PPO-clip with clip-higher and dual clip, rollout
+    correction, and an optional KL-to-reference term, aggregated with global normalisers.
+
+    Per loss token ``t``, with ``r_t = exp(log_probs_t - proximal_t)`` (log-ratio clamped
+    to ``±MAX_ABS_LOG_RATIO``), ``w_t`` the rollout-correction weight (``correction.weights``;
+    1 without a correction) and ``A_t`` the advantage::
+
+        clip_t = max(-A_t r_t, -A_t clip(r_t, 1 - clip_ratio_low, 1 + clip_ratio_high))
+        pg_t   = clip_t                        if A_t >= 0 or dual_clip_c is None
+               = min(clip_t, -dual_clip_c A_t) if A_t < 0
+        loss   = agg(w_t * pg_t * keep_t) + kl_coef * agg(k_t)
+
+    Sources: PPO-clip (Schulman et al. 2017, Eq. 7); clip-higher (Yu et al. 2025, "DAPO",
+    Sec. 3.1); the decoupled objective, ratio to the proximal policy weighted by
+    proximal / behavior (Hilton et al. 2021, Sec. 3; AReaL, Fu et al. 2025, Sec. 5); dual
+    clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL", Eq. 5);
+    the KL term ``k_t = kl_penalty(log_probs, ref_log_probs, kl_estimator)`` (Schulman
+    2020) on every loss token (not only the kept ones: the masks address the
+    engine/trainer mismatch of the policy-gradient term, the KL regularises the policy).
+
+    ``agg`` is ``aggregate_loss`` with ``loss_agg_mode`` and the global normalisers; tokens
+    that ``correction.keep`` masks out contribute 0 but stay in the counts (verl, IcePop),
+    so the result summed over micro-batches and ranks does not depend on the split
+    (design.md, invariant 5). Positions with ``loss_mask == 0`` never influence the result
+    or its gradient, whatever the inputs hold there (NaN and inf included).
+
+    Without ``correction``, ``dual_clip_c`` and ``kl_coef``, the loss is bitwise the
+    PPO-clip loss of ``policy_loss`` with ``old_log_probs = proximal_log_probs``.
+
+    Args:
+        log_probs: ``[T]`` float32, current log-probs (requires grad).
+        proximal_log_probs: ``[T]`` float32, log-probs at the weights the update started
+            from (detached here).
+        advantages: ``[T]`` float32 (detached here).
+        loss_mask: ``[T]`` 0/1, any dtype.
+        seq_ids: ``[T]`` int64 row index of each token (0-based within this call);
+            required by the ``seq-mean-*`` modes.
+        correction: ``rollout_correction``'s result for these tokens, or ``None`` (weights
+            1, nothing masked).
+        clip_ratio_low, clip_ratio_high: clip range ``[1 - low, 1 + high]``.
+        dual_clip_c: the dual-clip constant ``c > 1``, or ``None`` (off).
+        loss_agg_mode: one of ``LOSS_AGG_MODES``.
+        global_num_tokens, global_num_seqs: the whole step's normalisers (see
+            ``aggregate_loss``).
+        entropy: optional ``[T]`` float32 per-token entropy, only reported.
+        ref_log_probs: ``[T]`` float32 reference log-probs (detached here); required when
+            ``kl_coef > 0``, and when given the ``kl/ref_k*`` metrics are reported.
+        kl_coef: weight of the KL term (>= 0; 0 = off).
+        kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
+
+    Returns:
+        ``(loss, metrics)``: ``loss`` a 0-dim float32 tensor, this call's share of the
+        batch's loss (policy gradient + KL). ``metrics``: 0-dim detached float32 tensors.
+        ``actor/pg_loss`` and ``actor/kl_loss`` (0 when off) are this call's shares (add
+        them over calls). The names in ``PPO_TOKEN_SUM_METRICS`` and ``kl/ref_k1``,
+        ``kl/ref_k2``, ``kl/ref_k3`` (only with ``ref_log_probs``) are sums over this call's
+        loss tokens (add them over calls, divide by the global loss-token count):
+        ``actor/ppo_kl`` (k3 of KL(proximal || current), ``(r - 1) - log r``),
+        ``actor/pg_clipfrac`` (kept tokens whose clipped term is the larger),
+        ``actor/pg_clipfrac_dual`` (kept tokens with ``A < 0`` where the bound
+        ``-c A`` is the smaller), ``actor/entropy``, ``actor/ratio_mean`` (``r``), and
+        ``kl/ref_k*`` (each estimator of KL(current || reference)).
+
+    Raises:
+        ConfigError: unknown ``loss_agg_mode`` or ``kl_estimator``, a clip ratio outside
+            its range, ``dual_clip_c <= 1``, ``kl_coef < 0``, a normaliser <= 0.
+        ContractError: shapes that differ, ``seq_ids`` missing for a ``seq-mean`` mode,
+            ``ref_log_probs`` missing with ``kl_coef > 0``.
+    """
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ConfigError(f"loss_agg_mode={loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
+    validate_clip_ratios(clip_ratio_low, clip_ratio_high)
+    validate_dual_clip_c(dual_clip_c)
+    if not (isinstance(kl_coef, (int, float)) and math.isfinite(kl_coef) and kl_coef >= 0.0):
+        raise ConfigError(f"kl_coef={kl_coef!r}; expected a finite number >= 0")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ConfigError(f"kl_estimator={kl_estimator!r}; expected one of {KL_ESTIMATORS}")
+    shape = log_probs.shape
+    if log_probs.dim() != 1:
+        raise ContractError(f"log_probs has shape {tuple(shape)}; expected [T]")
+    named = [("proximal_log_probs", proximal_log_probs), ("advantages", advantages), ("loss_mask", loss_mask)]
+    if entropy is not None:
+        named.append(("entropy", entropy))
+    if ref_log_probs is not None:
+        named.append(("ref_log_probs", ref_log_probs))
+    if correction is not None:
+        named += [("correction.weights", correction.weights), ("correction.keep", correction.keep)]
+    for name, t in named:
+        if t.shape != shape:
+            raise ContractError(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} like log_probs")
+    if loss_agg_mode != "token-mean" and (seq_ids is None or seq_ids.shape != shape):
+        raise ContractError(
+            f"loss_agg_mode={loss_agg_mode!r} needs seq_ids of shape {tuple(shape)}, got "
+            f"{None if seq_ids is None else tuple(seq_ids.shape)}"
+        )
+    if kl_coef > 0 and ref_log_probs is None:
+        raise ContractError(f"kl_coef={kl_coef} needs ref_log_probs (the reference model's log-probs), got None")
+
+    mask = loss_mask > 0  # (T,) bool
+    zero = torch.zeros((), dtype=torch.float32, device=log_probs.device)
+    lp = torch.where(mask, log_probs.float(), zero)  # (T,)
+    prox = torch.where(mask, proximal_log_probs.detach().float(), zero)  # (T,)
+    adv = torch.where(mask, advantages.detach().float(), zero)  # (T,)
+
+    log_ratio = (lp - prox).clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # (T,) 0 off-mask
+    ratio = torch.exp(log_ratio)  # (T,) 1 off-mask
+    pg_unclipped = -adv * ratio  # (T,)
+    pg_clipped = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)  # (T,)
+    clip_loss = torch.maximum(pg_unclipped, pg_clipped)  # (T,)
+    pg = clip_loss  # (T,)
+    if dual_clip_c is not None:
+        pg_dual = -adv * dual_clip_c  # (T,) the bound c * |A| for A < 0
+        pg = torch.where(adv < 0, torch.minimum(clip_loss, pg_dual), clip_loss)  # (T,)
+    keep = mask  # (T,) bool
+    if correction is not None:
+        pg = pg * correction.weights.detach().float()  # (T,)
+        keep = mask & correction.keep  # (T,)
+    token_loss = torch.where(keep, pg, zero)  # (T,)
+    agg = dict(
+        loss_agg_mode=loss_agg_mode, global_num_tokens=global_num_tokens, global_num_seqs=global_num_seqs, seq_ids=seq_ids
+    )
+    pg_loss = aggregate_loss(token_loss, loss_mask, **agg)
+    loss = pg_loss
+    ref = None
+    kl_loss = zero
+    if ref_log_probs is not None:
+        ref = torch.where(mask, ref_log_probs.detach().float(), zero)  # (T,)
+    if kl_coef > 0:
+        assert ref is not None
+        kl_tok = torch.where(mask, kl_penalty(lp, ref, kl_estimator), zero)  # (T,)
+        kl_loss = kl_coef * aggregate_loss(kl_tok, loss_mask, **agg)
+        loss = pg_loss + kl_loss
+
+    with torch.no_grad():
+        metrics = {
+            "actor/pg_loss": pg_loss.detach(),
+            "actor/kl_loss": kl_loss.detach(),
+            "actor/ppo_kl": torch.where(mask, (ratio - 1.0) - log_ratio, zero).sum(),
+            "actor/pg_clipfrac": (keep & (pg_clipped > pg_unclipped)).float().sum(),
+            "actor/pg_clipfrac_dual": (
+                (keep & (adv < 0) & (clip_loss > -adv * dual_clip_c)).float().sum() if dual_clip_c is not None else zero
+            ),
+            "actor/entropy": zero if entropy is None else torch.where(mask, entropy.float(), zero).sum(),
+            "actor/ratio_mean": torch.where(mask, ratio, zero).sum(),
+        }
+        if ref is not None:
+            lp_d = lp.detach()  # (T,)
+            for est in KL_ESTIMATORS:
+                metrics[f"kl/ref_{est}"] = torch.where(mask, kl_penalty(lp_d, ref, est), zero).sum()
+    return loss, metrics
 
 
 def value_loss_terms(
