@@ -48,6 +48,8 @@ from agentrl.trainer.config import TrainerConfig
 from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, policy_loss
 from agentrl.types import TokenBatch
 
+# What save_hf copies from the model folder besides what save_pretrained writes: the
+# tokenizer (fast and slow forms) and the chat template (file forms of transformers >= 4.43).
 _TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -309,22 +311,40 @@ class PolicyTrainer:
         """
         self._core.load_checkpoint(path)
 
-    def save_hf(self, path: str | os.PathLike[str], dtype: torch.dtype | None = None) -> None:
-        """Write a Hugging Face model folder (``config.json``, ``generation_config.json``
-        where present, ``*.safetensors``) for users and for engines that load from disk;
-        tokenizer files found in ``config.model_path`` are copied along. Collective; rank 0
-        writes.
+    def save_hf(
+        self, path: str | os.PathLike[str], dtype: torch.dtype | None = None, *, max_shard_size: int | str = "5GB"
+    ) -> None:
+        """Write a Hugging Face model folder for users and for engines that load from disk
+        (``AutoModelForCausalLM.from_pretrained``, vLLM): ``model.safetensors`` (or
+        ``model-0000k-of-0000n.safetensors`` shards of at most ``max_shard_size`` with
+        ``model.safetensors.index.json``), ``config.json``, ``generation_config.json`` where
+        the model has one, and the tokenizer and chat-template files found in
+        ``config.model_path`` (``_TOKENIZER_FILES``). Collective; rank 0 writes.
+
+        Tied weights (``tie_word_embeddings``) are stored once, under the key
+        ``from_pretrained`` ties again from (``model.embed_tokens.weight`` for Llama; see
+        ``agentrl.trainer.export.drop_tied_copies``). ``config.json`` carries ``use_cache`` and
+        dropout as the model folder has them (the trainer turns them off for scoring) and
+        the ``dtype`` written. ``full_state_dict`` (the weight sync) is unchanged.
 
         Args:
-            path: target folder (created).
-            dtype: weight dtype written (``None``: fp32).
+            path: target folder (created; files of an earlier save are overwritten).
+            dtype: weight dtype written (``None``: fp32, the master weights).
+            max_shard_size: largest safetensors file (``"5GB"``, or bytes as an int).
+
+        Raises:
+            ContractError: two weights declared tied hold different values.
         """
+        from agentrl.trainer import export as hf_export
+
         sd = self.full_state_dict(dtype)
         if self.rank == 0:
             path = Path(path)
             path.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(path, state_dict=sd)
+            sd = hf_export.drop_tied_copies(sd, getattr(self.model, "all_tied_weights_keys", None) or {})
+            self.model.save_pretrained(path, state_dict=sd, max_shard_size=max_shard_size)
             src = Path(self.config.model_path)
+            hf_export.restore_user_config(path / "config.json", src / "config.json", dtype or torch.float32)
             for name in _TOKENIZER_FILES:
                 if (src / name).is_file():
                     shutil.copy2(src / name, path / name)
