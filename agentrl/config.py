@@ -10,7 +10,9 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -18,6 +20,7 @@ from typing import Any, Literal, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+import agentrl.trainer.config as _tc
 from agentrl.errors import ConfigError
 
 
@@ -141,74 +144,196 @@ class AlgorithmConfig(_Section):
         return _estimator(self.advantage).needs_values
 
 
-class _OptimSection(_Section):
-    """The optimiser fields the ``trainer`` and ``critic`` sections share; each becomes the
-    field of the same name of ``agentrl.trainer.config.OptimConfig`` (documented in full
-    there), through ``trainer_configs``."""
-
-    lr: float = Field(1e-6, gt=0.0, description="AdamW peak learning rate. 1e-6 is the usual order for RL on instruct LLMs (GRPO/DAPO recipes use 1e-6 to 3e-6); larger values destabilise the policy fast.")
-    weight_decay: float = Field(0.0, ge=0.0, description="AdamW decoupled weight decay. 0 as in TRL's GRPO defaults: RL runs are short and start from a pretrained model.")
-    max_grad_norm: float = Field(1.0, gt=0.0, description="Clip the global gradient L2 norm to this; a step with a non-finite norm is skipped (train/skipped_step).")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up over this many optimizer steps, then constant.")
-    micro_batch_size: int = Field(4, ge=1, description="Rows per forward/backward on one rank; only memory and speed depend on it (the loss uses global counts).")
-    micro_batch_tokens: int | None = Field(None, ge=1, description="Optional cap on a micro-batch's padded size (rows x longest row), for long rows; None: no cap.")
-    gradient_checkpointing: bool = Field(False, description="Recompute decoder-layer activations in backward: less memory, about 30% more time, same gradients up to rounding.")
-
-    def optim_fields(self) -> dict[str, Any]:
-        """This section's shared optimiser fields, by name."""
-        return {name: getattr(self, name) for name in _OptimSection.model_fields}
+def _documented(cls: type, name: str, *, note: str = "", **constraints: Any) -> Any:
+    """A pydantic ``Field`` with the default and the documentation of field ``name`` of the
+    trainer dataclass ``cls`` (``agentrl.trainer.config``): one source for the text of both
+    layers. ``note`` is appended for what only the run config adds."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    doc = _tc.field_doc(cls, name) + (f" {note}" if note else "")
+    return Field(f.default, description=doc, **constraints)
 
 
-class TrainerSection(_OptimSection):
+def _as_value_error(check: Any, prefix: str) -> None:
+    """Run a dataclass ``validate`` and turn its ``ConfigError`` into the ``ValueError``
+    pydantic collects, with the run-config key prefix (``trainer.``) on the message."""
+    try:
+        check()
+    except ConfigError as exc:
+        raise ValueError(f"{prefix}{exc}") from None
+
+
+class RolloutCorrectionSection(_Section):
+    """``trainer.rollout_correction``: ``agentrl.trainer.config.RolloutCorrectionConfig``.
+    Importance weights and masks need the engine's log-probs of the distribution the
+    trainer recomputes, so they refuse top-p / top-k sampling (a start-up ``ConfigError``)."""
+
+    is_level: Literal["token", "sequence"] | None = _documented(_tc.RolloutCorrectionConfig, "is_level")
+    is_cap: float = _documented(_tc.RolloutCorrectionConfig, "is_cap")
+    token_mask_band: tuple[float, float] | None = _documented(_tc.RolloutCorrectionConfig, "token_mask_band")
+    seq_mask_band: tuple[float, float] | None = _documented(_tc.RolloutCorrectionConfig, "seq_mask_band")
+
+    def to_dataclass(self) -> Any:
+        """This section as ``agentrl.trainer.config.RolloutCorrectionConfig``."""
+        return _tc.RolloutCorrectionConfig(**{name: getattr(self, name) for name in type(self).model_fields})
+
+    @model_validator(mode="after")
+    def _check(self) -> "RolloutCorrectionSection":
+        _as_value_error(lambda: self.to_dataclass().validate(prefix="trainer.rollout_correction."), "")
+        return self
+
+
+class KLSection(_Section):
+    """``trainer.kl``: ``agentrl.trainer.config.KLConfig``, a KL penalty toward a frozen
+    reference policy."""
+
+    coef: float = _documented(_tc.KLConfig, "coef")
+    estimator: Literal["k1", "k2", "k3"] = _documented(_tc.KLConfig, "estimator")
+    mode: Literal["loss", "reward"] = _documented(_tc.KLConfig, "mode")
+    reference_path: str | None = _documented(_tc.KLConfig, "reference_path")
+
+    def to_dataclass(self) -> Any:
+        """This section as ``agentrl.trainer.config.KLConfig``."""
+        return _tc.KLConfig(**{name: getattr(self, name) for name in type(self).model_fields})
+
+    @model_validator(mode="after")
+    def _check(self) -> "KLSection":
+        _as_value_error(lambda: self.to_dataclass().validate(prefix="trainer.kl."), "")
+        return self
+
+
+_TC, _CC = _tc.TrainerConfig, _tc.CriticConfig
+
+
+class TrainerSection(_Section):
     """The policy trainer (``agentrl.trainer.TrainerConfig``, built by ``trainer_configs``)
-    and where it runs."""
+    and where it runs. Every field but ``num_ranks`` and ``backend`` is the dataclass field
+    of the same name, with its default and documentation; the dataclass's ``validate``
+    checks them at start-up (``Config``'s cross-checks)."""
 
-    ppo_epochs: int = Field(1, ge=1, description="Passes (optimizer steps) over each batch; 1 is on-policy, as in GRPO.")
-    clip_ratio_low: float = Field(0.2, description="PPO clip epsilon below 1, in [0, 1) (Schulman 2017).")
-    clip_ratio_high: float = Field(0.2, description="PPO clip epsilon above 1, >= 0; DAPO's clip-higher uses 0.28.")
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field("token-mean", description="Loss aggregation over the global batch: token-mean (every loss token weighs the same; DAPO), seq-mean-token-mean (GRPO's per-sequence mean) or seq-mean-token-sum.")
+    lr: float = _documented(_TC, "lr", gt=0.0)
+    weight_decay: float = _documented(_TC, "weight_decay", ge=0.0)
+    betas: tuple[float, float] = _documented(_TC, "betas")
+    eps: float = _documented(_TC, "eps", gt=0.0)
+    max_grad_norm: float | None = _documented(_TC, "max_grad_norm", gt=0.0)
+    warmup_steps: int = _documented(_TC, "warmup_steps", ge=0)
+    ppo_epochs: int = _documented(_TC, "ppo_epochs", ge=1)
+    clip_ratio_low: float = _documented(_TC, "clip_ratio_low")
+    clip_ratio_high: float = _documented(_TC, "clip_ratio_high")
+    dual_clip_c: float | None = _documented(_TC, "dual_clip_c")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = _documented(_TC, "loss_agg_mode")
+    rollout_correction: RolloutCorrectionSection = Field(
+        default_factory=RolloutCorrectionSection, description=_tc.field_doc(_TC, "rollout_correction")
+    )
+    kl: KLSection = Field(default_factory=KLSection, description=_tc.field_doc(_TC, "kl"))
+    row_layout: Literal["packed", "padded"] = _documented(_TC, "row_layout")
+    micro_batch_tokens: int | None = _documented(_TC, "micro_batch_tokens", ge=1)
+    micro_batch_size: int = _documented(_TC, "micro_batch_size", ge=1)
+    logprob_chunk_tokens: int = _documented(_TC, "logprob_chunk_tokens", ge=1)
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2", "agentrl_varlen_sdpa"] = _documented(
+        _TC, "attn_implementation"
+    )
+    gradient_checkpointing: bool = _documented(_TC, "gradient_checkpointing")
     num_ranks: int = Field(1, ge=1, description="FSDP2 ranks (trainer actors). CPU default 1: the 2 cores are shared with the engine.")
     backend: Literal["gloo", "nccl"] = Field("gloo", description="torch.distributed backend: gloo on CPU, nccl on GPUs.")
-    device: Literal["cpu", "cuda"] = Field("cpu", description="Trainer device (the critic's too).")
-
-    @field_validator("clip_ratio_low")
-    @classmethod
-    def _clip_low(cls, value: float) -> float:
-        return _clip_ratio(low=value)
-
-    @field_validator("clip_ratio_high")
-    @classmethod
-    def _clip_high(cls, value: float) -> float:
-        return _clip_ratio(high=value)
+    device: Literal["cpu", "cuda"] = _documented(_TC, "device", note="The critic runs on the same device.")
 
 
-def _clip_ratio(*, low: float | None = None, high: float | None = None) -> float:
-    """Check one clip ratio with the trainer's own ``validate_clip_ratios`` (torch-free)."""
-    from agentrl.trainer.config import validate_clip_ratios
-
-    try:
-        validate_clip_ratios(low, high)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
-    return low if low is not None else high  # type: ignore[return-value]
-
-
-class CriticSection(_OptimSection):
+class CriticSection(_Section):
     """The value model, used when ``algorithm.advantage`` is ``turn_critic`` (a value per
     turn, read at the token before the turn's completion) or ``gae`` (a value per sampled
     token, read at the token before it). The same model and settings serve both
     (``agentrl.trainer.CriticConfig``, built by ``trainer_configs``); dtype, device and
-    seed are the policy's."""
+    seed are the policy's. Every field but ``model_path`` is the dataclass field of the same
+    name, with its default and documentation."""
 
     model_path: str | None = Field(None, description="Backbone of the value model (None: the policy's model, a scalar head on top).")
-    lr: float = Field(1e-5, gt=0.0, description="AdamW peak learning rate of the critic; critics usually learn about 10x faster than the policy (verl: 1e-5 vs 1e-6).")
-    value_clip: float | None = Field(None, gt=0.0, description="PPO-style value clipping epsilon (None: plain MSE).")
-    head_init_std: float = Field(0.0, ge=0.0, description="Std of the scalar head's initial weights (0: the critic starts at V=0).")
-    epochs: int = Field(1, ge=1, description="Optimizer steps (passes over the batch) of the critic per iteration.")
+    lr: float = _documented(_CC, "lr", gt=0.0)
+    weight_decay: float = _documented(_CC, "weight_decay", ge=0.0)
+    betas: tuple[float, float] = _documented(_CC, "betas")
+    eps: float = _documented(_CC, "eps", gt=0.0)
+    max_grad_norm: float | None = _documented(_CC, "max_grad_norm", gt=0.0)
+    warmup_steps: int = _documented(_CC, "warmup_steps", ge=0)
+    epochs: int = _documented(_CC, "epochs", ge=1)
+    value_clip: float | None = _documented(_CC, "value_clip", gt=0.0)
+    head_init_std: float = _documented(_CC, "head_init_std", ge=0.0)
+    micro_batch_size: int = _documented(_CC, "micro_batch_size", ge=1)
+    micro_batch_tokens: int | None = _documented(_CC, "micro_batch_tokens", ge=1)
+    gradient_checkpointing: bool = _documented(_CC, "gradient_checkpointing")
+
+
+_SECTION_ONLY = {"trainer": ("num_ranks", "backend"), "critic": ("model_path",)}
+"""Section fields that are not passed to the dataclass field of the same name:
+``num_ranks`` / ``backend`` place the trainer; ``critic.model_path`` None means the
+policy's model, resolved by ``trainer_configs``."""
+
+
+def _dataclass_kwargs(section: BaseModel, skip: Sequence[str]) -> dict[str, Any]:
+    """A section's fields by name (sub-sections as their dataclasses), minus ``skip``."""
+    out = {}
+    for name in type(section).model_fields:
+        if name in skip:
+            continue
+        value = getattr(section, name)
+        out[name] = value.to_dataclass() if hasattr(value, "to_dataclass") else value
+    return out
+
+
+def _policy_config(cfg: "Config", model_path: str) -> Any:
+    common = {"dtype": cfg.model.dtype, "device": cfg.trainer.device, "seed": cfg.run.seed}
+    kwargs = _dataclass_kwargs(cfg.trainer, _SECTION_ONLY["trainer"])
+    kwargs.update(common)
+    return _tc.TrainerConfig(model_path=model_path, **kwargs)
+
+
+def _critic_config(cfg: "Config", model_path: str) -> Any:
+    common = {"dtype": cfg.model.dtype, "device": cfg.trainer.device, "seed": cfg.run.seed}
+    c = cfg.critic
+    return _tc.CriticConfig(model_path=c.model_path or model_path, **_dataclass_kwargs(c, _SECTION_ONLY["critic"]), **common)
+
+
+def _vocab_size(folder: str, what: str) -> int:
+    """``vocab_size`` from a Hugging Face folder's ``config.json`` (top level, or its
+    ``text_config`` for multimodal models)."""
+    path = Path(folder) / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{what}={folder!r}: cannot read its config.json ({exc}); expected a Hugging Face model folder") from None
+    size = data.get("vocab_size")
+    if size is None and isinstance(data.get("text_config"), dict):
+        size = data["text_config"].get("vocab_size")
+    if not isinstance(size, int):
+        raise ConfigError(f"{what}={folder!r}: config.json has no integer vocab_size (got {size!r})")
+    return size
+
+
+def check_reference_vocab(policy_path: str, reference_path: str) -> None:
+    """Refuse a KL reference model whose vocabulary differs from the policy's: the
+    per-token log-probs of the two would score different token ids.
+
+    Compares ``vocab_size`` of both folders' ``config.json`` (the trainer also compares the
+    loaded embedding sizes).
+
+    Raises:
+        ConfigError: naming both paths and both sizes, or a folder without a readable
+            ``config.json``.
+    """
+    ref = _vocab_size(reference_path, "trainer.kl.reference_path")
+    pol = _vocab_size(policy_path, "model.path")
+    if ref != pol:
+        raise ConfigError(
+            f"trainer.kl.reference_path={reference_path!r} has vocab_size={ref} but the policy "
+            f"(model.path resolved to {policy_path!r}) has vocab_size={pol}; the reference must share the policy's vocabulary"
+        )
 
 
 def trainer_configs(cfg: "Config", model_path: str) -> tuple[Any, Any]:
     """The one place the trainers' dataclasses are built from the run config.
+
+    Every ``trainer`` field except ``num_ranks`` / ``backend`` and every ``critic`` field
+    except ``model_path`` becomes the dataclass field of the same name (the sub-sections
+    ``trainer.rollout_correction`` and ``trainer.kl`` as ``RolloutCorrectionConfig`` and
+    ``KLConfig``).
 
     Args:
         cfg: the validated run config.
@@ -219,22 +344,17 @@ def trainer_configs(cfg: "Config", model_path: str) -> tuple[Any, Any]:
         ``(TrainerConfig, CriticConfig | None)`` from ``agentrl.trainer.config``: dtype
         from ``model.dtype``, device from ``trainer.device`` and seed from ``run.seed``
         for both; the critic's is ``None`` unless ``algorithm.uses_critic``.
-    """
-    from agentrl.trainer.config import CriticConfig, TrainerConfig
 
-    t = cfg.trainer
-    common = {"dtype": cfg.model.dtype, "device": t.device, "seed": cfg.run.seed}
-    policy = TrainerConfig(
-        model_path=model_path, **common, **t.optim_fields(), ppo_epochs=t.ppo_epochs,
-        clip_ratio_low=t.clip_ratio_low, clip_ratio_high=t.clip_ratio_high, loss_agg_mode=t.loss_agg_mode,
-    )
+    Raises:
+        ConfigError: ``trainer.kl.reference_path`` set to a folder whose vocabulary
+            differs from the policy's (``check_reference_vocab``).
+    """
+    policy = _policy_config(cfg, model_path)
+    if cfg.trainer.kl.reference_path is not None:
+        check_reference_vocab(model_path, cfg.trainer.kl.reference_path)
     critic = None
     if cfg.algorithm.uses_critic:  # turn_critic or gae: the same value model and trainer
-        c = cfg.critic
-        critic = CriticConfig(
-            model_path=c.model_path or model_path, **common, **c.optim_fields(),
-            head_init_std=c.head_init_std, value_clip=c.value_clip, epochs=c.epochs,
-        )
+        critic = _critic_config(cfg, model_path)
     return policy, critic
 
 
@@ -285,6 +405,17 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
+        rc = self.trainer.rollout_correction
+        if (rc.is_level is not None or rc.token_mask_band is not None or rc.seq_mask_band is not None) and (
+            self.rollout.top_p < 1.0 or self.rollout.top_k > 0
+        ):
+            raise ValueError(
+                f"trainer.rollout_correction (is_level={rc.is_level!r}, token_mask_band={rc.token_mask_band}, "
+                f"seq_mask_band={rc.seq_mask_band}) with rollout.top_p={self.rollout.top_p}, "
+                f"rollout.top_k={self.rollout.top_k}: importance weights compare the engine's log-probs with the "
+                "trainer's, which cannot reproduce top-p/top-k truncation; use top_p=1.0 and top_k=-1, or turn "
+                "the correction off"
+            )
         if self.rollout.top_p < 1.0 or self.rollout.top_k > 0:
             raise ValueError(
                 f"rollout.top_p={self.rollout.top_p}, rollout.top_k={self.rollout.top_k}: the trainer cannot "
@@ -297,6 +428,17 @@ class Config(_Section):
             )
         if self.trainer.device == "cpu" and self.trainer.backend == "nccl":
             raise ValueError("trainer.backend='nccl' needs trainer.device='cuda'")
+        t = self.trainer
+        if t.attn_implementation == "flash_attention_2" and (t.device != "cuda" or self.model.dtype != "bfloat16"):
+            raise ValueError(
+                f"trainer.attn_implementation='flash_attention_2' with trainer.device={t.device!r}, "
+                f"model.dtype={self.model.dtype!r}: flash attention needs device 'cuda' and dtype 'bfloat16' "
+                "(it has no CPU or fp32 kernel); use attn_implementation 'auto', which picks it where it can run"
+            )
+        # The trainers' own checks (one place: agentrl.trainer.config), on what
+        # trainer_configs will build; the model folder is only known once prepared.
+        _as_value_error(lambda: _policy_config(self, "<model.path>").validate(), "trainer.")
+        _as_value_error(lambda: _critic_config(self, "<model.path>").validate(), "critic.")
         return self
 
     def run_dir(self) -> Path:

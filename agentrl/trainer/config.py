@@ -42,8 +42,18 @@ KL_MODES: tuple[str, ...] = ("loss", "reward")
 ROW_LAYOUTS: tuple[str, ...] = ("packed", "padded")
 """How the rows of a micro-batch are laid out for the forward pass."""
 
-ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "eager", "flash_attention_2")
-"""Accepted values of ``attn_implementation``."""
+RowLayout = Literal["packed", "padded"]
+
+VARLEN_SDPA = "agentrl_varlen_sdpa"
+"""Our variable-length attention kernel (``agentrl.trainer.packing``), by the name it is
+registered under with transformers' ``AttentionInterface``."""
+
+POLICY_ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "eager", "flash_attention_2", VARLEN_SDPA)
+"""Accepted values of ``TrainerConfig.attn_implementation`` (the critic's take the three
+Hugging Face kernels only)."""
+
+ATTN_DEFAULT = "sdpa"
+"""Default of ``TrainerConfig.attn_implementation``."""
 
 
 def documented(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING) -> Any:
@@ -236,78 +246,124 @@ def validate_dual_clip_c(dual_clip_c: float | None, name: str = "dual_clip_c") -
 @dataclass
 class OptimConfig:
     """What ``PolicyTrainer`` and ``CriticTrainer`` share: the model they load and how
-    they optimise it. Used through ``TrainerConfig`` and ``CriticConfig``."""
+    they optimise it. Used through ``TrainerConfig`` and ``CriticConfig``. Each field's
+    documentation is its ``metadata["doc"]`` (``field_doc``), also shown by the run
+    configuration."""
 
-    model_path: str
-    """Folder of a Hugging Face model (``config.json`` + weights), loaded with
-    ``from_pretrained``: ``AutoModelForCausalLM`` for the policy; ``AutoModel`` for the
-    critic (by default the policy's base model; a causal-LM checkpoint loads, its
-    ``lm_head`` unused). Tokenizer files in it are copied by ``PolicyTrainer.save_hf``."""
-
-    dtype: str = "float32"
-    """Compute dtype: ``"float32"`` (default; exact on CPU, and what the invariant tests
-    use) or ``"bfloat16"``. Parameters and optimizer state are always kept in fp32; with
-    ``"bfloat16"`` FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``
-    casts the all-gathered weights for forward/backward and reduces gradients in fp32."""
-
-    device: str = "cpu"
-    """``"cpu"`` (process group backend gloo) or ``"cuda"`` (nccl). On CUDA the trainer
-    uses device ``LOCAL_RANK`` (env), else ``rank % device_count``."""
-
-    attn_implementation: str = "sdpa"
-    """Attention kernel passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``,
-    ``"flash_attention_2"`` where installed). Rows are right-padded inside a micro-batch
-    with an attention mask, which every listed kernel supports."""
-
-    lr: float = 1e-6
-    """AdamW peak learning rate. 1e-6 is the usual order for RL on instruct LLMs
-    (GRPO/DAPO recipes use 1e-6 to 3e-6); larger values destabilise the policy fast.
-    ``CriticConfig`` defaults to 1e-5."""
-
-    weight_decay: float = 0.0
-    """AdamW decoupled weight decay (applied to every parameter). 0 as in TRL's GRPO
-    defaults: RL runs are short and start from a pretrained model."""
-
-    betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW ``(beta1, beta2)``, PyTorch defaults."""
-
-    eps: float = 1e-8
-    """AdamW epsilon, PyTorch default."""
-
-    max_grad_norm: float | None = 1.0
-    """Clip the global gradient L2 norm (over all ranks' shards) to this value; ``None``
-    disables clipping (the norm is still reported as ``train/grad_norm``). A step whose
-    gradient norm is not finite is skipped (``train/skipped_step`` = 1)."""
-
-    warmup_steps: int = 0
-    """Linear warmup over this many optimizer steps, then constant: the learning-rate
-    factor of optimizer step ``k`` (0-based) is ``min(1, (k + 1) / warmup_steps)``."""
-
-    micro_batch_size: int = 4
-    """Rows per forward/backward pass on one rank (gradient accumulation over the rest).
-    Does not change the result (the loss uses global counts), only memory/speed."""
-
-    micro_batch_tokens: int | None = None
-    """Optional extra cap on the padded size (rows x longest row) of a micro-batch; a
-    single row longer than the cap still runs alone. ``None``: no cap."""
-
-    seed: int = 0
-    """Seeds torch, numpy and ``random`` at construction (same seed on every rank; the
-    critic's head initialisation uses it)."""
-
-    gradient_checkpointing: bool = False
-    """Recompute each decoder layer's activations in backward (HF
-    ``gradient_checkpointing_enable``, non-reentrant): less memory, about 30% more time.
-    Gradients are the same up to float rounding."""
+    model_path: str = documented(
+        doc=(
+            "Folder of a Hugging Face model (config.json + weights), loaded with from_pretrained: "
+            "AutoModelForCausalLM for the policy; AutoModel for the critic (by default the policy's base model; "
+            "a causal-LM checkpoint loads, its lm_head unused). Tokenizer files in it are copied by "
+            "PolicyTrainer.save_hf."
+        )
+    )
+    dtype: str = documented(
+        "float32",
+        doc=(
+            "Compute dtype: 'float32' (default; exact on CPU, and what the invariant tests use) or 'bfloat16'. "
+            "Parameters and optimizer state are always kept in fp32; with 'bfloat16' FSDP2's "
+            "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) casts the all-gathered weights for "
+            "forward/backward and reduces gradients in fp32."
+        ),
+    )
+    device: str = documented(
+        "cpu",
+        doc=(
+            "'cpu' (process group backend gloo) or 'cuda' (nccl). On CUDA the trainer uses device LOCAL_RANK "
+            "(env), else rank % device_count."
+        ),
+    )
+    attn_implementation: str = documented(
+        "sdpa",
+        doc=(
+            "Attention kernel passed to from_pretrained: 'sdpa' (default), 'eager', or 'flash_attention_2' where "
+            "installed. Rows are right-padded inside a micro-batch with an attention mask, which every listed "
+            "kernel supports."
+        ),
+    )
+    lr: float = documented(
+        1e-6,
+        doc=(
+            "AdamW peak learning rate. 1e-6 is the usual order for RL on instruct LLMs (GRPO/DAPO recipes use "
+            "1e-6 to 3e-6); larger values destabilise the policy fast."
+        ),
+    )
+    weight_decay: float = documented(
+        0.0,
+        doc=(
+            "AdamW decoupled weight decay (applied to every parameter). 0 as in TRL's GRPO defaults: RL runs "
+            "are short and start from a pretrained model."
+        ),
+    )
+    betas: tuple[float, float] = documented(
+        (0.9, 0.999),
+        doc=(
+            "AdamW (beta1, beta2), the PyTorch defaults: decay rates of the running mean of the gradient and of "
+            "its square. A lower beta2 (e.g. 0.95, common in LLM pretraining) adapts faster to the changing "
+            "gradient scale of RL updates."
+        ),
+    )
+    eps: float = documented(
+        1e-8,
+        doc="AdamW epsilon added to the root of the second moment, the PyTorch default; guards the step size where gradients are near zero.",
+    )
+    max_grad_norm: float | None = documented(
+        1.0,
+        doc=(
+            "Clip the global gradient L2 norm (over all ranks' shards) to this value; None disables clipping "
+            "(the norm is still reported). A step whose gradient norm is not finite is skipped (and counted)."
+        ),
+    )
+    warmup_steps: int = documented(
+        0,
+        doc=(
+            "Linear learning-rate warm-up over this many optimizer steps, then constant: the factor of optimizer "
+            "step k (0-based) is min(1, (k + 1) / warmup_steps)."
+        ),
+    )
+    micro_batch_size: int = documented(
+        4,
+        doc=(
+            "Rows per forward/backward pass on one rank (gradient accumulation over the rest). Does not change "
+            "the result (the loss uses global counts), only memory and speed."
+        ),
+    )
+    micro_batch_tokens: int | None = documented(
+        None,
+        doc=(
+            "Optional extra cap on the padded size (rows x longest row) of a micro-batch, for long rows; a single "
+            "row longer than the cap still runs alone. None: no cap."
+        ),
+    )
+    seed: int = documented(
+        0,
+        doc=(
+            "Seeds torch, numpy and random at construction (same seed on every rank; the critic's head "
+            "initialisation uses it)."
+        ),
+    )
+    gradient_checkpointing: bool = documented(
+        False,
+        doc=(
+            "Recompute each decoder layer's activations in backward (HF gradient_checkpointing_enable, "
+            "non-reentrant): less memory, about 30% more time. Gradients are the same up to float rounding."
+        ),
+    )
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid shared field."""
         validate_optim_fields(self)
 
 
-def validate_optim_fields(cfg: OptimConfig) -> None:
-    """The checks of ``OptimConfig``'s fields: model path, dtype, device, AdamW settings,
-    warmup, micro-batching and seed.
+def validate_optim_fields(cfg: OptimConfig, attn_implementations: tuple[str, ...] = ("sdpa", "eager", "flash_attention_2")) -> None:
+    """The checks of ``OptimConfig``'s fields: model path, dtype, device, attention kernel,
+    AdamW settings, warmup, micro-batching and seed.
+
+    Args:
+        cfg: the config to check.
+        attn_implementations: the kernels this trainer accepts (the policy's also take
+            ``"auto"`` and ``VARLEN_SDPA``).
 
     Raises:
         ConfigError: naming the first invalid field, its value and what was expected.
@@ -318,6 +374,8 @@ def validate_optim_fields(cfg: OptimConfig) -> None:
         raise ConfigError(f"dtype={cfg.dtype!r}; expected one of {DTYPES}")
     if cfg.device not in DEVICES:
         raise ConfigError(f"device={cfg.device!r}; expected one of {DEVICES}")
+    if cfg.attn_implementation not in attn_implementations:
+        raise ConfigError(f"attn_implementation={cfg.attn_implementation!r}; expected one of {attn_implementations}")
     if not cfg.lr > 0:
         raise ConfigError(f"lr={cfg.lr}; expected > 0")
     if not cfg.weight_decay >= 0:
@@ -340,46 +398,137 @@ def validate_optim_fields(cfg: OptimConfig) -> None:
 
 @dataclass
 class TrainerConfig(OptimConfig):
-    """Configuration of ``PolicyTrainer``: the shared ``OptimConfig`` fields plus the PPO
-    knobs below. Call ``validate()`` (the trainer does) to get a ``ConfigError`` naming any
-    bad value."""
+    """Configuration of ``PolicyTrainer``: the shared ``OptimConfig`` fields plus the PPO,
+    row-layout, rollout-correction and KL knobs below. Call ``validate()`` (the trainer
+    does) to get a ``ConfigError`` naming any bad value."""
 
-    ppo_epochs: int = 1
-    """Passes over each batch per ``step()``; each pass is one optimizer step. With 1 the
-    update is on-policy (ratio 1 at the first pass), as in GRPO."""
-
-    clip_ratio_low: float = 0.2
-    """PPO clip range below 1: ratio clipped at ``1 - clip_ratio_low`` (Schulman 2017)."""
-
-    clip_ratio_high: float = 0.2
-    """PPO clip range above 1. DAPO's clip-higher uses 0.28 (Yu et al. 2025, Sec. 3.1)."""
-
-    loss_agg_mode: LossAggMode = "token-mean"
-    """``"token-mean"`` (every loss token of the batch weighs the same; DAPO Sec. 3.3),
-    ``"seq-mean-token-mean"`` (GRPO's original per-sequence mean) or
-    ``"seq-mean-token-sum"``. The normaliser is always the global count of the batch."""
-
-    temperature: float | None = None
-    """``None`` (recommended): score each batch at the temperature it records
-    (``batch.sampling.temperature``). A float: the temperature the rollout is expected to
-    use; a batch sampled at another one raises ``ConfigError`` instead of being trained."""
-
-    logprob_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    """Tokens per chunk when turning logits into log-probs / entropies (bounds the extra
-    ``[chunk, vocab]`` fp32 memory; see ``agentrl.trainer.losses``)."""
+    attn_implementation: str = documented(
+        ATTN_DEFAULT,
+        doc=(
+            "Attention kernel. 'auto': flash_attention_2 on CUDA when the flash_attn package is installed and "
+            "dtype is bfloat16 (it has no fp32 kernel), else agentrl_varlen_sdpa, our variable-length kernel "
+            "that runs anywhere PyTorch does (SDPA once per row: no FLOP on padding or across rows). 'sdpa', "
+            "'eager', 'flash_attention_2' and 'agentrl_varlen_sdpa' name one kernel; every one of them scores "
+            "packed and padded rows exactly (packed rows get a block-diagonal mask where the kernel has no "
+            "variable-length path)."
+        ),
+    )
+    micro_batch_size: int = documented(
+        4,
+        doc=(
+            "padded layout: rows per forward/backward pass on one rank (gradient accumulation over the rest). "
+            "packed layout: not used, micro_batch_tokens bounds a micro-batch. Only memory and speed depend on "
+            "it (the loss uses global counts)."
+        ),
+    )
+    micro_batch_tokens: int | None = documented(
+        8192,
+        doc=(
+            "packed layout: the token budget of a micro-batch; rows are bin-packed (first-fit decreasing) into "
+            "micro-batches of at most this many tokens, and a longer row runs alone (None: 8192). padded layout: "
+            "an optional cap on rows x longest row of a micro-batch (None: no cap). Only memory and speed depend "
+            "on it (the loss uses global counts); raise it until memory runs short, since fewer, fuller passes "
+            "are faster."
+        ),
+    )
+    ppo_epochs: int = documented(
+        1,
+        doc=(
+            "Passes over each batch per step(); each pass is one optimizer step. With 1 the update is on-policy "
+            "(ratio 1 at the first pass), as in GRPO."
+        ),
+    )
+    clip_ratio_low: float = documented(
+        0.2,
+        doc="PPO clip range below 1: the ratio is clipped at 1 - clip_ratio_low, in [0, 1) (Schulman et al. 2017).",
+    )
+    clip_ratio_high: float = documented(
+        0.2,
+        doc="PPO clip range above 1: the ratio is clipped at 1 + clip_ratio_high, >= 0. DAPO's clip-higher uses 0.28 (Yu et al. 2025, Sec. 3.1).",
+    )
+    dual_clip_c: float | None = documented(
+        3.0,
+        doc=(
+            "PPO dual clip (Ye et al. 2020, Eq. 5): for a negative advantage the per-token loss is bounded by "
+            "c * |A|, so a token whose ratio has grown far beyond the clip range (stale or off-policy samples) "
+            "cannot dominate the step. Must be > 1; None: off. Inactive while every ratio stays below c (always "
+            "so with ppo_epochs 1 and on-policy data)."
+        ),
+    )
+    loss_agg_mode: LossAggMode = documented(
+        "token-mean",
+        doc=(
+            "Loss aggregation over the global batch: 'token-mean' (every loss token of the batch weighs the "
+            "same; DAPO Sec. 3.3), 'seq-mean-token-mean' (GRPO's original per-sequence mean) or "
+            "'seq-mean-token-sum'. The normaliser is always the global count of the batch."
+        ),
+    )
+    temperature: float | None = documented(
+        None,
+        doc=(
+            "None (recommended): score each batch at the temperature it records (batch.sampling.temperature). "
+            "A float: the temperature the rollout is expected to use; a batch sampled at another one raises "
+            "ConfigError instead of being trained."
+        ),
+    )
+    row_layout: RowLayout = documented(
+        "packed",
+        doc=(
+            "'packed' (default): a micro-batch's rows are concatenated into one sequence without padding, "
+            "attention restricted to each row and position ids restarting per row; micro-batches formed by the "
+            "micro_batch_tokens budget. 'padded': rows right-padded to the longest row of the micro-batch "
+            "(micro_batch_size rows each), for comparison and for kernels without variable-length attention. "
+            "Both give the same log-probs (within 1e-5 in fp32); packed spends no compute on padding."
+        ),
+    )
+    logprob_chunk_tokens: int = documented(
+        DEFAULT_CHUNK_TOKENS,
+        doc=(
+            "Positions projected to the vocabulary at once when scoring log-probs, entropies and KL: bounds the "
+            "extra memory of the log-prob step to about chunk x vocabulary x 4 bytes times a small constant "
+            "(1024 x 49,152 x 4 B = 201 MB for SmolLM2). Smaller saves memory, larger saves a little time."
+        ),
+    )
+    rollout_correction: RolloutCorrectionConfig = documented(
+        default_factory=RolloutCorrectionConfig,
+        doc=(
+            "Correction of the mismatch between the engine's log-probs (behavior) and the trainer's at the "
+            "weights the update starts from (proximal): importance weights and masks of the policy-gradient "
+            "term (decoupled PPO). Off by default; see its fields."
+        ),
+    )
+    kl: KLConfig = documented(
+        default_factory=KLConfig,
+        doc="KL penalty toward a frozen reference policy, in the loss or in the reward. Off by default (coef 0); see its fields.",
+    )
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid field."""
-        validate_optim_fields(self)
+        validate_optim_fields(self, POLICY_ATTN_IMPLEMENTATIONS)
         if not (isinstance(self.ppo_epochs, int) and self.ppo_epochs >= 1):
             raise ConfigError(f"ppo_epochs={self.ppo_epochs!r}; expected an int >= 1")
         validate_clip_ratios(self.clip_ratio_low, self.clip_ratio_high)
+        validate_dual_clip_c(self.dual_clip_c)
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ConfigError(f"loss_agg_mode={self.loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
         if self.temperature is not None and not (0.0 < self.temperature < float("inf")):
             raise ConfigError(f"temperature={self.temperature}; expected a finite float > 0 or None")
+        if self.attn_implementation == "flash_attention_2" and (self.device != "cuda" or self.dtype != "bfloat16"):
+            raise ConfigError(
+                f"attn_implementation='flash_attention_2' with device={self.device!r}, dtype={self.dtype!r}; flash "
+                "attention needs device 'cuda' and dtype 'bfloat16' (no CPU or fp32 kernel); 'auto' picks it where "
+                "it can run"
+            )
+        if self.row_layout not in ROW_LAYOUTS:
+            raise ConfigError(f"row_layout={self.row_layout!r}; expected one of {ROW_LAYOUTS}")
         if not (isinstance(self.logprob_chunk_tokens, int) and self.logprob_chunk_tokens >= 1):
             raise ConfigError(f"logprob_chunk_tokens={self.logprob_chunk_tokens!r}; expected an int >= 1")
+        if not isinstance(self.rollout_correction, RolloutCorrectionConfig):
+            raise ConfigError(f"rollout_correction={self.rollout_correction!r}; expected a RolloutCorrectionConfig")
+        self.rollout_correction.validate()
+        if not isinstance(self.kl, KLConfig):
+            raise ConfigError(f"kl={self.kl!r}; expected a KLConfig")
+        self.kl.validate()
 
 
 @dataclass
@@ -389,23 +538,34 @@ class CriticConfig(OptimConfig):
     below. ``validate()`` (the trainer calls it) raises a ``ConfigError`` naming any bad
     value."""
 
-    lr: float = 1e-5
-    """AdamW peak learning rate. Critics usually learn about 10x faster than the policy
-    (verl's critic default 1e-5 vs actor 1e-6)."""
-
-    head_init_std: float = 0.0
-    """Std of the value head's initial weight; 0 (default) zeroes it, so a fresh critic
-    predicts 0 everywhere (see ``TurnValueModel``)."""
-
-    value_clip: float | None = None
-    """PPO value clipping range ``eps_v`` (``None``: plain MSE). With it the per-position
-    loss is ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)`` (PPO2
-    / CleanRL ``clip_vloss``; verl's ``cliprange_value`` defaults to 0.5). ``V_old`` is
-    ``ValueBatch.old_values`` or, when absent, the values of this step's first epoch
-    (then clipping only acts from the second epoch on). Returns in reward units."""
-
-    epochs: int = 1
-    """Optimizer steps (passes over the batch) per ``step()``."""
+    lr: float = documented(
+        1e-5,
+        doc=(
+            "AdamW peak learning rate of the critic. Critics usually learn about 10x faster than the policy "
+            "(verl's critic default 1e-5 vs actor 1e-6)."
+        ),
+    )
+    head_init_std: float = documented(
+        0.0,
+        doc=(
+            "Std of the value head's initial weight; 0 (default) zeroes it, so a fresh critic predicts 0 "
+            "everywhere (see TurnValueModel)."
+        ),
+    )
+    value_clip: float | None = documented(
+        None,
+        doc=(
+            "PPO value clipping range eps_v (None: plain MSE). With it the per-position loss is "
+            "0.5 * max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2) (PPO2 / CleanRL clip_vloss; "
+            "verl's cliprange_value defaults to 0.5). V_old is ValueBatch.old_values or, when absent, the values "
+            "of this step's first epoch (then clipping only acts from the second epoch on). Returns in reward "
+            "units."
+        ),
+    )
+    epochs: int = documented(
+        1,
+        doc="Optimizer steps (passes over the batch) of the critic per step(), i.e. per iteration.",
+    )
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid field."""
