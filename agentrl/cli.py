@@ -225,6 +225,63 @@ def envs_check(
     raise typer.Exit(0 if report.ok else 1)
 
 
+def _export_report(report: Any) -> Table:
+    """The files ``agentrl export`` wrote, then what they hold and the check's result."""
+    t = Table("file", "bytes", title=f"exported {report.out_dir}",
+              caption=f"{report.num_params:,} parameters stored, {report.dtype}")
+    for name, size in report.files:
+        t.add_row(name, f"{size:,}")
+    return t
+
+
+@app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="Run directory written by `agentrl train` (config.yaml, checkpoints/)."),
+    out_dir: Path = typer.Argument(..., help="Folder to write the Hugging Face model to; it must not exist yet (see --force)."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="Checkpoint to export, by name (e.g. iter_3); default: the latest complete one."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT_DIR when it is an earlier export or an empty folder; any other folder is never deleted."),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights written: float32 (the trainer's master weights) or bfloat16 (half the size; the round-trip check then runs on fp32 before the cast, and the cast is checked exact)."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Write a run's checkpoint as a plain Hugging Face folder (safetensors, config, tokenizer,
+    chat template, generation config) that transformers and vLLM load. Before the folder is
+    moved into place, log-probs of a fixed batch computed from it with plain transformers
+    must equal the trainer's within 1e-6 (fp32) and tied weights must be stored once and tied
+    again on reload. Exit 0 when written, 1 when the check fails (nothing is written), 2 on a
+    user error."""
+    from agentrl.cluster.export import ExportCheckError, export_run, prepare_export
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        req = prepare_export(run_dir, out_dir, checkpoint=checkpoint, force=force, dtype=dtype)
+        if not debug:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
+        with console.status(f"exporting {req.checkpoint}") as status:
+            report = export_run(req, progress=lambda phase: status.update(f"{req.checkpoint.name}: {phase}"))
+    except ExportCheckError as exc:
+        if debug:
+            raise
+        console.print(f"[bold red]export check failed:[/] {exc}")
+        raise typer.Exit(1)
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    Console().print(_export_report(report))
+    tied = ", ".join(f"{t} tied to {s}" for t, s in report.tied.items())
+    typer.echo(f"from: {report.checkpoint} of run {report.run_id} (policy version {report.policy_version}, "
+               f"trainer step {report.global_step})")
+    typer.echo(f"tied weights: {tied + ', stored once and tied again on reload' if tied else 'none'}")
+    cast = "; bf16 weights equal the checked fp32 weights rounded to bf16" if report.bf16_cast_exact else ""
+    typer.echo(f"round trip: max |trainer - exported| log-prob {report.max_abs_diff:.2g} nats over {report.tokens} "
+               f"tokens of {report.rows} rows (allowed {report.tolerance:g}, fp32, temperature "
+               f"{report.temperature:g}): passed{cast}")
+    typer.echo(f"load it: AutoModelForCausalLM.from_pretrained({str(report.out_dir)!r}) or vllm.LLM(model=...)"
+               f"  ({report.seconds:.1f} s)")
+
+
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 

@@ -15,11 +15,15 @@ tokens):
   ``{"lm_head.weight": "model.embed_tokens.weight"}``) and keeps the source, the key
   ``from_pretrained`` re-ties from.
 - Re-scoring. The exported folder, loaded with plain ``AutoModelForCausalLM`` and scored
-  one row at a time without padding, gives logits bit-identical to the trainer's padded
-  FSDP2 forward. The log-prob is taken as ``z[y] - logsumexp(z)`` with ``z = logits / T``
-  (the definition of ``log_softmax`` at the label). ``torch.log_softmax(z)[y]`` rounds
-  differently (it subtracts the max first): 1.9e-6 off at ``|log p|`` of about 11 (two fp32
-  ulps), from identical logits, which alone would break a 1e-6 check.
+  one row at a time without padding, gives log-probs bit-identical to the trainer's
+  (FSDP2, one row per micro-batch, packed or padded layout). Rows batched together go
+  through matrix products of another shape and round differently: up to 7.6e-6 on
+  SmolLM2-135M, with no export involved (``agentrl.cluster.export`` scores one row per
+  micro-batch for that reason). The log-prob is taken as ``z[y] - logsumexp(z)`` with
+  ``z = logits / T`` (the definition of ``log_softmax`` at the label, and the trainer's
+  formula). ``torch.log_softmax(z)[y]`` rounds differently (it subtracts the max first):
+  1.9e-6 off at ``|log p|`` of about 11 (two fp32 ulps) from identical logits, which alone
+  would break a 1e-6 check.
 """
 
 from __future__ import annotations
