@@ -52,8 +52,9 @@ POLICY_ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "eager", "flash_
 """Accepted values of ``TrainerConfig.attn_implementation`` (the critic's take the three
 Hugging Face kernels only)."""
 
-ATTN_DEFAULT = "sdpa"
-"""Default of ``TrainerConfig.attn_implementation``."""
+ATTN_DEFAULT = "auto"
+"""Default of ``TrainerConfig.attn_implementation`` (resolved by
+``agentrl.trainer.packing.resolve_attn_implementation`` when the model loads)."""
 
 
 def documented(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING) -> Any:
@@ -405,7 +406,7 @@ class TrainerConfig(OptimConfig):
     attn_implementation: str = documented(
         ATTN_DEFAULT,
         doc=(
-            "Attention kernel. 'auto': flash_attention_2 on CUDA when the flash_attn package is installed and "
+            "Attention kernel. 'auto' (default): flash_attention_2 on CUDA when the flash_attn package is installed and "
             "dtype is bfloat16 (it has no fp32 kernel), else agentrl_varlen_sdpa, our variable-length kernel "
             "that runs anywhere PyTorch does (SDPA once per row: no FLOP on padding or across rows). 'sdpa', "
             "'eager', 'flash_attention_2' and 'agentrl_varlen_sdpa' name one kernel; every one of them scores "
