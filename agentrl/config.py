@@ -1,7 +1,10 @@
 """The run configuration: pydantic models, loaded from YAML plus ``key=value`` overrides.
 
 Every field carries its default and why. Validation happens here, in one place, and a bad
-key or value raises ``ConfigError`` naming the key, the value and what was expected.
+key or value raises ``ConfigError`` naming the key, the value and what was expected. The
+``trainer`` and ``critic`` sections mirror the trainers' dataclasses
+(``agentrl.trainer.config``): their defaults and descriptions are read from those fields,
+and the dataclasses' own ``validate()`` checks them at start-up.
 
 Example::
 

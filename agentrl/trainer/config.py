@@ -2,8 +2,13 @@
 
 ``OptimConfig`` holds what both trainers share (model folder, dtype, device, AdamW,
 warmup, clipping, micro-batching, seed, gradient checkpointing); ``TrainerConfig`` adds
-the policy's PPO knobs, ``CriticConfig`` the value model's. Each ``validate()`` raises a
-``ConfigError`` naming the first bad field, its value and what was expected.
+the policy's PPO knobs, row layout, ``RolloutCorrectionConfig`` and ``KLConfig``;
+``CriticConfig`` the value model's. Each ``validate()`` raises a ``ConfigError`` naming
+the first bad field, its value and what was expected.
+
+Each field's documentation is written once, here, as ``metadata["doc"]`` (``documented``,
+read by ``field_doc``); the run configuration's ``trainer`` / ``critic`` sections take
+their defaults and descriptions from these fields, so the two layers say the same thing.
 
 This module imports no torch (only ``agentrl.errors``), so the run configuration
 (``agentrl.config``) can build and check these without loading the trainer.
@@ -190,8 +195,9 @@ class KLConfig:
         "loss",
         doc=(
             "'loss': coef times the aggregated estimate is added to the loss (loss_agg_mode, global "
-            "normalisers), as in GRPO. 'reward': coef times the per-token estimate is subtracted from the "
-            "reward before advantages, as in PPO for RLHF."
+            "normalisers), as in GRPO. 'reward': coef times the per-token estimate, summed over each turn's "
+            "sampled tokens, is subtracted from that turn's reward before the advantage estimator runs, as in "
+            "PPO for RLHF (verl's use_kl_in_reward)."
         ),
     )
     reference_path: str | None = documented(

@@ -1,6 +1,15 @@
-"""Pure loss functions of the trainers: token log-probs, entropy, the PPO-clip policy
-loss (``policy_loss``) and the critic's (optionally clipped) value loss
-(``value_loss_terms``).
+"""Pure loss functions of the trainers: token log-probs, entropy, the policy loss and the
+critic's (optionally clipped) value loss (``value_loss_terms``).
+
+The policy loss keeps the three log-probs apart (design.md): ``behavior_log_probs`` (the
+engine's), ``proximal_log_probs`` (the trainer's at the weights the update starts from)
+and the current ones. ``rollout_correction`` turns the behavior/proximal mismatch into
+detached per-token weights and masks; ``ppo_loss`` is the decoupled PPO-clip loss with
+clip-higher and dual clip, weighted and masked by that correction, plus an optional
+KL-to-reference term (``kl_penalty``: k1 / k2 / k3), all aggregated with global
+normalisers (``aggregate_loss``); ``rollout_corr_metrics`` gives the batch's
+``rollout_corr/*`` metrics from additive per-micro-batch sums. ``policy_loss`` is the plain
+PPO-clip loss with the older ``losses/*`` metric names.
 
 Everything here is a function of tensors; nothing touches a model, a process group or a
 file. Shapes are 1-D over tokens (``T``), the layout of ``TokenBatch``, or over value
