@@ -8,8 +8,9 @@ What it owns, in the order a trainer meets it:
    AdamW with linear warmup;
 2. batch checks every trainer makes: token ids inside the vocabulary, and the same batch
    on every rank (a fingerprint compared by all-reduce);
-3. the rank split and micro-batching of packed rows, aligned across ranks, with dummy
-   one-token passes (zero weight) on ranks with fewer micro-batches;
+3. the rank split and micro-batching of packed rows (in order by row count when padded,
+   bin-packed by a token budget when packed), aligned across ranks, with dummy one-token
+   passes (zero weight) on ranks with fewer micro-batches;
 4. ``optimize``: per epoch zero-grad → the trainer's micro-batch callback (forward, loss,
    backward) or a dummy pass → metric all-reduce → global gradient-norm clipping → AdamW
    step, or a skipped step on a non-finite norm → scheduler step; then ``global_step + 1``;
@@ -32,6 +33,7 @@ import torch.distributed as dist
 from agentrl.errors import ContractError
 from agentrl.trainer import _fsdp_common as fc
 from agentrl.trainer.config import OptimConfig
+from agentrl.trainer.packing import install_scorer
 
 MicroStep = Callable[[int, int, list[int]], torch.Tensor]
 """``(epoch, group_index, rows) -> sums``: score ``rows`` (one micro-batch of this rank),
@@ -104,6 +106,10 @@ class TrainerCore:
         model = wrap(backbone) if wrap is not None else backbone
         model.train()  # dropout is already 0; train mode keeps gradient checkpointing active
         fc.shard_fsdp2(model, device=self.device, world_size=self.world_size, dtype=config.dtype)
+        if causal_lm:
+            # backbone -> hidden states where a loss reads -> chunked LM head, as an FSDP
+            # forward method (agentrl.trainer.packing)
+            install_scorer(model)
         self.model = model
         self.optimizer, self.scheduler = fc.build_optimizer(model.parameters(), config)
         self._dummy_output = dummy_output
@@ -128,16 +134,34 @@ class TrainerCore:
         """This rank's rows: ``rank, rank + W, rank + 2W, ...``."""
         return fc.rank_rows(num_rows, self.rank, self.world_size)
 
-    def micro_batches(self, rows: Sequence[int], row_lens: Sequence[int]) -> list[list[int]]:
-        """Group ``rows`` in order: at most ``micro_batch_size`` rows and (if set) at most
-        ``micro_batch_tokens`` padded tokens per group (``row_lens[r]``: row ``r``'s tokens)."""
-        return fc.micro_batches(rows, row_lens, self.config.micro_batch_size, self.config.micro_batch_tokens)
+    def micro_batches(self, rows: Sequence[int], row_lens: Sequence[int], layout: str = "padded") -> list[list[int]]:
+        """This rank's micro-batches (``row_lens[r]``: row ``r``'s tokens). ``layout``
+        ``"padded"``: rows in order, at most ``micro_batch_size`` rows and (if set) at most
+        ``micro_batch_tokens`` padded tokens per group; ``"packed"``: rows bin-packed into
+        at most ``micro_batch_tokens`` tokens per group (``fc.layout_micro_batches``)."""
+        return fc.layout_micro_batches(
+            rows,
+            row_lens,
+            layout=layout,
+            micro_batch_size=self.config.micro_batch_size,
+            micro_batch_tokens=self.config.micro_batch_tokens,
+        )
 
-    def aligned_micro_batches(self, rows: Sequence[int], row_lens: Sequence[int]) -> list[list[int]]:
-        """``micro_batches(rows, row_lens)`` padded with empty groups (dummy passes) to the
-        largest count of any rank, so every rank runs the same number of FSDP passes.
-        Collective."""
-        return fc.align_micro_batches(self.micro_batches(rows, row_lens), self.device, self.world_size)
+    def aligned_micro_batches(
+        self, rows: Sequence[int], row_lens: Sequence[int], layout: str = "padded"
+    ) -> list[list[int]]:
+        """``micro_batches(rows, row_lens, layout)`` padded with empty groups (dummy passes)
+        to the largest count of any rank, so every rank runs the same number of FSDP
+        passes. Collective."""
+        return fc.align_micro_batches(self.micro_batches(rows, row_lens, layout), self.device, self.world_size)
+
+    def all_rank_micro_batches(self, num_rows: int, row_lens: Sequence[int], layout: str) -> list[list[list[int]]]:
+        """Every rank's (unaligned) micro-batches, computed locally: the rank split and
+        the grouping are deterministic functions of the batch, which every rank holds."""
+        return [
+            self.micro_batches(fc.rank_rows(num_rows, r, self.world_size), row_lens, layout)
+            for r in range(self.world_size)
+        ]
 
     def dummy_forward(self, *, with_grad: bool) -> None:
         """A one-token pass with zero loss weight, so a rank without rows still joins the

@@ -29,6 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from agentrl.errors import CheckpointError, ConfigError
+from agentrl.trainer.packing import pack_micro_batches, resolve_attn_implementation
 
 COMPLETE_MARKER = "COMPLETE"
 
@@ -98,6 +99,10 @@ def load_hf_model(config: _ModelSource, *, causal_lm: bool = True) -> torch.nn.M
     backbone without the LM head; a causal-LM checkpoint loads into it, its ``lm_head``
     ignored).
 
+    ``config.attn_implementation`` goes through
+    ``agentrl.trainer.packing.resolve_attn_implementation`` (``"auto"``: flash attention 2
+    on CUDA in bf16 where installed, else the per-row SDPA kernel registered there).
+
     Dropout is switched off (every ``*dropout*`` float of the HF config set to 0, every
     ``nn.Dropout`` to ``p=0``) so that scoring is a deterministic function of the weights.
 
@@ -117,7 +122,10 @@ def load_hf_model(config: _ModelSource, *, causal_lm: bool = True) -> torch.nn.M
         if "dropout" in key and isinstance(value, float):
             setattr(hf_config, key, 0.0)
     hf_config.use_cache = False
-    kwargs = {"config": hf_config, "dtype": torch.float32, "attn_implementation": config.attn_implementation}
+    attn = resolve_attn_implementation(
+        config.attn_implementation, device=getattr(config, "device", "cpu"), dtype=getattr(config, "dtype", "float32")
+    )
+    kwargs = {"config": hf_config, "dtype": torch.float32, "attn_implementation": attn}
     try:
         if causal_lm:
             model = AutoModelForCausalLM.from_pretrained(config.model_path, **kwargs)
@@ -249,6 +257,32 @@ def micro_batches(
     if cur:
         groups.append(cur)
     return groups
+
+
+def layout_micro_batches(
+    rows: Sequence[int],
+    row_lens: Sequence[int],
+    *,
+    layout: str,
+    micro_batch_size: int,
+    micro_batch_tokens: int | None,
+) -> list[list[int]]:
+    """Micro-batches of ``rows`` for a row layout: ``"packed"`` bin-packs rows into at most
+    ``micro_batch_tokens`` tokens each (``packing.pack_micro_batches``; ``None``: the
+    default budget ``packing.DEFAULT_MICRO_BATCH_TOKENS``; ``micro_batch_size`` unused);
+    ``"padded"`` groups rows in order (``micro_batches``).
+
+    Raises:
+        ConfigError: unknown ``layout``.
+    """
+    from agentrl.trainer.packing import DEFAULT_MICRO_BATCH_TOKENS, ROW_LAYOUTS
+
+    if layout == "packed":
+        budget = DEFAULT_MICRO_BATCH_TOKENS if micro_batch_tokens is None else micro_batch_tokens
+        return pack_micro_batches(rows, row_lens, budget)
+    if layout == "padded":
+        return micro_batches(rows, row_lens, micro_batch_size, micro_batch_tokens)
+    raise ConfigError(f"row_layout={layout!r}; expected one of {ROW_LAYOUTS}")
 
 
 def align_micro_batches(groups: list[list[int]], device: torch.device, world_size: int) -> list[list[int]]:

@@ -17,11 +17,15 @@ same full ``TokenBatch``): they are collective. Rank ``r`` works on rows
 micro-batches than another rank) runs dummy one-token forwards/backwards with zero
 weight so that FSDP's all-gathers and reduce-scatters still line up.
 
-Scoring layout: the batch is packed (``TokenBatch``), but rows are scored by right-padding
-each micro-batch's rows to its longest row with an ``attention_mask`` (and the batch's
-``position_ids``, restarting per row). That is exact for every HF attention kernel;
-packing several rows into one unpadded sequence would need kernel-specific
-variable-length attention and is left for later.
+Scoring layout (``config.row_layout``, ``agentrl.trainer.packing``): ``"packed"`` (default)
+scores a micro-batch's rows as one unpadded sequence ``[1, Tm]`` with attention restricted
+to each row (variable-length flash attention on CUDA, one SDPA call per row elsewhere) and
+the batch's ``position_ids`` (restarting per row); micro-batches are bin-packed by a token
+budget (``micro_batch_tokens``). ``"padded"`` right-pads each micro-batch's rows to its
+longest row with an ``attention_mask``. Either way the LM head runs only where a log-prob
+is read (the position before each loss token in ``step``; every position in
+``compute_log_probs``), in chunks of ``logprob_chunk_tokens``. Both layouts give the same
+log-probs (1e-5) and gradients (1e-6) in fp32 (``tests/invariants/test_packing_invariants.py``).
 
 Dropout is switched off at load (every ``*dropout*`` float of the HF config set to 0,
 every ``nn.Dropout`` to ``p=0``): the trainer must score tokens with the same
@@ -31,6 +35,7 @@ first PPO epoch's log-probs exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -43,9 +48,18 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from agentrl.errors import ConfigError, ContractError
 from agentrl.trainer import _fsdp_common as fc
+from agentrl.trainer import packing
 from agentrl.trainer._core import TrainerCore
-from agentrl.trainer.config import TrainerConfig
-from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, policy_loss
+from agentrl.trainer.config import KL_ESTIMATORS, TrainerConfig
+from agentrl.trainer.losses import (
+    PPO_TOKEN_SUM_METRICS,
+    ROLLOUT_CORR_SUMS,
+    RolloutCorrection,
+    kl_penalty,
+    ppo_loss,
+    rollout_corr_metrics,
+    rollout_correction,
+)
 from agentrl.types import TokenBatch
 
 # What save_hf copies from the model folder besides what save_pretrained writes: the
@@ -74,10 +88,14 @@ class PolicyTrainer:
             ``load_checkpoint``).
         model: the FSDP2-wrapped HF model (parameters are sharded ``DTensor``s); exposed
             for inspection, e.g. gradients in tests.
+        reference: the frozen reference policy of the KL term (``config.kl.coef > 0``),
+            FSDP2-sharded like ``model`` but without gradients or an optimizer; ``None``
+            when the KL term is off (then it is never loaded). See ``_load_reference``.
 
     Raises (constructor):
-        ConfigError: invalid config, no process group, CUDA requested but absent, or a
-            model folder that cannot be loaded.
+        ConfigError: invalid config, no process group, CUDA requested but absent, a
+            model folder that cannot be loaded, or a reference whose vocabulary differs
+            from the policy's.
     """
 
     def __init__(self, config: TrainerConfig) -> None:
@@ -88,6 +106,42 @@ class PolicyTrainer:
         self.rank, self.world_size = self._core.rank, self._core.world_size
         self.device = self._core.device
         self.model = self._core.model
+        self.reference = self._load_reference()
+
+    def _load_reference(self) -> torch.nn.Module | None:
+        """The frozen reference policy of the KL term, or ``None`` when ``kl.coef == 0``.
+
+        Weights: ``config.kl.reference_path``, or by default the initial policy
+        (``config.model_path``), loaded as the policy is (``load_hf_model``: fp32, dropout
+        off, the same attention kernel), ``requires_grad_(False)``, ``eval()``, and sharded
+        with FSDP2 like the policy (same mesh shape and compute dtype) but with no
+        optimizer. It is not part of the checkpoint: it never changes, so a resumed run
+        loads it again from the same folder (which must therefore still hold the same
+        weights). Memory: one more copy of the weights (sharded over the ranks), and no
+        gradients or optimizer state.
+
+        Raises:
+            ConfigError: the folder cannot be loaded, or its vocabulary (input-embedding
+                rows, or output-embedding rows) differs from the policy's.
+        """
+        cfg = self.config
+        if not cfg.kl.coef > 0:
+            return None
+        path = cfg.kl.reference_path or cfg.model_path
+        ref = fc.load_hf_model(dataclasses.replace(cfg, model_path=path), causal_lm=True)
+        for what, get in (("input", "get_input_embeddings"), ("output", "get_output_embeddings")):
+            mine, theirs = getattr(self.model, get)(), getattr(ref, get)()
+            n_mine = None if mine is None else int(mine.weight.shape[0])
+            n_ref = None if theirs is None else int(theirs.weight.shape[0])
+            if n_mine != n_ref:
+                raise ConfigError(
+                    f"kl.reference_path={path!r} has {n_ref} {what}-embedding rows but the policy "
+                    f"(model_path={cfg.model_path!r}) has {n_mine}; the reference must share the policy's vocabulary"
+                )
+        ref.requires_grad_(False)
+        ref.eval()
+        fc.shard_fsdp2(ref, device=self.device, world_size=self.world_size, dtype=cfg.dtype)
+        return ref
 
     @property
     def global_step(self) -> int:
@@ -123,7 +177,7 @@ class PolicyTrainer:
             if not rows:
                 self._core.dummy_forward(with_grad=False)
                 continue
-            lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False)
+            lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False, positions="all")
             idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]).to(self.device)
             out[idx] = lp
         if self.world_size > 1:
@@ -162,6 +216,8 @@ class PolicyTrainer:
                 row's first position, or ranks holding different batches.
         """
         t0 = time.perf_counter()
+        peak = packing.PeakMemory(self.device)  # perf/peak_memory_mb
+        peak.start()
         cfg = self.config
         temperature = self._check_batch(batch, for_training=True)
         my_rows = self._my_rows(batch)
@@ -177,75 +233,93 @@ class PolicyTrainer:
         if global_tokens == 0:
             raise ContractError("batch has no loss tokens (sum(loss_mask) == 0); nothing to train on")
 
-        # 2. old log-probs at the current weights, and their gap to the engine's, are taken
-        # from epoch 0's own forward passes (detached): the weights do not change until the
-        # optimizer step at the end of an epoch, so this equals a separate no-grad pass
-        # and saves a full forward over the batch.
-        old_lps: list[torch.Tensor | None] = [None] * len(groups)
-        gap_sum = torch.zeros(1, dtype=torch.float64, device=dev)
-        gap_max = torch.zeros(1, dtype=torch.float32, device=dev)
+        # 2. proximal log-probs (the weights this update starts from): the batch's when it
+        # carries them (off-policy data), else taken (detached) from epoch 0's own forward
+        # passes: the weights do not change until the optimizer step at the end of an
+        # epoch, so this equals a separate no-grad pass and saves a full forward. The
+        # rollout correction (weights proximal / behavior, masks) and the engine↔trainer
+        # gap are computed once, in epoch 0, and reused by later epochs.
+        given_prox = batch.proximal_log_probs is not None
+        correct = cfg.rollout_correction.enabled
+        prox_lps: list[torch.Tensor | None] = [None] * len(groups)
+        corrections: list[RolloutCorrection | None] = [None] * len(groups)
+        corr_sums = torch.zeros(len(ROLLOUT_CORR_SUMS), dtype=torch.float64, device=dev)  # (K,)
+        gaps: list[torch.Tensor] = []
 
-        # 3. PPO epochs: TrainerCore runs the loop (zero-grad, micro-batches or dummy
+        # 3. reference log-probs of the KL term (kl.mode "loss"), no grad, once per step
+        # before the epochs (reused by every epoch): a separate aligned pass over this
+        # rank's micro-batches, with dummy passes where a rank has none, so the
+        # reference's FSDP all-gathers line up across ranks and never interleave with
+        # the policy's.
+        kl_in_loss = self.reference is not None and cfg.kl.mode == "loss"
+        ref_lps = self._reference_log_probs(batch, groups, temperature) if kl_in_loss else [None] * len(groups)
+
+        # 4. PPO epochs: TrainerCore runs the loop (zero-grad, micro-batches or dummy
         # passes, all-reduce of these sums, clip, AdamW or a skipped step, scheduler).
-        loss_keys = ("losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean")
-        metric_names = ("actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/ratio_mean")
+        share_names = ("actor/pg_loss", "actor/kl_loss")  # summed over micro-batches and ranks
+        token_names = PPO_TOKEN_SUM_METRICS + (tuple(f"kl/ref_{k}" for k in KL_ESTIMATORS) if kl_in_loss else ())
+        metric_names = share_names + token_names  # token sums: divided by the global loss-token count
 
         def micro_step(epoch: int, g: int, rows: list[int]) -> torch.Tensor:
-            """Score, loss and backward of one micro-batch; returns
-            [loss, kl*n, clipfrac*n, entropy*n, ratio*n] (n = its loss tokens), float64."""
-            nonlocal gap_max
+            """Score, loss and backward of one micro-batch; returns its metric sums in
+            ``metric_names`` order, float64."""
             sub = batch.select_rows(rows)
-            lp, ent = self._score_rows(batch, rows, temperature, with_grad=True, with_entropy=True)
-            mask = sub.loss_mask.to(dev)
+            lp, ent = self._score_rows(batch, rows, temperature, with_grad=True, with_entropy=True)  # (Tm,) each
+            mask = sub.loss_mask.to(dev)  # (Tm,)
+            seq_ids = torch.repeat_interleave(torch.arange(len(rows)), sub.seq_lens).to(dev)  # (Tm,)
             if epoch == 0:
-                old_lps[g] = lp.detach()
-                gap = (old_lps[g] - sub.behavior_log_probs.to(dev)).abs()[mask > 0]  # (n_loss,)
-                if gap.numel():
-                    gap_sum.add_(gap.double().sum())
-                    gap_max = torch.maximum(gap_max, gap.max())
-            old = old_lps[g]
-            seq_ids = torch.repeat_interleave(torch.arange(len(rows)), sub.seq_lens).to(dev)
-            loss, m = policy_loss(
+                prox_lps[g] = sub.proximal_log_probs.to(dev) if given_prox else lp.detach()  # (Tm,)
+                corr = rollout_correction(
+                    prox_lps[g], sub.behavior_log_probs.to(dev), mask, seq_ids, cfg.rollout_correction
+                )
+                corrections[g] = corr if correct else None
+                corr_sums.add_(corr.sums)
+                gaps.append(corr.gaps)
+            loss, m = ppo_loss(
                 lp,
-                old,
+                prox_lps[g],
                 sub.advantages.to(dev),
                 mask,
+                seq_ids=seq_ids,
+                correction=corrections[g],
                 clip_ratio_low=cfg.clip_ratio_low,
                 clip_ratio_high=cfg.clip_ratio_high,
+                dual_clip_c=cfg.dual_clip_c,
                 loss_agg_mode=cfg.loss_agg_mode,
                 global_num_tokens=global_tokens,
                 global_num_seqs=max(global_seqs, 1.0),
-                seq_ids=seq_ids,
                 entropy=ent,
+                ref_log_probs=ref_lps[g],
+                kl_coef=cfg.kl.coef if kl_in_loss else 0.0,
+                kl_estimator=cfg.kl.estimator,
             )
             loss.backward()
-            n = mask.sum().double()
-            return torch.stack([m[loss_keys[0]].double()] + [m[k].double() * n for k in loss_keys[1:]])
+            return torch.stack([m[k].double() for k in metric_names])  # (M,)
 
         stats = self._core.optimize(groups, cfg.ppo_epochs, micro_step, len(metric_names))
-        self._core.all_reduce(gap_sum, dist.ReduceOp.SUM)
-        self._core.all_reduce(gap_max, dist.ReduceOp.MAX)
+        self._core.all_reduce(corr_sums, dist.ReduceOp.SUM)
+        all_gaps = self._gather_gaps(torch.cat(gaps) if gaps else torch.zeros(0, device=dev))  # (N_loss,)
         totals = {k: 0.0 for k in metric_names}
         for vals in stats.sums:
-            totals[metric_names[0]] += vals[0]
-            for k, v in zip(metric_names[1:], vals[1:]):
-                totals[k] += v / global_tokens
+            for k, v in zip(metric_names, vals):
+                totals[k] += v if k in share_names else v / global_tokens
 
         step_s = time.perf_counter() - t0
         n_ep = float(cfg.ppo_epochs)
         out = {k: v / n_ep for k, v in totals.items()}
+        out.update(rollout_corr_metrics(corr_sums, all_gaps))
         out.update(
             {
+                "kl/coef": float(cfg.kl.coef),
                 "actor/grad_norm": sum(stats.grad_norms) / n_ep,
                 "actor/lr": stats.lr,
                 "actor/num_loss_tokens": global_tokens,
                 "actor/num_loss_seqs": global_seqs,
-                "rollout_corr/gap_abs_mean": float(gap_sum) / global_tokens,
-                "rollout_corr/gap_abs_max": float(gap_max),
                 "actor/skipped_step": float(stats.skipped),
                 "actor/global_step": float(self.global_step),
                 "perf/tokens_per_s": batch.num_tokens / step_s if step_s > 0 else 0.0,
                 "perf/step_s": step_s,
+                **self._perf_metrics(batch, peak),  # perf/padding_frac, perf/peak_memory_mb
             }
         )
         return out
@@ -390,49 +464,89 @@ class PolicyTrainer:
     def _my_rows(self, batch: TokenBatch) -> list[int]:
         return self._core.my_rows(batch.num_rows)
 
+    @property
+    def _row_layout(self) -> str:
+        return getattr(self.config, "row_layout", "packed")
+
     def _micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
-        """Group rows in order: at most ``micro_batch_size`` rows and (if set) at most
-        ``micro_batch_tokens`` padded tokens per group."""
-        return self._core.micro_batches(rows, batch.seq_lens.tolist())
+        """This rank's micro-batches: ``row_layout="packed"``: rows bin-packed into at
+        most ``micro_batch_tokens`` tokens each; ``"padded"``: rows in order, at most
+        ``micro_batch_size`` rows (and ``micro_batch_tokens`` padded tokens) each."""
+        return self._core.micro_batches(rows, batch.seq_lens.tolist(), self._row_layout)
 
     def _aligned_micro_batches(self, rows: Sequence[int], batch: TokenBatch) -> list[list[int]]:
         """This rank's micro-batches, padded with empty groups (dummy passes) to the
         largest count of any rank, so every rank runs the same number of FSDP passes."""
-        return self._core.aligned_micro_batches(rows, batch.seq_lens.tolist())
+        return self._core.aligned_micro_batches(rows, batch.seq_lens.tolist(), self._row_layout)
 
     def _score_rows(
-        self, batch: TokenBatch, rows: Sequence[int], temperature: float, *, with_grad: bool, with_entropy: bool
+        self,
+        batch: TokenBatch,
+        rows: Sequence[int],
+        temperature: float,
+        *,
+        with_grad: bool,
+        with_entropy: bool,
+        positions: str = "loss",
+        model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Forward ``rows`` right-padded; return their packed ``[Tm]`` log-probs (and
-        entropies of the distribution that predicted each token), 0 at row starts."""
-        dev = self.device
-        ids, pos, attn = fc.right_pad_rows(batch.input_ids, batch.position_ids, batch.row_slices(), rows)  # (B, L) each
-        ids, pos, attn = ids.to(dev), pos.to(dev), attn.to(dev)
-        n_rows, width = ids.shape
+        """Score ``rows`` (one micro-batch) in ``config.row_layout``; the LM head runs
+        only at the positions before the scored tokens (``agentrl.trainer.packing``).
+
+        Args:
+            batch, rows: the full batch and this micro-batch's row indices.
+            temperature: logits are divided by it.
+            with_grad: build the autograd graph.
+            with_entropy: also return entropies.
+            positions: ``"loss"``: only tokens with ``loss_mask == 1`` are scored;
+                ``"all"``: every token except each row's first.
+            model: the model to score with (default ``self.model``; e.g. a reference
+                policy sharded the same way).
+
+        Returns:
+            ``(log_probs [Tm], entropies [Tm] or None)`` float32 on ``self.device``, in row
+            order (matching ``batch.select_rows(rows)``): the log-prob of each scored token
+            and the entropy of the distribution that predicted it; 0 at tokens not scored
+            (row starts, and with ``"loss"`` every token with ``loss_mask == 0``).
+        """
+        sub = batch.select_rows(rows)
+        lens = sub.seq_lens.tolist()
+        inputs = packing.model_inputs(sub.input_ids, sub.position_ids, lens, self._row_layout, self.device)
+        targets = packing.scored_targets(sub.loss_mask, lens, positions)  # (n,)
         with torch.set_grad_enabled(with_grad):
-            logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).logits  # (B, L, V)
-            flat = logits.reshape(n_rows * width, logits.shape[-1])  # (B*L, V), a view
-            labels = torch.zeros_like(ids)  # (B, L): labels[b, t] = ids[b, t + 1]
-            labels[:, :-1] = ids[:, 1:]
-            lp_next = logprobs_from_logits(
-                flat, labels.reshape(-1), temperature, chunk_tokens=self.config.logprob_chunk_tokens
-            ).reshape(n_rows, width)  # (B, L): log p(ids[b, t+1] | ids[b, :t+1])
-            zeros = torch.zeros(n_rows, 1, dtype=torch.float32, device=dev)
-            lp = torch.cat([zeros, lp_next[:, :-1]], dim=1)  # (B, L): log p(ids[b, t] | prefix)
-        valid = attn.bool()  # (B, L)
+            lp_sel, ent_sel = packing.score_tokens(
+                self.model if model is None else model,
+                inputs,
+                targets,
+                sub.input_ids[targets],
+                temperature,
+                chunk_tokens=self.config.logprob_chunk_tokens,
+                with_entropy=with_entropy,
+            )  # (n,) each
+            idx = targets.to(self.device)
+            lp = torch.zeros(sub.num_tokens, dtype=torch.float32, device=self.device).index_put((idx,), lp_sel)  # (Tm,)
         ent = None
-        if with_entropy:
-            with torch.no_grad():
-                e_next = entropy_from_logits(
-                    flat.detach(), temperature, chunk_tokens=self.config.logprob_chunk_tokens
-                ).reshape(n_rows, width)  # (B, L)
-                ent = torch.cat([zeros, e_next[:, :-1]], dim=1)[valid]  # (Tm,)
-        return lp[valid], ent  # (Tm,) in row order, matching batch.select_rows(rows)
+        if ent_sel is not None:
+            ent = torch.zeros(sub.num_tokens, dtype=torch.float32, device=self.device).index_put((idx,), ent_sel)  # (Tm,)
+        return lp, ent
+
+    def _perf_metrics(self, batch: TokenBatch, peak: packing.PeakMemory) -> dict[str, float]:
+        """``perf/padding_frac`` (share of the positions the model ran on, over all ranks'
+        micro-batches, that are padding; 0 when packed) and ``perf/peak_memory_mb`` (of
+        ``peak``, started at the beginning of the step). Local: every rank holds the batch
+        and micro-batching is deterministic, so no collective is needed."""
+        lens = batch.seq_lens.tolist()
+        pad = scored = 0
+        for groups in self._core.all_rank_micro_batches(batch.num_rows, lens, self._row_layout):
+            p, n = packing.padded_positions(groups, lens, self._row_layout)
+            pad, scored = pad + p, scored + n
+        return {"perf/padding_frac": pad / scored if scored else 0.0, "perf/peak_memory_mb": peak.peak_mb()}
 
 
 def _lm_dummy_output(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """The forward of a dummy pass (``TrainerCore.dummy_forward``): ``[1, 1, V]`` logits."""
-    return model(input_ids=ids, use_cache=False).logits  # (1, 1, V)
+    """The forward of a dummy pass (``TrainerCore.dummy_forward``): one token through the
+    backbone and the LM head, as a real micro-batch; ``[1]`` log-prob."""
+    return packing.dummy_score(model, ids)  # (1,)
 
 
 def _row_slices(batch: TokenBatch, rows: Sequence[int]) -> list[slice]:
