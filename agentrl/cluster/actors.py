@@ -272,6 +272,11 @@ class TrainerActor:
     def compute_log_probs(self, batch) -> Any:
         return self.trainer.compute_log_probs(batch)
 
+    def kl_to_reference(self, batch) -> tuple[Any, dict[str, float]]:
+        """``PolicyTrainer.kl_to_reference`` (all ranks must call): per-token KL estimates
+        of the sampled tokens to the reference, and the ``kl/*`` metrics."""
+        return self.trainer.kl_to_reference(batch)
+
     def state_dict_ref(self) -> list | None:
         """All ranks must call (the gather is collective); rank 0 returns ``[ref]``."""
         sd = self.trainer.full_state_dict()

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
 from agentrl.config import Config
-from agentrl.credit import assign_credit, critic_step_metrics, missing_groups
+from agentrl.credit import assign_credit, critic_step_metrics, missing_groups, reference_batch, turn_penalties
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.rollout.loop import rollout_metrics
 from agentrl.tasks import TaskSource
@@ -57,6 +57,25 @@ class RunSummary:
     policy_version: int
     history: list[dict[str, float]] = field(default_factory=list)
     status: str = "finished"
+
+
+def _kl_reward_penalties(cfg: Config, episodes: list, sampling: Any, trainers: list
+                         ) -> tuple[dict[str, list[float]] | None, dict[str, float]]:
+    """The KL-to-reference reward penalty of ``trainer.kl.mode: reward`` (``coef > 0``):
+    the trainer ranks score the iteration's rows with the reference model
+    (``kl_to_reference``), and ``agentrl.credit.kl_reward.turn_penalties`` turns the
+    per-token estimates into per-turn penalties for ``assign_credit``. ``(None, {})``
+    otherwise: the default path makes no extra actor call."""
+    import ray
+
+    kl = cfg.trainer.kl
+    if not (kl.coef > 0 and kl.mode == "reward"):
+        return None, {}
+    scored, batch = reference_batch(episodes, sampling)
+    if batch is None:
+        return None, {}
+    per_token, metrics = ray.get([t.kl_to_reference.remote(batch) for t in trainers])[0]
+    return turn_penalties(scored, batch, per_token, kl.coef), dict(metrics)
 
 
 def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dict], None] | None = None,
@@ -180,10 +199,12 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if progress is not None:
                 progress.phase(it, "credit")
             t0 = time.perf_counter()
+            penalties, kl_metrics = _kl_reward_penalties(cfg, episodes, sampling, trainers)
             credit = assign_credit(episodes, cfg.algorithm, sampling, max_new_tokens=cfg.rollout.max_new_tokens,
                                    values_fn=lambda vb: ray.get([t.critic_values.remote(vb) for t in trainers])[0],
-                                   shaped_cache=shaped)
+                                   shaped_cache=shaped, reward_penalties=penalties)
             credit.metrics["filter/refill_rounds"] = float(refills)
+            credit.metrics.update(kl_metrics)
             credit_s = time.perf_counter() - t0
 
             if progress is not None:

@@ -141,6 +141,7 @@ class PolicyTrainer:
         ref.requires_grad_(False)
         ref.eval()
         fc.shard_fsdp2(ref, device=self.device, world_size=self.world_size, dtype=cfg.dtype)
+        packing.install_scorer(ref)  # scored like the policy: LM head only where a loss reads
         return ref
 
     @property
@@ -188,12 +189,23 @@ class PolicyTrainer:
     # ------------------------------------------------------------------ training
 
     def step(self, batch: TokenBatch) -> dict[str, float]:
-        """One training step on ``batch``: ``config.ppo_epochs`` optimizer steps.
+        """One training step on ``batch``: ``config.ppo_epochs`` optimizer steps of the
+        decoupled PPO loss (``losses.ppo_loss``).
+
+        Three log-probs, kept apart (design.md): ``behavior_log_probs`` (the engine's, in
+        the batch), ``proximal_log_probs`` (the weights this update starts from: the
+        batch's when given, else taken, detached, from epoch 0's own forward, which is
+        what the synchronous loop needs) and the current ones. The ratio current /
+        proximal is clipped (clip-higher, and dual clip for negative advantages with
+        ``config.dual_clip_c``); ``config.rollout_correction`` weights / masks each term
+        by proximal / behavior (off by default: with on-policy data and correction off
+        this is exactly the PPO-clip loss). With ``config.kl.coef > 0`` and
+        ``kl.mode == "loss"`` the reference model's log-probs (no grad, scored once per
+        step before the epochs) give ``coef * agg(k)`` in the loss.
 
         1. Global loss-token / sequence counts are all-reduced across ranks.
-        2. ``old_log_probs`` at the current weights, taken (detached) from epoch 0's
-           forward passes; the gap to ``behavior_log_probs`` on loss tokens is reported
-           (design.md, invariant 4).
+        2. Epoch 0: proximal log-probs, rollout correction and the engine↔trainer gap per
+           micro-batch, reused by later epochs.
         3. Per epoch: forward/backward over this rank's micro-batches (gradient
            accumulation, loss normalised by the global counts), gradient clipping,
            AdamW step, scheduler step.
@@ -201,15 +213,20 @@ class PolicyTrainer:
         Collective: call on every rank with the same batch.
 
         Returns:
-            Metrics (floats, identical on every rank): ``actor/pg_loss``,
-            ``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/entropy``,
-            ``actor/ratio_mean`` (means over epochs; token means over the batch's loss
-            tokens, the loss itself as aggregated), ``actor/grad_norm`` (pre-clip, mean over
-            epochs), ``actor/lr`` (of the last optimizer step), ``actor/num_loss_tokens``,
-            ``actor/num_loss_seqs``, ``rollout_corr/gap_abs_mean``,
-            ``rollout_corr/gap_abs_max``, ``actor/skipped_step`` (optimizer steps
-            skipped for a non-finite gradient norm), ``actor/global_step``,
-            ``perf/tokens_per_s`` (batch tokens / step time), ``perf/step_s``.
+            Metrics (floats; identical on every rank except ``perf/*``): means over
+            epochs of ``actor/pg_loss`` and ``actor/kl_loss`` (as aggregated),
+            ``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_dual``,
+            ``actor/entropy``, ``actor/ratio_mean`` (token means over the batch's loss
+            tokens) and, with the KL term in the loss, ``kl/ref_k1``, ``kl/ref_k2``,
+            ``kl/ref_k3`` (KL(current ‖ reference)); ``kl/coef``; the ``rollout_corr/*``
+            of epoch 0 (``losses.rollout_corr_metrics``: gap mean / max / p99 over all
+            ranks' loss tokens, all-gathered exactly; importance-weight mean, clipped
+            share, ESS, masked shares); ``actor/grad_norm`` (pre-clip, mean over epochs),
+            ``actor/lr`` (of the last optimizer step), ``actor/num_loss_tokens``,
+            ``actor/num_loss_seqs``, ``actor/skipped_step`` (optimizer steps skipped for a
+            non-finite gradient norm), ``actor/global_step``; ``perf/tokens_per_s`` (batch
+            tokens / step time), ``perf/step_s``, ``perf/padding_frac``,
+            ``perf/peak_memory_mb``. The README's metric table defines each.
 
         Raises:
             ConfigError, ContractError: as ``compute_log_probs``; also a loss token at a
@@ -323,6 +340,111 @@ class PolicyTrainer:
             }
         )
         return out
+
+    # ------------------------------------------------------------------ reference policy
+
+    @torch.no_grad()
+    def kl_to_reference(self, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Per-token KL estimate of the sampling policy to the reference, for the KL
+        penalty in the reward (``kl.mode: "reward"``; verl's ``use_kl_in_reward``).
+
+        The sampling policy's log-prob of each sampled token is the engine's
+        (``batch.behavior_log_probs``); the reference scores the same tokens at the
+        batch's temperature, with the same scoring function as the policy
+        (``_score_rows``). With ``d_t = behavior_t - reference_t``, the estimator
+        ``config.kl.estimator`` of KL(sampling ‖ reference) (``losses.kl_penalty``,
+        Schulman 2020) is returned per token; the caller scales it by ``kl.coef`` and
+        subtracts it from the reward (``agentrl.credit.kl_reward``).
+
+        Collective: call on every rank with the same batch; every rank gets the result.
+
+        Returns:
+            ``(k, metrics)``: ``k`` ``[T]`` float32 on CPU (nats), the estimate on loss
+            tokens, 0 elsewhere; ``metrics``: ``kl/ref_k1``, ``kl/ref_k2``, ``kl/ref_k3``
+            (means over the batch's loss tokens of each estimator of KL(sampling ‖
+            reference)) and ``kl/coef``.
+
+        Raises:
+            ConfigError: no reference model (``kl.coef == 0``); as ``compute_log_probs``.
+            ContractError: as ``compute_log_probs``; a batch without loss tokens.
+        """
+        if self.reference is None:
+            raise ConfigError(
+                f"kl_to_reference needs a reference model, but kl.coef={self.config.kl.coef}; "
+                "set kl.coef > 0 (and kl.mode='reward') to load one"
+            )
+        temperature = self._check_batch(batch, for_training=False)
+        if batch.num_loss_tokens == 0:
+            raise ContractError("batch has no loss tokens (sum(loss_mask) == 0); nothing to compare to the reference")
+        groups = self._aligned_micro_batches(self._my_rows(batch), batch)
+        ref = torch.zeros(batch.num_tokens, dtype=torch.float32, device=self.device)  # (T,)
+        slices = batch.row_slices()
+        for rows, lp in zip(groups, self._reference_log_probs(batch, groups, temperature)):
+            if lp is not None:
+                idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]).to(self.device)
+                ref[idx] = lp
+        if self.world_size > 1:
+            dist.all_reduce(ref, op=dist.ReduceOp.SUM)  # rows are disjoint across ranks, 0 elsewhere
+        ref = ref.cpu()  # (T,)
+        mask = batch.loss_mask > 0  # (T,)
+        behavior = torch.where(mask, batch.behavior_log_probs.float(), torch.zeros(()))  # (T,)
+        ref = torch.where(mask, ref, torch.zeros(()))  # (T,)
+        n = float(mask.sum())
+        metrics = {
+            f"kl/ref_{k}": float(torch.where(mask, kl_penalty(behavior, ref, k), torch.zeros(())).double().sum()) / n
+            for k in KL_ESTIMATORS
+        }
+        metrics["kl/coef"] = float(self.config.kl.coef)
+        per_token = torch.where(mask, kl_penalty(behavior, ref, self.config.kl.estimator), torch.zeros(()))  # (T,)
+        return per_token, metrics
+
+    def _reference_log_probs(
+        self, batch: TokenBatch, groups: Sequence[list[int]], temperature: float
+    ) -> list[torch.Tensor | None]:
+        """The reference's log-probs of each of this rank's micro-batches ``groups``
+        (aligned: an empty group runs a dummy pass, so every rank joins the reference's
+        FSDP all-gathers), without gradients. Collective.
+
+        Returns:
+            per group ``[Tm]`` float32 on ``self.device`` (``_score_rows`` layout: loss
+            tokens scored, 0 elsewhere), or ``None`` for an empty group.
+        """
+        assert self.reference is not None
+        out: list[torch.Tensor | None] = []
+        with torch.no_grad():
+            for rows in groups:
+                if not rows:
+                    _lm_dummy_output(self.reference, torch.zeros(1, 1, dtype=torch.long, device=self.device))
+                    out.append(None)
+                    continue
+                lp, _ = self._score_rows(
+                    batch, rows, temperature, with_grad=False, with_entropy=False, model=self.reference
+                )  # (Tm,)
+                out.append(lp)
+        return out
+
+    def _gather_gaps(self, gaps: torch.Tensor) -> torch.Tensor:
+        """Every rank's per-token ``|proximal - behavior|`` gaps, concatenated in rank
+        order, on every rank. Collective.
+
+        Exact, not a histogram: the counts are all-gathered, then each rank's gaps padded
+        to the largest count and all-gathered, so the quantile (``rollout_corr/gap_abs_p99``)
+        and the max are computed from the same numbers on every rank and equal the
+        one-rank values. Cost: 4 bytes per loss token per rank (a 100k-token batch moves
+        0.4 MB), once per step.
+        """
+        if self.world_size == 1:
+            return gaps
+        dev = self.device
+        n = torch.tensor([gaps.numel()], dtype=torch.int64, device=dev)
+        counts = [torch.zeros_like(n) for _ in range(self.world_size)]
+        dist.all_gather(counts, n)
+        sizes = [int(c) for c in counts]
+        padded = torch.zeros(max(max(sizes), 1), dtype=torch.float32, device=dev)  # (max_n,)
+        padded[: gaps.numel()] = gaps.float()
+        bufs = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(bufs, padded)
+        return torch.cat([b[:k] for b, k in zip(bufs, sizes)])  # (sum n,)
 
     # ------------------------------------------------------------------ state
 

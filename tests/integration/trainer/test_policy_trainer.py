@@ -208,11 +208,14 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> 
     batch = make_batch(num_rows=4, seed=4)
     m = _trainer(tiny_llama_path, warmup_steps=4).step(batch)
     assert set(m) == {
-        "actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/ratio_mean",
-        "actor/grad_norm", "actor/lr", "actor/num_loss_tokens", "actor/num_loss_seqs",
-        "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_max", "actor/skipped_step",
-        "actor/global_step", "perf/tokens_per_s", "perf/step_s",
-    }
+        "actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/pg_clipfrac_dual", "actor/entropy",
+        "actor/ratio_mean", "actor/kl_loss", "actor/grad_norm", "actor/lr", "actor/num_loss_tokens",
+        "actor/num_loss_seqs", "actor/skipped_step", "actor/global_step",
+        "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_max", "rollout_corr/gap_abs_p99",
+        "rollout_corr/is_weight_mean", "rollout_corr/is_clipped_frac", "rollout_corr/token_masked_frac",
+        "rollout_corr/seq_masked_frac", "rollout_corr/ess", "kl/coef",
+        "perf/tokens_per_s", "perf/step_s", "perf/peak_memory_mb", "perf/padding_frac",
+    }  # kl/ref_k* only with a reference model (test_policy_offpolicy.py)
     assert all(isinstance(v, float) for v in m.values())
     assert m["actor/num_loss_tokens"] == batch.num_loss_tokens
     assert m["actor/num_loss_seqs"] == 4
@@ -224,6 +227,12 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> 
     assert m["actor/lr"] == pytest.approx(1e-3 / 4)  # first warmup step
     assert m["actor/global_step"] == 1.0 and m["actor/skipped_step"] == 0.0
     assert m["perf/step_s"] > 0 and m["perf/tokens_per_s"] > 0
+    # no KL term, no correction: the KL loss is 0 and every weight is 1
+    assert m["actor/kl_loss"] == 0.0 and m["kl/coef"] == 0.0 and m["actor/pg_clipfrac_dual"] == 0.0
+    assert m["rollout_corr/is_weight_mean"] == 1.0 and m["rollout_corr/ess"] == 1.0
+    assert m["rollout_corr/is_clipped_frac"] == m["rollout_corr/token_masked_frac"] == m["rollout_corr/seq_masked_frac"] == 0.0
+    # the behavior log-probs of make_batch are not the model's: the gap is large and ordered
+    assert 0 < m["rollout_corr/gap_abs_mean"] <= m["rollout_corr/gap_abs_p99"] <= m["rollout_corr/gap_abs_max"]
 
 
 # ---------------------------------------------------------------- state
