@@ -354,7 +354,8 @@ def scored_targets(loss_mask: torch.Tensor, seq_lens: Sequence[int], positions: 
 def _head_chunk(
     head: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor, temperature: float, with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = head(hidden).float() / temperature  # (C, V) fp32
+    logits = head(hidden)  # (C, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (C, V) fp32 (fp64 kept)
     lse = torch.logsumexp(logits, dim=-1)  # (C,)
     lp = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (C,)
     if with_entropy:

@@ -1,0 +1,250 @@
+"""Unit tests of agentrl.trainer.packing: micro-batch bin-packing, the packed / padded
+model inputs, the scored positions, the per-row attention kernel, the chunked LM head and
+the peak-memory meter. No model and no process group: plain tensors and small modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from agentrl.errors import ConfigError, ContractError
+from agentrl.trainer import _fsdp_common as fc
+from agentrl.trainer import packing
+
+# ---------------------------------------------------------------- micro-batches
+
+
+def test_first_fit_decreasing_fills_bins_longest_first() -> None:
+    lens = [5, 9, 3, 7, 2, 4]  # rows 0..5
+    groups = packing.pack_micro_batches(range(6), lens, 12)
+    # 9 -> bin0 (3 left); 7 -> bin1 (5 left); 5 -> bin1 (0 left); 4 -> bin2; 3 -> bin0; 2 -> bin2
+    assert groups == [[1, 2], [0, 3], [4, 5]]
+    for g in groups:
+        assert sum(lens[r] for r in g) <= 12
+
+
+def test_bin_packing_keeps_every_row_once_and_a_long_row_alone() -> None:
+    g = torch.Generator().manual_seed(0)
+    lens = torch.randint(1, 50, (40,), generator=g).tolist()
+    rows = list(range(0, 40, 2))  # one rank's rows
+    groups = packing.pack_micro_batches(rows, lens, 60)
+    assert sorted(r for grp in groups for r in grp) == rows
+    assert all(sum(lens[r] for r in grp) <= 60 for grp in groups)
+    # a row longer than the budget runs alone
+    assert packing.pack_micro_batches([0, 1, 2], [100, 3, 4], 10) == [[0], [1, 2]]
+    # budget 1: every row alone, in decreasing length
+    assert packing.pack_micro_batches([0, 1, 2], [2, 5, 3], 1) == [[1], [2], [0]]
+
+
+def test_bin_packing_uses_fewer_passes_than_fixed_row_counts_on_the_default_lengths() -> None:
+    # 16 rows with the default job's range and total (563..1036 tokens, 10,915 in all)
+    lens = [563, 600, 610, 620, 630, 640, 650, 660, 670, 680, 690, 700, 710, 720, 736, 1036]
+    assert sum(lens) == 10915
+    groups = packing.pack_micro_batches(range(16), lens, 8192)
+    assert len(groups) == 2  # vs 4 padded micro-batches of 4 rows
+    pad, scored = packing.padded_positions(groups, lens, "packed")
+    assert pad == 0 and scored == sum(lens)
+    padded = fc.micro_batches(range(16), lens, 4, None)
+    pad, scored = packing.padded_positions(padded, lens, "padded")
+    assert scored == sum(4 * max(lens[r] for r in g) for g in padded) and pad == scored - sum(lens)
+
+
+def test_bad_budget_or_layout_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="micro_batch_tokens=0"):
+        packing.pack_micro_batches([0], [3], 0)
+    with pytest.raises(ConfigError, match="row_layout='ragged'"):
+        fc.layout_micro_batches([0], [3], layout="ragged", micro_batch_size=1, micro_batch_tokens=None)
+    with pytest.raises(ConfigError, match="row_layout='ragged'"):
+        packing.model_inputs(torch.zeros(3, dtype=torch.long), torch.arange(3), [3], "ragged", torch.device("cpu"))
+
+
+def test_layout_micro_batches_picks_the_grouping_of_each_layout() -> None:
+    lens = [4, 4, 4, 4]
+    packed = fc.layout_micro_batches(range(4), lens, layout="packed", micro_batch_size=1, micro_batch_tokens=8)
+    assert packed == [[0, 1], [2, 3]]  # token budget, row count ignored
+    padded = fc.layout_micro_batches(range(4), lens, layout="padded", micro_batch_size=3, micro_batch_tokens=None)
+    assert padded == [[0, 1, 2], [3]]
+    default = fc.layout_micro_batches(range(4), lens, layout="packed", micro_batch_size=1, micro_batch_tokens=None)
+    assert default == [[0, 1, 2, 3]]  # DEFAULT_MICRO_BATCH_TOKENS
+
+
+# ---------------------------------------------------------------- model inputs and targets
+
+
+def test_packed_inputs_are_one_sequence_with_row_boundaries() -> None:
+    ids = torch.arange(10, 19)  # rows of 2, 4, 3
+    pos = torch.tensor([0, 1, 0, 1, 2, 3, 0, 1, 2])
+    inp = packing.model_inputs(ids, pos, [2, 4, 3], "packed", torch.device("cpu"))
+    assert inp.input_ids.shape == (1, 9) and torch.equal(inp.input_ids[0], ids)
+    assert torch.equal(inp.position_ids[0], pos)
+    assert inp.attention_mask is None
+    assert inp.attn_kwargs["cu_seq_lens_q"].tolist() == [0, 2, 6, 9]
+    assert inp.attn_kwargs["cu_seq_lens_q"].dtype == torch.int32
+    assert inp.attn_kwargs["max_length_q"] == 4
+    assert torch.equal(inp.flat_index, torch.arange(9))
+
+
+def test_padded_inputs_map_each_token_to_its_padded_position() -> None:
+    ids = torch.arange(10, 19)
+    pos = torch.tensor([0, 1, 0, 1, 2, 3, 0, 1, 2])
+    inp = packing.model_inputs(ids, pos, [2, 4, 3], "padded", torch.device("cpu"))
+    assert inp.input_ids.shape == (3, 4)
+    assert inp.attention_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0]]
+    assert inp.flat_index.tolist() == [0, 1, 4, 5, 6, 7, 8, 9, 10]
+    assert torch.equal(inp.input_ids.reshape(-1)[inp.flat_index], ids)
+    assert inp.attn_kwargs == {}
+
+
+def test_scored_targets_loss_and_all() -> None:
+    mask = torch.tensor([0, 1, 0, 0, 1, 1, 0, 1, 0.0])
+    lens = [2, 4, 3]
+    assert packing.scored_targets(mask, lens, "loss").tolist() == [1, 4, 5, 7]
+    assert packing.scored_targets(mask, lens, "all").tolist() == [1, 3, 4, 5, 7, 8]
+    with pytest.raises(ContractError, match="first token"):
+        packing.scored_targets(torch.tensor([0, 1, 1, 0.0]), [2, 2], "loss")
+    with pytest.raises(ConfigError, match="positions='some'"):
+        packing.scored_targets(mask, lens, "some")
+
+
+# ---------------------------------------------------------------- attention kernel
+
+
+def _block_causal_reference(q, k, v, bounds):
+    """Dense SDPA with a block-diagonal causal mask over the whole packed sequence."""
+    t = q.shape[2]
+    seg = torch.zeros(t, dtype=torch.long)
+    for i, (s, e) in enumerate(zip(bounds[:-1], bounds[1:])):
+        seg[s:e] = i
+    allowed = (seg[:, None] == seg[None, :]) & torch.ones(t, t, dtype=torch.bool).tril()
+    rep = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=allowed)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2)])
+def test_varlen_sdpa_equals_a_dense_block_diagonal_mask_in_values_and_gradients(heads: int, kv_heads: int) -> None:
+    g = torch.Generator().manual_seed(0)
+    bounds = [0, 5, 6, 13, 21]
+    q = torch.randn(1, heads, 21, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, kv_heads, 21, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, kv_heads, 21, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    out, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    assert out.shape == (1, 21, heads, 8)  # transformers' layout
+    ref = _block_causal_reference(q, k, v, bounds).transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    w = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * w).sum(), (q, k, v))
+    want = torch.autograd.grad((ref * w).sum(), (q, k, v))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    # the boundaries can come from position ids instead (restarts at 0)
+    pos = torch.cat([torch.arange(e - s) for s, e in zip(bounds[:-1], bounds[1:])])[None]
+    out2, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None, position_ids=pos)
+    torch.testing.assert_close(out2, out, atol=0, rtol=0)
+    # and a row really does not see the row before it
+    cross, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None)
+    assert (cross[:, 5:] - out[:, 5:]).abs().max() > 1e-3
+
+
+def test_varlen_sdpa_rejects_batched_boundaries() -> None:
+    q = torch.zeros(2, 2, 4, 8)
+    cu = torch.tensor([0, 2, 4], dtype=torch.int32)
+    with pytest.raises(ContractError, match="batch of 1"):
+        packing.varlen_sdpa_attention(torch.nn.Module(), q, q, q, None, cu_seq_lens_q=cu)
+    with pytest.raises(ContractError, match="cu_seq_lens_q != cu_seq_lens_k"):
+        packing.varlen_sdpa_attention(torch.nn.Module(), q[:1], q[:1], q[:1], None, cu_seq_lens_q=cu,
+                                      cu_seq_lens_k=torch.tensor([0, 1, 4], dtype=torch.int32))
+
+
+def test_auto_resolves_to_the_per_row_kernel_on_cpu() -> None:
+    from transformers import AttentionInterface
+
+    assert packing.resolve_attn_implementation("auto", device="cpu", dtype="float32") == packing.VARLEN_SDPA
+    assert packing.VARLEN_SDPA in AttentionInterface._global_mapping
+    # fp32 on CUDA has no flash kernel: the per-row SDPA kernel, whether or not flash_attn is installed
+    assert packing.resolve_attn_implementation("auto", device="cuda", dtype="float32") == packing.VARLEN_SDPA
+    assert packing.resolve_attn_implementation("sdpa", device="cpu", dtype="float32") == "sdpa"
+
+
+# ---------------------------------------------------------------- chunked LM head
+
+
+def _head(weight: torch.Tensor) -> torch.nn.Linear:
+    head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    with torch.no_grad():
+        head.weight.copy_(weight)
+    return head
+
+
+def test_C04_chunked_head_log_prob_and_entropy_at_temperature_half() -> None:
+    head = _head(torch.tensor([[2.0], [1.0], [0.0], [-1.0]]))  # logits = [2, 1, 0, -1] for hidden [1]
+    lp, ent = packing.chunked_head_logprobs(
+        head, torch.ones(1, 1), torch.tensor([0]), 0.5, chunk_tokens=1, with_entropy=True
+    )
+    assert lp.dtype == torch.float32 and lp.shape == (1,)
+    assert lp.item() == pytest.approx(-0.14508, abs=1e-5)
+    assert ent.item() == pytest.approx(0.45543, abs=1e-5)  # entropy of softmax([4, 2, 0, -2])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 100])
+def test_chunked_head_equals_full_log_softmax_in_values_and_gradients(chunk: int) -> None:
+    # float64, so the comparison checks the math (chunking, checkpointing, temperature),
+    # not the rounding of two fp32 formulas
+    g = torch.Generator().manual_seed(1)
+    head = _head(torch.randn(50, 16, generator=g, dtype=torch.float64)).double()
+    hidden = torch.randn(13, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 50, (13,), generator=g)
+    w = torch.randn(13, generator=g, dtype=torch.float64)
+    t = 0.7
+    lp, ent = packing.chunked_head_logprobs(head, hidden, labels, t, chunk_tokens=chunk, with_entropy=True)
+    (lp * w).sum().backward()
+    got_h, got_w = hidden.grad.clone(), head.weight.grad.clone()
+    hidden.grad = None
+    head.weight.grad = None
+    logp = torch.log_softmax(head(hidden) / t, dim=-1)  # (13, 50)
+    ref = logp.gather(-1, labels[:, None]).squeeze(-1)
+    (ref * w).sum().backward()
+    torch.testing.assert_close(lp, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(ent, -(logp.exp() * logp).sum(-1).detach(), atol=1e-12, rtol=0)
+    torch.testing.assert_close(got_h, hidden.grad, atol=1e-12, rtol=0)
+    torch.testing.assert_close(got_w, head.weight.grad, atol=1e-12, rtol=0)
+    assert not ent.requires_grad
+    # fp32 in, fp32 out
+    lp32, _ = packing.chunked_head_logprobs(head.float(), hidden.detach().float(), labels, t, chunk_tokens=chunk,
+                                            with_entropy=False)
+    assert lp32.dtype == torch.float32
+    torch.testing.assert_close(lp32.double(), ref.detach(), atol=1e-4, rtol=1e-6)
+
+
+def test_chunked_head_of_no_positions_is_empty() -> None:
+    head = _head(torch.randn(5, 3))
+    lp, ent = packing.chunked_head_logprobs(head, torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 1.0,
+                                            chunk_tokens=4, with_entropy=True)
+    assert lp.shape == (0,) and ent.shape == (0,)
+
+
+def test_head_is_plain_only_for_a_linear_head_without_logit_transforms() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, head_dim=4)
+    model = LlamaForCausalLM(cfg)
+    assert packing.head_is_plain(model)
+    model.config.final_logit_softcapping = 30.0
+    assert not packing.head_is_plain(model)
+
+
+# ---------------------------------------------------------------- peak memory
+
+
+def test_peak_memory_measures_the_growth_of_a_stretch_of_work() -> None:
+    meter = packing.PeakMemory(torch.device("cpu"))
+    meter.start()
+    x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    x += 1
+    del x
+    peak = meter.peak_mb()
+    assert 48.0 < peak < 1024.0, peak
+    meter.start()  # a new stretch does not inherit the old peak
+    assert meter.peak_mb() < 48.0
