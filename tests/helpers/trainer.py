@@ -99,6 +99,38 @@ def make_batch(
     return TokenBatch.pack(rows, SamplingRecord(temperature=temperature))
 
 
+def off_policy_batch(
+    batch: TokenBatch, log_probs: torch.Tensor, *, proximal_noise: float, behavior_noise: float, seed: int = 0
+) -> TokenBatch:
+    """``batch`` re-packed (``TokenBatch.pack``) as off-policy data: on its loss tokens,
+    ``proximal_log_probs = log_probs + N(0, proximal_noise^2)`` (``log_probs``: the model's,
+    ``[T]``, so the current / proximal ratio starts near 1) and ``behavior_log_probs =
+    proximal + N(0, behavior_noise^2)`` (the engine drifted from the trainer).
+    Deterministic in ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    on = batch.loss_mask > 0  # (T,)
+    prox = log_probs.clone()  # (T,)
+    prox[on] += proximal_noise * torch.randn(int(on.sum()), generator=g)
+    behavior = prox[on] + behavior_noise * torch.randn(int(on.sum()), generator=g)  # (n_loss,)
+    rows, start = [], 0
+    for i, s in enumerate(batch.row_slices()):
+        mask = batch.loss_mask[s].long().tolist()
+        n = sum(mask)
+        rows.append(
+            TokenSequence(
+                input_ids=batch.input_ids[s].tolist(),
+                loss_mask=mask,
+                behavior_log_probs=behavior[start : start + n].tolist(),
+                advantages=batch.advantages[s].tolist(),
+                group_id=batch.group_ids[i],
+                policy_version=int(batch.policy_versions[i]),
+                episode_id=batch.episode_ids[i],
+            )
+        )
+        start += n
+    return TokenBatch.pack(rows, batch.sampling, proximal_log_probs=prox)
+
+
 def full_grads(trainer: "PolicyTrainer | CriticTrainer") -> dict[str, torch.Tensor]:
     """Unsharded copy of every parameter's current gradient of ``trainer.model``, by
     parameter name. Collective."""
@@ -112,11 +144,13 @@ def full_grads(trainer: "PolicyTrainer | CriticTrainer") -> dict[str, torch.Tens
 
 
 def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict]:
-    """For each case ``{"batch": make_batch kwargs, "config": TrainerConfig kwargs}``:
-    build a fresh ``PolicyTrainer``, score the batch, take one ``step``, and collect
-    ``log_probs``, ``metrics``, ``grads`` (after the step's last backward, clipped) and
-    ``weights`` (after the update). Collective; rank 0 gets the results, other ranks
-    ``{}``. Used to compare set-ups that must agree (micro-batch sizes, world sizes)."""
+    """For each case ``{"batch": make_batch kwargs, "config": TrainerConfig kwargs}`` (and
+    optionally ``"off_policy": off_policy_batch kwargs``, applied with the scored
+    log-probs): build a fresh ``PolicyTrainer``, score the batch, take one ``step``, and
+    collect ``log_probs``, ``metrics``, ``grads`` (after the step's last backward, clipped)
+    and ``weights`` (after the update). Collective; rank 0 gets the results, other ranks
+    ``{name: {"metrics": ...}}`` only. Used to compare set-ups that must agree (micro-batch
+    sizes, world sizes)."""
     import torch.distributed as dist
 
     from agentrl.trainer.config import TrainerConfig
@@ -127,17 +161,22 @@ def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict
         trainer = PolicyTrainer(TrainerConfig(model_path=model_path, **case.get("config", {})))
         batch = make_batch(**case.get("batch", {}))
         log_probs = trainer.compute_log_probs(batch)
+        if "off_policy" in case:
+            batch = off_policy_batch(batch, log_probs, **case["off_policy"])
         metrics = trainer.step(batch)
         grads = full_grads(trainer)
         weights = trainer.full_state_dict()
         if dist.get_rank() == 0:
             results[name] = {"log_probs": log_probs, "metrics": metrics, "grads": grads, "weights": weights}
+        else:
+            results[name] = {"metrics": metrics}
     return results
 
 
 def two_rank_worker(rank: int, world_size: int, port: int, model_path: str, cases: dict, out_file: str) -> None:
     """``torch.multiprocessing.spawn`` target: join a gloo group on 127.0.0.1:``port``,
-    run ``run_trainer_cases``, and have rank 0 ``torch.save`` the results to ``out_file``."""
+    run ``run_trainer_cases``, and have rank 0 ``torch.save`` the results to ``out_file``
+    (every other rank ``r`` its metrics to ``f"{out_file}.rank{r}"``)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -146,8 +185,7 @@ def two_rank_worker(rank: int, world_size: int, port: int, model_path: str, case
     )
     try:
         results = run_trainer_cases(model_path, cases)
-        if rank == 0:
-            torch.save(results, out_file)
+        torch.save(results, out_file if rank == 0 else f"{out_file}.rank{rank}")
     finally:
         dist.destroy_process_group()
 
