@@ -195,7 +195,8 @@ def check_out_dir(out_dir: str | Path, *, force: bool) -> bool:
     if not out.exists() and not out.is_symlink():
         return False
     if not out.is_dir() or out.is_symlink():
-        raise ConfigError(f"OUT_DIR={str(out)!r} exists and is not a directory; expected a new folder")
+        raise ConfigError(f"OUT_DIR={str(out)!r} exists and is not a plain directory (a file or a link); "
+                          "expected a new folder")
     if not force:
         raise ConfigError(f"OUT_DIR={str(out)!r} already exists; pass --force to replace it (only an earlier "
                           "export or an empty folder is replaced)")

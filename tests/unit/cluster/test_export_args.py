@@ -138,7 +138,7 @@ def test_an_out_dir_that_is_a_file_is_refused(tmp_path):
     f = tmp_path / "model.bin"
     f.write_bytes(b"x")
     for force in (False, True):
-        with pytest.raises(ConfigError, match="is not a directory"):
+        with pytest.raises(ConfigError, match="is not a plain directory"):
             check_out_dir(f, force=force)
     assert f.read_bytes() == b"x"
 
