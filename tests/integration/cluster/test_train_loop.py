@@ -43,14 +43,20 @@ def test_one_iteration_end_to_end(ray_session, tmp_path, tiny_model_path):
     for key in ("rollout/reward_mean", "rollout/success_rate", "tokens/generated", "tokens/trained", "tokens/discarded",
                 "time/rollout_s", "time/credit_s", "time/update_s", "time/sync_s", "rollout/response_length_mean",
                 "rollout/finish_reason/stop", "rollout/finish_reason/length", "actor/entropy",
-                "rollout_corr/gap_abs_mean"):
+                "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_p99", "actor/pg_loss", "actor/pg_clipfrac_dual",
+                "perf/peak_memory_mb", "perf/padding_frac"):
         assert key in m, key
+    assert not [k for k in m if k.startswith(("losses/", "train/"))]  # the old policy names are gone
+    # the default path has no KL term: no reference model, no kl_to_reference call
+    assert m["kl/coef"] == 0.0 and m["actor/kl_loss"] == 0.0 and "kl/ref_k3" not in m
     assert m["rollout/episodes"] == 4
     assert m["tokens/generated"] == m["tokens/trained"] + m["tokens/discarded"]
     # engine and trainer scored the sampled tokens with the same weights: the gap is tiny (fp32)
     assert m["rollout_corr/gap_abs_mean"] < 1e-3
     store = ReplayStore(f"sqlite:///{run_dir / 'replay.db'}")
     assert store.count_episodes(summary.run_id) == 4
+    # the replay store's metrics rows carry the same names and values as metrics.jsonl
+    assert store.metrics(summary.run_id)[0] == {k: v for k, v in m.items() if v is not None}
     ep = store.get_episode(store.list_episodes(summary.run_id)[0].episode_id)
     assert sum(ep.loss_mask()) == len(ep.behavior_log_probs()) > 0
     assert (run_dir / "checkpoints" / "latest").read_text() == "iter_1"
@@ -93,14 +99,24 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
 def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_path):
     from agentrl.cluster.controller import load_run_config, train
 
+    # with the KL penalty in the reward (verl's use_kl_in_reward): the reference (the
+    # initial policy) scores each iteration's rows before credit, and the per-turn penalties
+    # reach the turn-level critic's returns
     cfg = _cfg(tmp_path, tiny_model_path, "critic", "algorithm.advantage=turn_critic", "algorithm.gamma=0.9",
-               "algorithm.lam=0.95", "critic.lr=1e-3", "run.iterations=2")
+               "algorithm.lam=0.95", "critic.lr=1e-3", "run.iterations=2", "trainer.kl.coef=0.01",
+               "trainer.kl.mode=reward", "trainer.kl.estimator=k1")
     summary = train(cfg)
     lines = [json.loads(x) for x in (tmp_path / "critic" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2
     for m in lines:
         assert m["critic/value_loss"] is not None and m["critic/value_loss"] >= 0
         assert m["tokens/trained"] > 0
+        assert m["kl/coef"] == 0.01 and m["actor/kl_loss"] == 0.0  # in the reward, not the loss
+        assert m["kl/ref_k2"] >= 0 and m["kl/ref_k3"] >= 0
+    # KL(engine || reference): iteration 1 samples from the reference's weights (up to the
+    # engine/trainer gap); iteration 2 from the updated policy
+    assert abs(lines[0]["kl/ref_k1"]) < 1e-3
+    assert lines[1]["kl/ref_k3"] > lines[0]["kl/ref_k3"]
     assert (tmp_path / "critic" / "checkpoints" / "iter_2" / "trainer_critic").is_dir()
     # the critic is checkpointed and resumed with the policy
     resumed = train(load_run_config(tmp_path / "critic", ["run.iterations=3"]), resume=True)
@@ -128,9 +144,11 @@ def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, t
     from agentrl.cluster.controller import load_run_config, train
     from agentrl.replay import ReplayStore
 
-    # head_init_std > 0: the critic's values (and so the advantages) are not all zero from the start
+    # head_init_std > 0: the critic's values (and so the advantages) are not all zero from the start;
+    # the KL term to the initial policy in the loss (k3, as GRPO), which a resume reloads
     cfg = _cfg(tmp_path, tiny_model_path, "gae", "algorithm.advantage=gae", "algorithm.token_lam=0.95",
-               "critic.lr=1e-3", "critic.head_init_std=0.05", "critic.value_clip=0.5", "run.iterations=2")
+               "critic.lr=1e-3", "critic.head_init_std=0.05", "critic.value_clip=0.5", "run.iterations=2",
+               "trainer.kl.coef=0.01")
     summary = train(cfg)
     lines = _metrics(tmp_path / "gae")
     assert len(lines) == 2 and summary.policy_version == 2
@@ -138,6 +156,10 @@ def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, t
         _check_critic_metrics(m)
         assert m["critic/global_step"] == it
         assert m["advantages/abs_max"] > 0 and math.isfinite(m["advantages/mean"])
+        assert m["kl/coef"] == 0.01
+    # the reference is the initial policy: KL(current || reference) is 0 before the first update
+    assert lines[0]["kl/ref_k3"] == lines[0]["actor/kl_loss"] == 0.0
+    assert lines[1]["kl/ref_k3"] > 0 and lines[1]["actor/kl_loss"] == pytest.approx(0.01 * lines[1]["kl/ref_k3"])
     ckpt = tmp_path / "gae" / "checkpoints" / "iter_2"
     assert (ckpt / "trainer").is_dir() and (ckpt / "trainer_critic").is_dir()
     # the replay store holds one advantage per turn (the mean over its sampled tokens)
@@ -153,6 +175,7 @@ def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, t
     last = _metrics(tmp_path / "gae")[-1]
     assert last["iteration"] == 3
     _check_critic_metrics(last)
+    assert last["kl/ref_k3"] > 0  # the resumed trainer loaded the reference again (not the checkpoint)
     assert last["critic/global_step"] == 3
     assert (tmp_path / "gae" / "checkpoints" / "iter_3" / "trainer_critic").is_dir()
 
