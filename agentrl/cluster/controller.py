@@ -15,6 +15,12 @@ last checkpoint: before re-running, the store drops every row of the later itera
 hold each iteration exactly once. The re-run's episodes keep their ids, which are
 deterministic from run, iteration, request and attempt (``EpisodeRequest.episode_id``).
 
+KL to a reference in the reward (``trainer.kl.coef > 0`` with ``trainer.kl.mode: reward``):
+before credit, the trainer ranks score the iteration's rows with the frozen reference
+(``TrainerActor.kl_to_reference``) and ``assign_credit`` gets the per-turn penalties
+(``agentrl.credit.kl_reward``); with ``coef`` 0 (the default) no such call is made. In
+``kl.mode: loss`` the trainer handles the term inside its step.
+
 Run directory layout and checkpoints: ``agentrl.cluster.checkpoint``.
 """
 
