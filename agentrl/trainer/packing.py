@@ -26,10 +26,13 @@ grouped in order by ``micro_batch_size`` (``_fsdp_common.micro_batches``).
 The LM head only where a loss reads: ``install_scorer`` attaches a method to the (FSDP2)
 model that runs the backbone, keeps the hidden states only at the requested positions
 (the position *before* each scored token), and projects them to the vocabulary in chunks
-of ``chunk_tokens`` rows, each chunk under activation checkpointing when gradients are
-needed. Autograd then keeps ``[n, H]`` hidden states instead of ``[Tm, V]`` logits, and the
-extra memory of the log-prob step is about ``chunk_tokens x V x 4`` bytes times a small
-constant (the logits, their softmax and their gradient of one chunk). The method is
+of ``chunk_tokens`` rows; with gradients each chunk keeps only its ``[C, H]`` input and
+``[C]`` logsumexp and recomputes its logits in backward (an autograd function with the
+softmax gradient written out, so the logsumexp and the entropy are not recomputed as
+under activation checkpointing). Autograd then keeps ``[n, H]`` hidden states instead of
+``[Tm, V]`` logits, and the extra memory of the log-prob step is about
+``chunk_tokens x V x 4`` bytes times a small constant (the logits, their softmax and
+their gradient of one chunk). The method is
 registered with ``torch.distributed.fsdp.register_fsdp_forward_method``: calling the
 backbone and ``lm_head`` outside the root module's ``forward`` would skip FSDP's
 all-gather of the root's parameters (``embed_tokens``, the final norm and ``lm_head``).
@@ -48,7 +51,6 @@ from typing import Any, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from agentrl.errors import ConfigError, ContractError
 
@@ -367,6 +369,46 @@ def _head_chunk(
     return lp, ent
 
 
+def _scaled_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    logits = F.linear(hidden, weight, bias)  # (C, V) compute dtype
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (C, V) fp32 (fp64 kept)
+
+
+class _HeadLogProb(torch.autograd.Function):
+    """``log_softmax(hidden @ W.T + b) / T)[label]`` of one chunk, with a hand-written
+    backward that recomputes the chunk's logits once (like activation checkpointing) but
+    not the logsumexp or the entropy: forward saves ``hidden``, ``labels`` and the
+    ``[C]`` logsumexp; backward rebuilds ``p = softmax`` and uses
+    ``d lp / d s = onehot(label) - p`` (``s`` = scaled logits)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels, temperature, with_entropy):  # type: ignore[override]
+        scaled = _scaled_logits(hidden, weight, bias, temperature)  # (C, V)
+        lse = torch.logsumexp(scaled, dim=-1)  # (C,)
+        lp = scaled.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (C,)
+        if with_entropy:
+            p = torch.exp(scaled - lse.unsqueeze(-1))  # (C, V)
+            ent = lse - (p * scaled).sum(dim=-1)  # (C,) -sum p log p, log p = s - lse
+        else:
+            ent = lp.new_zeros(0)
+        ctx.mark_non_differentiable(ent)
+        ctx.save_for_backward(hidden, weight, bias, labels, lse)
+        ctx.temperature = temperature
+        return lp, ent
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):  # type: ignore[override]
+        hidden, weight, bias, labels, lse = ctx.saved_tensors
+        scaled = _scaled_logits(hidden, weight, bias, ctx.temperature)  # (C, V)
+        grad = torch.exp(scaled - lse.unsqueeze(-1)).mul_(-g_lp.unsqueeze(-1))  # (C, V): -g * p
+        grad.scatter_add_(-1, labels.unsqueeze(-1), g_lp.unsqueeze(-1))  # + g at the label
+        grad = grad.div_(ctx.temperature).to(hidden.dtype)  # (C, V) d loss / d logits
+        g_hidden = grad @ weight if ctx.needs_input_grad[0] else None  # (C, H)
+        g_weight = grad.t() @ hidden if ctx.needs_input_grad[1] else None  # (V, H)
+        g_bias = grad.sum(0) if bias is not None and ctx.needs_input_grad[2] else None  # (V,)
+        return g_hidden, g_weight, g_bias, None, None, None
+
+
 def chunked_head_logprobs(
     head: torch.nn.Module,
     hidden: torch.Tensor,
@@ -377,11 +419,12 @@ def chunked_head_logprobs(
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of ``labels`` under ``softmax(head(hidden) / temperature)``,
-    ``chunk_tokens`` rows at a time; each chunk under activation checkpointing when
-    ``hidden`` requires grad, so no ``[n, V]`` tensor outlives its chunk.
+    ``chunk_tokens`` rows at a time, so no ``[n, V]`` tensor outlives its chunk: with
+    gradients, each chunk keeps only its ``[C, H]`` input and ``[C]`` logsumexp, and its
+    backward recomputes the chunk's logits (``_HeadLogProb``).
 
     Args:
-        head: the LM head (``[V, H]`` linear).
+        head: the LM head, a ``torch.nn.Linear`` (``[V, H]`` weight, optional bias).
         hidden: ``[n, H]`` hidden states at the positions before the scored tokens.
         labels: ``[n]`` int64 token ids in ``[0, V)``.
         temperature: > 0.
@@ -389,20 +432,18 @@ def chunked_head_logprobs(
         with_entropy: also return entropies (no gradient).
 
     Returns:
-        ``(log_probs [n] float32, entropies [n] float32 or None)``.
+        ``(log_probs [n] float32, entropies [n] float32 or None)`` (float64 for float64
+        inputs).
     """
-    needs_grad = torch.is_grad_enabled() and hidden.requires_grad
+    weight, bias = head.weight, head.bias
     lps, ents = [], []
     for a in range(0, hidden.shape[0], chunk_tokens):
         b = min(a + chunk_tokens, hidden.shape[0])
-        if needs_grad:
-            lp, ent = checkpoint(_head_chunk, head, hidden[a:b], labels[a:b], temperature, with_entropy, use_reentrant=False)
-        else:
-            lp, ent = _head_chunk(head, hidden[a:b], labels[a:b], temperature, with_entropy)
+        lp, ent = _HeadLogProb.apply(hidden[a:b], weight, bias, labels[a:b], temperature, with_entropy)
         lps.append(lp)
         ents.append(ent)
     if not lps:
-        empty = hidden.new_zeros(0, dtype=torch.float32)
+        empty = hidden.new_zeros(0, dtype=torch.promote_types(hidden.dtype, torch.float32))
         return empty, (empty if with_entropy else None)
     lp = torch.cat(lps)  # (n,)
     return lp, (torch.cat(ents).detach() if with_entropy else None)

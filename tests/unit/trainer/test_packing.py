@@ -217,6 +217,22 @@ def test_chunked_head_equals_full_log_softmax_in_values_and_gradients(chunk: int
     torch.testing.assert_close(lp32.double(), ref.detach(), atol=1e-4, rtol=1e-6)
 
 
+def test_chunked_head_gradient_reaches_a_bias_and_ignores_the_entropy() -> None:
+    g = torch.Generator().manual_seed(2)
+    head = torch.nn.Linear(8, 30, bias=True).double()
+    hidden = torch.randn(9, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 30, (9,), generator=g)
+    lp, ent = packing.chunked_head_logprobs(head, hidden, labels, 1.3, chunk_tokens=4, with_entropy=True)
+    (lp.sum() + 0.0 * ent.sum()).backward()
+    got = (hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone())
+    for t in (hidden, head.weight, head.bias):
+        t.grad = None
+    ref = torch.log_softmax(head(hidden) / 1.3, dim=-1).gather(-1, labels[:, None]).sum()
+    ref.backward()
+    for a, b in zip(got, (hidden.grad, head.weight.grad, head.bias.grad)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
 def test_chunked_head_of_no_positions_is_empty() -> None:
     head = _head(torch.randn(5, 3))
     lp, ent = packing.chunked_head_logprobs(head, torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 1.0,

@@ -1,0 +1,369 @@
+"""Benchmark: ``PolicyTrainer.step`` against a bare PyTorch loop on the same rows.
+
+Run on demand (pytest does not collect this file)::
+
+    .venv/bin/python tests/benchmarks/bench_trainer.py                      # rows from a fresh tiny-model run
+    .venv/bin/python tests/benchmarks/bench_trainer.py --replay-db runs/humaneval-smollm2/replay.db
+    .venv/bin/python tests/benchmarks/bench_trainer.py --synthetic          # the default job's lengths
+    .venv/bin/python tests/benchmarks/bench_trainer.py --tiny --synthetic   # quick check (tiny model)
+
+Rows (the batch of one iteration; the script says which source it used):
+
+* ``--replay-db PATH``: a real run's replay database (``runs/<run.name>/replay.db``, where
+  ``agentrl train`` writes it): the episodes of one iteration (``--iteration``, default the
+  first) turned into trainer rows with ``Episode.training_sequences``, so the token ids, row
+  lengths and loss masks are the run's own.
+* default (no ``--replay-db``, no ``--synthetic``): such a database made first by a short
+  real run, ``agentrl train run.iterations=1 model.path=tiny-random-smollm2`` (the embedded
+  default job, 16 HumanEval episodes, with the tiny random model sampling), in a temporary
+  run directory.
+* ``--synthetic``: 16 rows with the default job's lengths from issue 10 (563 to 1,036
+  tokens, 10,915 tokens, 2,560 loss tokens: each row a prompt and 160 sampled tokens).
+
+Advantages are +1 / -1 per episode (alternating), so the gradient is not zero (a run whose
+rewards are all 0 stores advantages 0); they do not change the work done.
+
+Measured, each in a fresh subprocess (so peak memories do not mix), one warm-up step on
+two rows, then ``--steps`` timed steps on the whole batch (fp32, CPU, torch's default
+threads); ``--rounds N`` repeats all variants N times interleaved and keeps each one's
+best time, against the noise of a shared machine (the load average is printed):
+
+* ``trainer packed``: ``PolicyTrainer.step``, ``row_layout=packed`` (bin-packed by
+  ``micro_batch_tokens``, per-row SDPA), LM head only at loss positions (FSDP2, one rank).
+* ``trainer padded``: ``row_layout=padded`` (``micro_batch_size`` rows right-padded, SDPA
+  with a mask), LM head only at loss positions.
+* ``bare padded, full logits``: a plain ``AutoModelForCausalLM`` (no FSDP), the same padded
+  micro-batches, ``model(...).logits`` on every position, ``log_softmax``, on-policy PPO
+  token-mean loss, backward, gradient clipping, AdamW: the issue's bare loop.
+* ``bare padded, head at loss``: the same with the LM head applied only at the positions
+  before loss tokens.
+* ``bare packed, head at loss``: the trainer's packed micro-batches and attention kernel in
+  the bare loop: the like-for-like floor of ``trainer packed``.
+
+Printed: tokens/s (batch tokens / step seconds), the step's peak memory growth, and the
+process's peak RSS (``ru_maxrss``: model, optimizer and step); ratios trainer / bare (same
+layout, same kernel) and packed / padded, against the targets of issue 10: trainer >= 0.9x
+bare, packed >= 1.3x padded, the default job's update under 6 GB peak. Exits 1 when a
+target is missed (targets apply to the real model, not ``--tiny``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run from a checkout
+
+SYNTHETIC_LENS = [563, 600, 610, 620, 630, 640, 650, 660, 670, 680, 690, 700, 710, 720, 736, 1036]
+SYNTHETIC_COMPLETION = 160  # 16 x 160 = 2,560 loss tokens
+VARIANTS = ("trainer_packed", "trainer_padded", "bare_padded_full", "bare_padded_head", "bare_packed_head")
+LABELS = {
+    "trainer_packed": "trainer packed (head at loss)",
+    "trainer_padded": "trainer padded (head at loss)",
+    "bare_padded_full": "bare padded, full logits",
+    "bare_padded_head": "bare padded, head at loss",
+    "bare_packed_head": "bare packed, head at loss",
+}
+
+
+# ---------------------------------------------------------------- rows
+
+
+def synthetic_rows(seed: int = 0) -> list:
+    import torch
+
+    from agentrl.types import TokenSequence
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i, n in enumerate(SYNTHETIC_LENS):
+        ids = torch.randint(3, 49152, (n,), generator=g).tolist()
+        mask = [0] * (n - SYNTHETIC_COMPLETION) + [1] * SYNTHETIC_COMPLETION
+        adv = 1.0 if i % 2 == 0 else -1.0
+        blp = (-torch.rand(SYNTHETIC_COMPLETION, generator=g) * 3).tolist()
+        rows.append(TokenSequence(ids, mask, blp, [adv * m for m in mask], f"g{i // 4}", 0, f"synthetic-{i}"))
+    return rows
+
+
+def replay_rows(db: Path, run_id: str | None, iteration: int | None) -> tuple[list, object, str]:
+    """Rows of one iteration of a stored run, and its sampling record; raises SystemExit
+    with a message when the database has no usable episodes."""
+    from agentrl.replay import ReplayStore
+
+    store = ReplayStore(f"sqlite:///{db}")
+    try:
+        runs = store.runs()
+        if not runs:
+            raise SystemExit(f"{db}: no runs stored")
+        run = next((r for r in runs if r.run_id == run_id), None) if run_id else runs[-1]
+        if run is None:
+            raise SystemExit(f"{db}: no run {run_id!r} (runs: {[r.run_id for r in runs]})")
+        its = store.iterations(run.run_id)
+        it = iteration if iteration is not None else (its[0] if its else None)
+        summaries = [s for s in store.list_episodes(run.run_id, it, limit=100000) if not s.is_error]
+        if not summaries:
+            raise SystemExit(f"{db}: run {run.run_id} iteration {it} has no episodes without errors")
+        rows, sampling = [], None
+        for k, s in enumerate(summaries):
+            ep = store.get_episode(s.episode_id)
+            if not ep.turns:
+                continue
+            sampling = ep.turns[0].sampling
+            adv = 1.0 if k % 2 == 0 else -1.0
+            rows.extend(ep.training_sequences([adv] * len(ep.turns)))
+    finally:
+        store.close()
+    return rows, sampling, f"replay database {db} (run {run.run_id}, iteration {it}, {len(summaries)} episodes)"
+
+
+def generate_replay(workdir: Path) -> Path:
+    """A short real run of the embedded default job with the tiny model; its replay.db."""
+    run_dir = workdir / "gen-run"
+    cmd = [str(ROOT / ".venv" / "bin" / "agentrl"), "train", "run.iterations=1", "model.path=tiny-random-smollm2",
+           f"run.dir={run_dir}"]
+    print(f"generating rows: {' '.join(cmd)}", flush=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"the generating run failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    print(f"  done in {time.perf_counter() - t0:.0f} s", flush=True)
+    return run_dir / "replay.db"
+
+
+# ---------------------------------------------------------------- one measurement (child process)
+
+
+def _load_rows(path: str):
+    import torch
+
+    from agentrl.types import SamplingRecord, TokenBatch
+
+    data = torch.load(path, weights_only=False)
+    return TokenBatch.pack(data["rows"], data["sampling"] or SamplingRecord())
+
+
+def _bare_setup(model_path: str, attn: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.trainer import packing
+
+    attn = packing.resolve_attn_implementation(attn, device="cpu", dtype="float32")
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation=attn)
+    model.train()
+    for m in model.modules():  # as the trainer: deterministic scoring
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    return model, opt
+
+
+def _bare_step(model, opt, batch, layout: str, head: str, micro_batch_size: int, budget: int) -> None:
+    """One bare forward / backward / AdamW pass over ``batch``: on-policy PPO token-mean
+    (ratio exp(lp - lp.detach()), clip 0.2), gradient clipping at 1.0."""
+    import torch
+
+    from agentrl.trainer import _fsdp_common as fc
+    from agentrl.trainer import packing
+
+    lens = batch.seq_lens.tolist()
+    groups = (packing.pack_micro_batches(range(batch.num_rows), lens, budget) if layout == "packed"
+              else fc.micro_batches(range(batch.num_rows), lens, micro_batch_size, None))
+    n_loss = float(batch.loss_mask.sum())
+    temperature = batch.sampling.temperature
+    opt.zero_grad(set_to_none=True)
+    for rows in groups:
+        sub = batch.select_rows(rows)
+        inp = packing.model_inputs(sub.input_ids, sub.position_ids, sub.seq_lens.tolist(), layout, torch.device("cpu"))
+        targets = torch.nonzero(sub.loss_mask > 0).flatten()  # (n,)
+        select = inp.flat_index[targets - 1]  # (n,) the position before each loss token
+        labels = sub.input_ids[targets]  # (n,)
+        if head == "full":
+            logits = model(input_ids=inp.input_ids, attention_mask=inp.attention_mask, position_ids=inp.position_ids,
+                           use_cache=False, **inp.attn_kwargs).logits  # (B, L, V)
+            logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, L, V)
+            lp = logp.reshape(-1, logp.shape[-1])[select].gather(-1, labels[:, None]).squeeze(-1)  # (n,)
+        else:
+            hidden = model.model(input_ids=inp.input_ids, attention_mask=inp.attention_mask,
+                                 position_ids=inp.position_ids, use_cache=False, **inp.attn_kwargs).last_hidden_state
+            h = hidden.reshape(-1, hidden.shape[-1])[select]  # (n, H)
+            logp = torch.log_softmax(model.lm_head(h).float() / temperature, dim=-1)  # (n, V)
+            lp = logp.gather(-1, labels[:, None]).squeeze(-1)  # (n,)
+        adv = sub.advantages[targets]  # (n,)
+        ratio = torch.exp(lp - lp.detach())  # (n,) 1, with the policy gradient
+        loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)).sum() / n_loss
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def measure(variant: str, rows_file: str, model_path: str, steps: int, micro_batch_size: int, budget: int) -> dict:
+    import torch
+
+    from agentrl.trainer import packing
+
+    batch = _load_rows(rows_file)
+    warm = batch.select_rows([0, 1])
+    meter = packing.PeakMemory(torch.device("cpu"))
+    times, peaks, extra = [], [], {}
+    if variant.startswith("trainer"):
+        from agentrl.trainer import PolicyTrainer, TrainerConfig, init_single_process_group
+
+        init_single_process_group("gloo")
+        layout = variant.split("_")[1]
+        cfg = TrainerConfig(model_path=model_path, row_layout=layout, micro_batch_tokens=budget,
+                            micro_batch_size=micro_batch_size, attn_implementation="auto" if layout == "packed" else "sdpa")
+        trainer = PolicyTrainer(cfg)
+        trainer.step(warm)
+        for _ in range(steps):
+            meter.start()
+            t0 = time.perf_counter()
+            m = trainer.step(batch)
+            times.append(time.perf_counter() - t0)
+            peaks.append(meter.peak_mb())
+        extra = {"perf/padding_frac": m.get("perf/padding_frac"), "perf/peak_memory_mb": m.get("perf/peak_memory_mb"),
+                 "perf/tokens_per_s": m.get("perf/tokens_per_s")}
+    else:
+        _, layout, head = variant.split("_")
+        model, opt = _bare_setup(model_path, "auto" if layout == "packed" else "sdpa")
+        _bare_step(model, opt, warm, layout, head, micro_batch_size, budget)
+        for _ in range(steps):
+            meter.start()
+            t0 = time.perf_counter()
+            _bare_step(model, opt, batch, layout, head, micro_batch_size, budget)
+            times.append(time.perf_counter() - t0)
+            peaks.append(meter.peak_mb())
+    step_s = min(times)
+    return {
+        "variant": variant,
+        "step_s": step_s,
+        "tokens_per_s": batch.num_tokens / step_s,
+        "step_peak_mb": max(peaks),
+        "process_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------- driver
+
+
+def _load_avg() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--replay-db", type=Path, help="replay.db of a real run (default: make one with a tiny-model run)")
+    p.add_argument("--run-id", help="run in the database (default: the last one)")
+    p.add_argument("--iteration", type=int, help="iteration whose episodes are the batch (default: the first)")
+    p.add_argument("--synthetic", action="store_true", help="the default job's lengths from issue 10, random ids")
+    p.add_argument("--tiny", action="store_true", help="the tiny random model (quick check; targets not applied)")
+    p.add_argument("--model", help="model folder (default: smollm2-135m-instruct, or the tiny one with --tiny)")
+    p.add_argument("--steps", type=int, default=1, help="timed steps per variant and round (best reported)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure all variants this many times, interleaved (best time kept; on a shared machine)")
+    p.add_argument("--micro-batch-size", type=int, default=4, help="rows per padded micro-batch")
+    p.add_argument("--micro-batch-tokens", type=int, default=8192, help="token budget of a packed micro-batch")
+    p.add_argument("--only", nargs="+", choices=VARIANTS, help="measure only these variants")
+    p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--rows-file", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.worker:
+        res = measure(args.worker, args.rows_file, args.model, args.steps, args.micro_batch_size, args.micro_batch_tokens)
+        print("RESULT " + json.dumps(res), flush=True)
+        return 0
+
+    import torch
+
+    from agentrl.model_zoo import prepare_model
+
+    model = args.model or str(prepare_model("tiny-random-smollm2" if args.tiny else "smollm2-135m-instruct"))
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        tmp_path = Path(tmp)
+        if args.synthetic:
+            rows, sampling = synthetic_rows(), None
+            source = "synthetic rows with the default job's lengths (issue 10)"
+        else:
+            db = args.replay_db or generate_replay(tmp_path)
+            rows, sampling, source = replay_rows(db, args.run_id, args.iteration)
+        rows_file = tmp_path / "rows.pt"
+        torch.save({"rows": rows, "sampling": sampling}, rows_file)
+        n_tok = sum(len(r.input_ids) for r in rows)
+        n_loss = sum(sum(r.loss_mask) for r in rows)
+        lens = [len(r.input_ids) for r in rows]
+        print(f"rows: {source}")
+        print(f"  {len(rows)} rows of {min(lens)}..{max(lens)} tokens, {n_tok:,} tokens, {n_loss:,} loss tokens")
+        print(f"model: {model}; fp32, CPU, {torch.get_num_threads()} threads; padded micro-batches of "
+              f"{args.micro_batch_size} rows, packed budget {args.micro_batch_tokens} tokens; best of {args.steps} step(s)")
+        results: dict[str, dict] = {}
+        for v in [v for _ in range(args.rounds) for v in (args.only or VARIANTS)]:
+            cmd = [sys.executable, __file__, "--worker", v, "--rows-file", str(rows_file), "--model", model,
+                   "--steps", str(args.steps), "--micro-batch-size", str(args.micro_batch_size),
+                   "--micro-batch-tokens", str(args.micro_batch_tokens)]
+            load0 = _load_avg()
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                print(f"{LABELS[v]}: FAILED ({proc.returncode})\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+                return 1
+            r = json.loads(line[len("RESULT "):])
+            r["load_avg"] = f"{load0} -> {_load_avg()}"
+            if v in results:  # a later round: keep the best time and the highest peaks
+                prev = results[v]
+                r["process_peak_mb"] = max(r["process_peak_mb"], prev["process_peak_mb"])
+                r["step_peak_mb"] = max(r["step_peak_mb"], prev["step_peak_mb"])
+                if prev["tokens_per_s"] > r["tokens_per_s"]:
+                    r = {**prev, "process_peak_mb": r["process_peak_mb"], "step_peak_mb": r["step_peak_mb"]}
+            results[v] = r
+            pad = r.get("perf/padding_frac")
+            pad_txt = f"   padding {pad:.1%}" if pad is not None else ""
+            print(f"{LABELS[v]:32s} {r['tokens_per_s']:8.1f} tokens/s   step {r['step_s']:7.1f} s   "
+                  f"step peak +{r['step_peak_mb'] / 1024:5.2f} GB   process peak {r['process_peak_mb'] / 1024:5.2f} GB"
+                  f"{pad_txt}   (load {r['load_avg']})", flush=True)
+
+    def ratio(a: str, b: str) -> float | None:
+        if a in results and b in results:
+            return results[a]["tokens_per_s"] / results[b]["tokens_per_s"]
+        return None
+
+    ok = True
+    checks = [
+        ("trainer packed / bare packed (head at loss)", ratio("trainer_packed", "bare_packed_head"), 0.9),
+        ("trainer padded / bare padded (head at loss)", ratio("trainer_padded", "bare_padded_head"), 0.9),
+        ("trainer packed / bare padded, full logits", ratio("trainer_packed", "bare_padded_full"), None),
+        ("trainer packed / trainer padded", ratio("trainer_packed", "trainer_padded"), 1.3),
+        ("bare packed / bare padded (head at loss)", ratio("bare_packed_head", "bare_padded_head"), None),
+        ("bare padded: head at loss / full logits", ratio("bare_padded_head", "bare_padded_full"), None),
+    ]
+    print("ratios (tokens/s):")
+    for name, value, target in checks:
+        if value is None:
+            continue
+        verdict = ""
+        if target is not None:
+            met = value >= target
+            verdict = f"   target >= {target}x: {'met' if met else 'MISSED'}"
+            ok &= met or args.tiny
+        print(f"  {name:46s} {value:5.2f}x{verdict}")
+    if "trainer_packed" in results:
+        peak = results["trainer_packed"]["process_peak_mb"] / 1024
+        met = peak < 6.0
+        ok &= met or args.tiny
+        print(f"  default update's peak (trainer packed process) {peak:5.2f} GB   target < 6 GB: {'met' if met else 'MISSED'}")
+    if args.json:
+        args.json.write_text(json.dumps({"source": source, "model": model, "results": results}, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
