@@ -39,6 +39,10 @@ best time, against the noise of a shared machine (the load average is printed):
   before loss tokens.
 * ``bare packed, head at loss``: the trainer's packed micro-batches and attention kernel in
   the bare loop: the like-for-like floor of ``trainer packed``.
+* with ``--baseline-commit SHA``: ``PolicyTrainer.step`` of that commit (``git archive`` of
+  ``agentrl/`` and ``critics/`` into a temporary folder), e.g. ``c03bdb7``, the trainer
+  before issue 10 (padded micro-batches, full logits): the update before and after on the
+  same rows.
 
 Printed: tokens/s (batch tokens / step seconds), the step's peak memory growth, and the
 process's peak RSS (``ru_maxrss``: model, optimizer and step); ratios trainer / bare (same
@@ -65,7 +69,9 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 SYNTHETIC_LENS = [563, 600, 610, 620, 630, 640, 650, 660, 670, 680, 690, 700, 710, 720, 736, 1036]
 SYNTHETIC_COMPLETION = 160  # 16 x 160 = 2,560 loss tokens
 VARIANTS = ("trainer_packed", "trainer_padded", "bare_padded_full", "bare_padded_head", "bare_packed_head")
+BASELINE = "baseline"
 LABELS = {
+    BASELINE: "trainer at the baseline commit",
     "trainer_packed": "trainer packed (head at loss)",
     "trainer_padded": "trainer padded (head at loss)",
     "bare_padded_full": "bare padded, full logits",
@@ -205,16 +211,43 @@ def _bare_step(model, opt, batch, layout: str, head: str, micro_batch_size: int,
     opt.step()
 
 
+class _RssPeak:
+    """Peak resident-set growth of this process over a stretch (Linux: VmHWM, reset through
+    /proc/self/clear_refs), in MB; the same measure as ``perf/peak_memory_mb`` on CPU, kept
+    here so the baseline commit's code needs nothing of ours."""
+
+    @staticmethod
+    def _kb(field: str) -> int:
+        with open("/proc/self/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith(field + ":"))
+
+    def start(self) -> None:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        self._base = self._kb("VmRSS")
+
+    def peak_mb(self) -> float:
+        return (self._kb("VmHWM") - self._base) / 1024.0
+
+
 def measure(variant: str, rows_file: str, model_path: str, steps: int, micro_batch_size: int, budget: int) -> dict:
-    import torch
-
-    from agentrl.trainer import packing
-
     batch = _load_rows(rows_file)
     warm = batch.select_rows([0, 1])
-    meter = packing.PeakMemory(torch.device("cpu"))
+    meter = _RssPeak()
     times, peaks, extra = [], [], {}
-    if variant.startswith("trainer"):
+    if variant == BASELINE:  # the older code on sys.path first (main): its own config and scoring
+        from agentrl.trainer import PolicyTrainer, TrainerConfig, init_single_process_group
+
+        init_single_process_group("gloo")
+        trainer = PolicyTrainer(TrainerConfig(model_path=model_path, micro_batch_size=micro_batch_size))
+        trainer.step(warm)
+        for _ in range(steps):
+            meter.start()
+            t0 = time.perf_counter()
+            trainer.step(batch)
+            times.append(time.perf_counter() - t0)
+            peaks.append(meter.peak_mb())
+    elif variant.startswith("trainer"):
         from agentrl.trainer import PolicyTrainer, TrainerConfig, init_single_process_group
 
         init_single_process_group("gloo")
@@ -273,11 +306,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--micro-batch-size", type=int, default=4, help="rows per padded micro-batch")
     p.add_argument("--micro-batch-tokens", type=int, default=8192, help="token budget of a packed micro-batch")
     p.add_argument("--only", nargs="+", choices=VARIANTS, help="measure only these variants")
+    p.add_argument("--baseline-commit",
+                   help="also time PolicyTrainer.step as of this git commit on the same rows (its own scoring, "
+                        "padded micro-batches of --micro-batch-size rows), e.g. c03bdb7, the trainer before issue 10")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=VARIANTS + (BASELINE,), help=argparse.SUPPRESS)
     p.add_argument("--rows-file", help=argparse.SUPPRESS)
+    p.add_argument("--baseline-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
+    if args.worker == BASELINE:
+        sys.path.insert(0, args.baseline_dir)
+        import agentrl
+
+        assert agentrl.__file__.startswith(args.baseline_dir), agentrl.__file__
     if args.worker:
         res = measure(args.worker, args.rows_file, args.model, args.steps, args.micro_batch_size, args.micro_batch_tokens)
         print("RESULT " + json.dumps(res), flush=True)
@@ -305,11 +347,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {len(rows)} rows of {min(lens)}..{max(lens)} tokens, {n_tok:,} tokens, {n_loss:,} loss tokens")
         print(f"model: {model}; fp32, CPU, {torch.get_num_threads()} threads; padded micro-batches of "
               f"{args.micro_batch_size} rows, packed budget {args.micro_batch_tokens} tokens; best of {args.steps} step(s)")
+        variants = list(args.only or VARIANTS)
+        baseline_dir = tmp_path / "baseline"
+        if args.baseline_commit:
+            baseline_dir.mkdir()
+            archive = subprocess.run(["git", "archive", args.baseline_commit, "agentrl", "critics"], cwd=ROOT,
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(baseline_dir)], input=archive, check=True)
+            variants.insert(0, BASELINE)
+            print(f"baseline: agentrl as of {args.baseline_commit}")
         results: dict[str, dict] = {}
-        for v in [v for _ in range(args.rounds) for v in (args.only or VARIANTS)]:
+        for v in [v for _ in range(args.rounds) for v in variants]:
             cmd = [sys.executable, __file__, "--worker", v, "--rows-file", str(rows_file), "--model", model,
                    "--steps", str(args.steps), "--micro-batch-size", str(args.micro_batch_size),
-                   "--micro-batch-tokens", str(args.micro_batch_tokens)]
+                   "--micro-batch-tokens", str(args.micro_batch_tokens), "--baseline-dir", str(baseline_dir)]
             load0 = _load_avg()
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -344,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         ("trainer packed / trainer padded", ratio("trainer_packed", "trainer_padded"), 1.3),
         ("bare packed / bare padded (head at loss)", ratio("bare_packed_head", "bare_padded_head"), None),
         ("bare padded: head at loss / full logits", ratio("bare_padded_head", "bare_padded_full"), None),
+        ("trainer packed / trainer at the baseline commit", ratio("trainer_packed", BASELINE), None),
     ]
     print("ratios (tokens/s):")
     for name, value, target in checks:
