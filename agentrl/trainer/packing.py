@@ -53,16 +53,10 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.errors import ConfigError, ContractError
-
-RowLayout = Literal["packed", "padded"]
-ROW_LAYOUTS: tuple[str, ...] = ("packed", "padded")
+from agentrl.trainer.config import ROW_LAYOUTS, VARLEN_SDPA  # one source for the names
 
 ScoredPositions = Literal["loss", "all"]
 SCORED_POSITIONS: tuple[str, ...] = ("loss", "all")
-
-VARLEN_SDPA = "agentrl_varlen_sdpa"
-"""Name under which ``varlen_sdpa_attention`` is registered with transformers'
-``AttentionInterface`` (and its mask function with ``AttentionMaskInterface``)."""
 
 DEFAULT_MICRO_BATCH_TOKENS = 8192
 """Token budget of a packed micro-batch when the config gives none."""

@@ -252,8 +252,10 @@ def measure(variant: str, rows_file: str, model_path: str, steps: int, micro_bat
 
         init_single_process_group("gloo")
         layout = variant.split("_")[1]
-        cfg = TrainerConfig(model_path=model_path, row_layout=layout, micro_batch_tokens=budget,
-                            micro_batch_size=micro_batch_size, attn_implementation="auto" if layout == "packed" else "sdpa")
+        packed = layout == "packed"
+        # padded: micro_batch_size rows per micro-batch and no token cap, as the bare padded loop
+        cfg = TrainerConfig(model_path=model_path, row_layout=layout, micro_batch_tokens=budget if packed else None,
+                            micro_batch_size=micro_batch_size, attn_implementation="auto" if packed else "sdpa")
         trainer = PolicyTrainer(cfg)
         trainer.step(warm)
         for _ in range(steps):

@@ -164,10 +164,12 @@ def test_construction_errors(tiny_llama_path: str, tmp_path: Path, monkeypatch: 
 
 
 def test_micro_batch_tokens_caps_padded_size_and_keeps_gradients(tiny_llama_path: str) -> None:
-    trainer = _trainer(tiny_llama_path, micro_batch_size=4, micro_batch_tokens=20)
+    trainer = _trainer(tiny_llama_path, row_layout="padded", micro_batch_size=4, micro_batch_tokens=20)
     rows = [TokenSequence(list(range(n)), [0] + [1] * (n - 1), [-1.0] * (n - 1), [0.0] + [1.0] * (n - 1), "g", 0) for n in (5, 9, 3, 12)]
     batch = TokenBatch.pack(rows, SamplingRecord())
-    assert trainer._micro_batches([0, 1, 2, 3], batch) == [[0, 1], [2], [3]]
+    assert trainer._micro_batches([0, 1, 2, 3], batch) == [[0, 1], [2], [3]]  # rows in order, padded size <= 20
+    packed = _trainer(tiny_llama_path, row_layout="packed", micro_batch_tokens=20)
+    assert packed._micro_batches([0, 1, 2, 3], batch) == [[0, 2, 3], [1]]  # bin-packed: 12 + 5 + 3, then 9
 
     cases = {
         "capped": {"batch": {"num_rows": 5, "seed": 8}, "config": {"micro_batch_size": 4, "micro_batch_tokens": 24, "eps": 1e-6}},
