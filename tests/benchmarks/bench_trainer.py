@@ -44,6 +44,10 @@ best time, against the noise of a shared machine (the load average is printed):
   before issue 10 (padded micro-batches, full logits): the update before and after on the
   same rows.
 
+Also the log-prob step alone: peak memory of the LM head's forward and backward at the
+batch's loss positions, in chunks of 256 and 1,024 (``logprob_chunk_tokens``) and all at
+once as the bare loop does, beside the bound chunk x vocabulary x 4 bytes.
+
 Printed: tokens/s (batch tokens / step seconds), the step's peak memory growth, and the
 process's peak RSS (``ru_maxrss``: model, optimizer and step); ratios trainer / bare (same
 layout, same kernel) and packed / padded, against the targets of issue 10: trainer >= 0.9x
@@ -287,6 +291,46 @@ def measure(variant: str, rows_file: str, model_path: str, steps: int, micro_bat
     }
 
 
+def measure_logprob_step(model_path: str, n: int, chunks: list[int]) -> list[dict]:
+    """Peak memory growth of the log-prob step alone (forward and backward of the LM head
+    at ``n`` positions) with the model's own head: ``chunked_head_logprobs`` at each chunk
+    size, and the bare ``log_softmax`` of all ``n`` positions at once. Each measured in a
+    fresh subprocess (``--worker logprob``), so nothing earlier shapes the peak."""
+    out = []
+    for chunk in chunks:
+        cmd = [sys.executable, __file__, "--worker", "logprob", "--model", model_path, "--rows-file", str(n),
+               "--micro-batch-tokens", str(chunk)]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            raise SystemExit(f"log-prob step measurement failed:\n{proc.stderr[-3000:]}")
+        out.append(json.loads(line[len("RESULT "):]))
+    return out
+
+
+def _logprob_worker(model_path: str, n: int, chunk: int) -> dict:
+    """One log-prob step: chunk > 0 through chunked_head_logprobs, 0 the bare full log_softmax."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl.trainer import packing
+
+    head = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).get_output_embeddings()
+    vocab, width = head.weight.shape
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, width, generator=g, requires_grad=True)  # (n, H)
+    labels = torch.randint(0, vocab, (n,), generator=g)  # (n,)
+    meter = _RssPeak()
+    meter.start()
+    if chunk > 0:
+        lp, _ = packing.chunked_head_logprobs(head, hidden, labels, 1.0, chunk_tokens=chunk, with_entropy=True)
+    else:
+        lp = torch.log_softmax(head(hidden), dim=-1).gather(-1, labels[:, None]).squeeze(-1)  # (n,)
+    lp.sum().backward()
+    return {"chunk": chunk, "n": n, "vocab": vocab, "peak_mb": meter.peak_mb(), "bound_mb": chunk * vocab * 4 / 2**20,
+            "head_grad_mb": vocab * width * 4 / 2**20}
+
+
 # ---------------------------------------------------------------- driver
 
 
@@ -312,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time PolicyTrainer.step as of this git commit on the same rows (its own scoring, "
                         "padded micro-batches of --micro-batch-size rows), e.g. c03bdb7, the trainer before issue 10")
     p.add_argument("--json", type=Path, help="also write the results here")
-    p.add_argument("--worker", choices=VARIANTS + (BASELINE,), help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=VARIANTS + (BASELINE, "logprob"), help=argparse.SUPPRESS)
     p.add_argument("--rows-file", help=argparse.SUPPRESS)
     p.add_argument("--baseline-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -322,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         import agentrl
 
         assert agentrl.__file__.startswith(args.baseline_dir), agentrl.__file__
+    if args.worker == "logprob":
+        print("RESULT " + json.dumps(_logprob_worker(args.model, int(args.rows_file), args.micro_batch_tokens)), flush=True)
+        return 0
     if args.worker:
         res = measure(args.worker, args.rows_file, args.model, args.steps, args.micro_batch_size, args.micro_batch_tokens)
         print("RESULT " + json.dumps(res), flush=True)
@@ -383,6 +430,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{LABELS[v]:32s} {r['tokens_per_s']:8.1f} tokens/s   step {r['step_s']:7.1f} s   "
                   f"step peak +{r['step_peak_mb'] / 1024:5.2f} GB   process peak {r['process_peak_mb'] / 1024:5.2f} GB"
                   f"{pad_txt}   (load {r['load_avg']})", flush=True)
+
+    lp_steps = measure_logprob_step(model, n_loss, [256, 1024, 0])
+    print(f"log-prob step alone (LM head forward + backward at the {n_loss:,} loss positions, peak growth; the "
+          f"head's weight gradient, {lp_steps[0]['head_grad_mb']:.0f} MB, is in each and held twice while a chunk's "
+          "is added):")
+    for r in lp_steps:
+        what = f"chunks of {r['chunk']:5d}" if r["chunk"] else "bare, all at once "
+        bound = f"   (chunk x vocab x 4 B = {r['bound_mb']:4.0f} MB)" if r["chunk"] else ""
+        print(f"  {what}  {r['peak_mb']:7.0f} MB{bound}")
 
     def ratio(a: str, b: str) -> float | None:
         if a in results and b in results:
