@@ -367,8 +367,9 @@ def _head_chunk(
 
 
 def _scaled_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float) -> torch.Tensor:
-    logits = F.linear(hidden, weight, bias)  # (C, V) compute dtype
-    return logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # (C, V) fp32 (fp64 kept)
+    logits = F.linear(hidden, weight, bias)  # (C, V) compute dtype, a fresh tensor
+    # in place: one [C, V] buffer (fp32; fp64 kept; a bf16 output is copied up once)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)).div_(temperature)  # (C, V)
 
 
 class _HeadLogProb(torch.autograd.Function):
@@ -384,8 +385,9 @@ class _HeadLogProb(torch.autograd.Function):
         lse = torch.logsumexp(scaled, dim=-1)  # (C,)
         lp = scaled.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse  # (C,)
         if with_entropy:
-            p = torch.exp(scaled - lse.unsqueeze(-1))  # (C, V)
-            ent = lse - (p * scaled).sum(dim=-1)  # (C,) -sum p log p, log p = s - lse
+            p = (scaled - lse.unsqueeze(-1)).exp_()  # (C, V) softmax
+            ent = lse - p.mul_(scaled).sum(dim=-1)  # (C,) -sum p log p, log p = s - lse
+            del p
         else:
             ent = lp.new_zeros(0)
         ctx.mark_non_differentiable(ent)
@@ -396,8 +398,9 @@ class _HeadLogProb(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_lp, g_ent):  # type: ignore[override]
         hidden, weight, bias, labels, lse = ctx.saved_tensors
-        scaled = _scaled_logits(hidden, weight, bias, ctx.temperature)  # (C, V)
-        grad = torch.exp(scaled - lse.unsqueeze(-1)).mul_(-g_lp.unsqueeze(-1))  # (C, V): -g * p
+        # one [C, V] buffer, reused in place: scaled logits -> softmax -> d loss / d logits
+        grad = _scaled_logits(hidden, weight, bias, ctx.temperature)  # (C, V) scaled logits
+        grad.sub_(lse.unsqueeze(-1)).exp_().mul_(-g_lp.unsqueeze(-1))  # (C, V): -g * p
         grad.scatter_add_(-1, labels.unsqueeze(-1), g_lp.unsqueeze(-1))  # + g at the label
         grad = grad.div_(ctx.temperature).to(hidden.dtype)  # (C, V) d loss / d logits
         g_hidden = grad @ weight if ctx.needs_input_grad[0] else None  # (C, H)
