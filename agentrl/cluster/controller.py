@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
-from agentrl.config import Config
+from agentrl.config import Config, trainer_configs
 from agentrl.credit import assign_credit, critic_step_metrics, missing_groups, reference_batch, turn_penalties
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.rollout.loop import rollout_metrics
@@ -128,8 +128,12 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             raise ConfigError(f"env.task_ids: {unknown[:5]} not in split {cfg.env.split!r} of {cfg.env.id!r}")
         task_ids = list(cfg.env.task_ids)
     tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size, run_id=run_id)
-    rd.write_config(cfg.model_dump(mode="json"))  # only once the env and its tasks are known to exist
     model_path = resolve_model_path(cfg.model.path)
+    # The trainers' configs here, in the driver, before any actor starts: a reference model
+    # whose vocabulary differs (trainer.kl.reference_path) is a start-up ConfigError, not an
+    # actor-constructor error that Ray reports only at the first trainer call, after a rollout.
+    trainer_configs(cfg, model_path)
+    rd.write_config(cfg.model_dump(mode="json"))  # only once the env, its tasks and the models are known to fit
     cfg_dict = cfg.model_dump(mode="json")
 
     replay_url = cfg.replay.url or rd.replay_url()
