@@ -42,4 +42,4 @@ def test_a_user_estimator_trains_one_iteration(tmp_path, tiny_model_path, monkey
     assert m["advantages/mean"] == pytest.approx(float(flat.mean()), abs=1e-12)
     assert m["advantages/abs_max"] == pytest.approx(float(np.abs(flat).max()), abs=1e-12)
     assert m["advantages/nonzero_frac"] == pytest.approx(float((flat != 0).mean()), abs=1e-12)
-    assert "losses/policy_loss" in m and not any(k.startswith("critic/") for k in m)
+    assert "actor/pg_loss" in m and not any(k.startswith("critic/") for k in m)

@@ -77,7 +77,7 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
         assert math.isfinite(credit.metrics["critic/values_mean_rollout"])
 
         policy = ray.get(trainer.step.remote(batch))
-        assert math.isfinite(policy["losses/policy_loss"])
+        assert math.isfinite(policy["actor/pg_loss"])
         m = ray.get(trainer.critic_step.remote(critic_batch))
         assert m["train/num_value_positions"] == 12 and m["losses/value_loss"] > 0
         assert all(math.isfinite(v) for v in m.values())
