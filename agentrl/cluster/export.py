@@ -226,11 +226,37 @@ def prepare_export(
     ckpt = resolve_checkpoint(run_dir, checkpoint)
     out = Path(out_dir).absolute()
     run = Path(run_dir).absolute()
-    if out == run or (run / "checkpoints") in (out, *out.parents):
-        raise ConfigError(f"OUT_DIR={str(out_dir)!r} is the run directory or inside its checkpoints; "
+    # compared with links resolved, so a link to the run cannot get around the checks
+    out_r, run_r = out.resolve(), run.resolve()
+    if out_r == run_r or (run_r / "checkpoints") in (out_r, *out_r.parents) or out_r in run_r.parents:
+        raise ConfigError(f"OUT_DIR={str(out_dir)!r} is the run directory, inside its checkpoints or a folder "
+                          "that holds the run; expected a folder of its own")
+    model_dir = _local_model_dir(run)
+    if model_dir is not None and (out_r == model_dir or out_r in model_dir.parents):
+        # e.g. a run that trained from an earlier export: --force would delete the folder the
+        # run (its resume and its reference model) loads from
+        raise ConfigError(f"OUT_DIR={str(out_dir)!r} is or holds the run's model folder (model.path={str(model_dir)!r}); "
                           "expected a folder of its own")
     replaces = check_out_dir(out, force=force)
     return ExportRequest(run_dir=run, checkpoint=ckpt.absolute(), out_dir=out, dtype=dtype, replaces=replaces)
+
+
+def _local_model_dir(run: Path) -> Path | None:
+    """The run's ``model.path`` as a resolved local folder, or ``None`` (a known model name
+    or a hub id, or a ``config.yaml`` that does not name one). Read from the YAML as written,
+    without validating the config (that happens in ``export_run``)."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load((run / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    model = loaded.get("model") if isinstance(loaded, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    if not isinstance(path, str) or not path:
+        return None
+    p = Path(path).expanduser()
+    return p.resolve() if p.is_dir() else None
 
 
 # --------------------------------------------------------------------- the export

@@ -148,12 +148,40 @@ def test_prepare_export_checks_dtype_and_where_out_dir_is(tmp_path):
     with pytest.raises(ConfigError, match="--dtype='float16'; expected one of float32, bfloat16"):
         prepare_export(run, tmp_path / "out", dtype="float16")
     for inside in (run, run / "checkpoints" / "export"):
-        with pytest.raises(ConfigError, match="run directory or inside its checkpoints"):
+        with pytest.raises(ConfigError, match="is the run directory, inside its checkpoints"):
             prepare_export(run, inside)
     req = prepare_export(run, tmp_path / "out", dtype="bfloat16")
     assert req.checkpoint == (run / "checkpoints" / "iter_1").absolute()
     assert req.out_dir == (tmp_path / "out").absolute() and req.dtype == "bfloat16" and not req.replaces
     assert not (tmp_path / "out").exists()  # checks write nothing
+
+
+def test_force_never_deletes_the_run_or_its_model_folder(tmp_path):
+    """--force replaces an earlier export, but not one that holds the run, not the run
+    through a link, and not the folder the run trained from (a run started from an earlier
+    export: replacing it would break the run's resume and its reference model)."""
+    holder = tmp_path / "exports"
+    holder.mkdir()
+    (holder / EXPORT_MARKER).write_text("{}")
+    run = _run(holder, "iter_1", latest="iter_1")  # the run lives inside an earlier export
+    with pytest.raises(ConfigError, match="a folder that holds the run"):
+        prepare_export(run, holder, force=True)
+    link = tmp_path / "link-to-run"
+    link.symlink_to(run)
+    with pytest.raises(ConfigError, match="is the run directory"):
+        prepare_export(run, tmp_path / "link-to-run" / ".", force=True)
+    model = tmp_path / "models" / "v1"  # an earlier export the run trained from
+    model.mkdir(parents=True)
+    (model / EXPORT_MARKER).write_text("{}")
+    (model / "config.json").write_text("{}")
+    (run / "config.yaml").write_text(f"run:\n  name: r\nmodel:\n  path: {model}\n")
+    for out in (model, model.parent):
+        with pytest.raises(ConfigError, match=r"is or holds the run's model folder"):
+            prepare_export(run, out, force=True)
+    assert (model / "config.json").is_file() and (holder / EXPORT_MARKER).is_file()
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / EXPORT_MARKER).write_text("{}")
+    assert prepare_export(run, tmp_path / "v2", force=True).replaces  # another earlier export: fine
 
 
 # --------------------------------------------------------------------- the CLI's errors
@@ -165,6 +193,7 @@ def test_prepare_export_checks_dtype_and_where_out_dir_is(tmp_path):
     ("incomplete", "is incomplete (no trainer/COMPLETE)"),
     ("exists", "already exists; pass --force"),
     ("not_an_export", "refusing to delete it even with --force"),
+    ("holds_the_run", "a folder that holds the run"),
     ("dtype", "--dtype='fp8'"),
 ])
 def test_cli_reports_bad_input_in_one_line_with_exit_2(tmp_path, case, needle):
@@ -175,19 +204,23 @@ def test_cli_reports_bad_input_in_one_line_with_exit_2(tmp_path, case, needle):
     run = _run(tmp_path, "iter_1", latest="iter_1")
     _checkpoint(run, "iter_2", complete=False)
     out = tmp_path / "out"
+    other = tmp_path / "other"  # an existing folder that agentrl export did not write
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
     args = {
         "not_a_run": [str(tmp_path / "nope"), str(out)],
         "no_such_checkpoint": [str(run), "--checkpoint", "iter_7", str(out)],
         "incomplete": [str(run), "--checkpoint", "iter_2", str(out)],
-        "exists": [str(run), str(tmp_path)],
-        "not_an_export": [str(run), str(tmp_path), "--force"],
+        "exists": [str(run), str(other)],
+        "not_an_export": [str(run), str(other), "--force"],
+        "holds_the_run": [str(run), str(tmp_path), "--force"],
         "dtype": [str(run), str(out), "--dtype", "fp8"],
     }[case]
     r = CliRunner().invoke(app, ["export", *args], env={"COLUMNS": "400"})
     assert r.exit_code == 2, r.output
     assert needle in r.output and "Traceback" not in r.output
     assert r.output.strip().startswith("error:") and len(r.output.strip().splitlines()) == 1
-    assert not out.exists()
+    assert not out.exists() and (other / "notes.txt").read_text() == "keep"
 
 
 # --------------------------------------------------------------------- trainer-side pieces
