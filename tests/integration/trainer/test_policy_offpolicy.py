@@ -184,3 +184,40 @@ def test_kl_to_reference_known_values(tiny_llama_path: str) -> None:
     # reward mode adds nothing to the loss
     s = trainer.step(base)
     assert s["actor/kl_loss"] == 0.0 and "kl/ref_k3" not in s
+
+
+# ---------------------------------------------------------------- metric names
+
+
+def _readme_metric_names() -> set[str]:
+    """The policy-update names of the README's Metrics table (``actor/*``,
+    ``rollout_corr/*``, ``kl/*``, ``perf/*``), with shorthand such as ``_max`` after
+    ``rollout_corr/gap_abs_mean`` expanded to ``rollout_corr/gap_abs_max``."""
+    import re
+
+    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = text.split("### Metrics", 1)[1].split("\n#", 1)[0]
+    names: set[str] = set()
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first_cell = line.split("|")[1]
+        prev = None
+        for tok in re.findall(r"`([^`]+)`", first_cell):
+            if tok.startswith("_") and prev is not None:
+                tok = prev.rsplit("_", 1)[0] + tok  # `gap_abs_mean`, `_max` -> gap_abs_max
+            names.add(tok)
+            prev = tok
+    return {n for n in names if n.split("/")[0] in ("actor", "rollout_corr", "kl", "perf")}
+
+
+def test_readme_metric_table_names_exactly_what_step_returns(tiny_llama_path: str) -> None:
+    """The README's table is the contract of metrics.jsonl: every name it lists is returned
+    by a real step with every term on (a reference loaded, so kl/ref_* are present), and
+    the step returns no policy name the table leaves out."""
+    trainer = _trainer(tiny_llama_path, kl=KLConfig(coef=0.1), dual_clip_c=3.0,
+                       rollout_correction=RolloutCorrectionConfig(is_level="token", token_mask_band=(0.5, 2.0)))
+    got = set(trainer.step(make_batch(num_rows=4, seed=3)))
+    table = _readme_metric_names()
+    assert len(table) > 20  # the parse found the table
+    assert table == got, (sorted(table - got), sorted(got - table))
