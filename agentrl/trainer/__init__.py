@@ -1,4 +1,4 @@
-"""The trainers: PPO-clip / GRPO updates of a Hugging Face causal LM (``PolicyTrainer``) and
+"""The trainers: decoupled PPO-clip / GRPO updates of a Hugging Face causal LM (``PolicyTrainer``) and
 a value model (``CriticTrainer``) under FSDP2, sharing one step skeleton
 (``agentrl.trainer._core.TrainerCore``).
 
@@ -14,14 +14,18 @@ from typing import Any
 
 _EXPORTS = {
     "CriticConfig": "agentrl.trainer.config",
+    "KLConfig": "agentrl.trainer.config",
     "OptimConfig": "agentrl.trainer.config",
+    "RolloutCorrectionConfig": "agentrl.trainer.config",
     "TrainerConfig": "agentrl.trainer.config",
     "CriticTrainer": "agentrl.trainer.critic_trainer",
     "init_single_process_group": "agentrl.trainer.distributed",
     "LOSS_AGG_MODES": "agentrl.trainer.losses",
     "entropy_from_logits": "agentrl.trainer.losses",
+    "kl_penalty": "agentrl.trainer.losses",
     "logprobs_from_logits": "agentrl.trainer.losses",
-    "policy_loss": "agentrl.trainer.losses",
+    "ppo_loss": "agentrl.trainer.losses",
+    "rollout_correction": "agentrl.trainer.losses",
     "value_loss_terms": "agentrl.trainer.losses",
     "PolicyTrainer": "agentrl.trainer.trainer",
 }

@@ -223,7 +223,7 @@ class KLConfig:
 
 def validate_clip_ratios(clip_ratio_low: float | None = None, clip_ratio_high: float | None = None) -> None:
     """The one check of the PPO clip range ``[1 - low, 1 + high]``, used by
-    ``TrainerConfig.validate``, ``policy_loss`` and the run config's ``trainer`` section
+    ``TrainerConfig.validate``, ``ppo_loss`` and the run config's ``trainer`` section
     (which checks each field on its own; ``None`` skips that side).
 
     Raises:

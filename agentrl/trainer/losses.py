@@ -1,4 +1,4 @@
-"""Pure loss functions of the trainers: token log-probs, entropy, the policy loss and the
+"""Pure loss functions of the trainers: token log-probs, entropy, the policy loss (``ppo_loss``) and the
 critic's (optionally clipped) value loss (``value_loss_terms``).
 
 The policy loss keeps the three log-probs apart (design.md): ``behavior_log_probs`` (the
@@ -8,8 +8,8 @@ detached per-token weights and masks; ``ppo_loss`` is the decoupled PPO-clip los
 clip-higher and dual clip, weighted and masked by that correction, plus an optional
 KL-to-reference term (``kl_penalty``: k1 / k2 / k3), all aggregated with global
 normalisers (``aggregate_loss``); ``rollout_corr_metrics`` gives the batch's
-``rollout_corr/*`` metrics from additive per-micro-batch sums. ``policy_loss`` is the plain
-PPO-clip loss with the older ``losses/*`` metric names.
+``rollout_corr/*`` metrics from additive per-micro-batch sums. Without correction, dual
+clip or KL, ``ppo_loss`` is the plain PPO-clip loss.
 
 Everything here is a function of tensors; nothing touches a model, a process group or a
 file. Shapes are 1-D over tokens (``T``), the layout of ``TokenBatch``, or over value
@@ -56,7 +56,6 @@ __all__ = [
     "entropy_from_logits",
     "kl_penalty",
     "logprobs_from_logits",
-    "policy_loss",
     "ppo_loss",
     "quantile",
     "rollout_corr_metrics",
@@ -182,133 +181,6 @@ def entropy_from_logits(
         lambda a, b: logits[a:b],
     )
     return out.to(device=logits.device, dtype=torch.float32)
-
-
-def policy_loss(
-    log_probs: torch.Tensor,
-    old_log_probs: torch.Tensor,
-    advantages: torch.Tensor,
-    loss_mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    loss_agg_mode: LossAggMode = "token-mean",
-    global_num_tokens: float | torch.Tensor | None = None,
-    global_num_seqs: float | torch.Tensor | None = None,
-    seq_ids: torch.Tensor | None = None,
-    entropy: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO-clip policy loss (Schulman et al. 2017, "Proximal Policy Optimization
-    Algorithms", Eq. 7) with DAPO's decoupled clip range (Yu et al. 2025, "DAPO", Sec. 3.1,
-    "clip-higher"), aggregated with a *global* normaliser.
-
-    Per token ``t`` with ``r_t = exp(log_probs - old_log_probs)``::
-
-        loss_t = max(-A_t * r_t, -A_t * clip(r_t, 1 - clip_ratio_low, 1 + clip_ratio_high))
-
-    Aggregation (``loss_mask`` selects the tokens; ``S`` sums over this call's tokens only):
-
-    - ``token-mean``: ``S(loss_t) / global_num_tokens``.
-    - ``seq-mean-token-mean``: ``sum_seq mean_{t in seq}(loss_t) / global_num_seqs``.
-    - ``seq-mean-token-sum``: ``sum_seq sum_{t in seq}(loss_t) / global_num_seqs``.
-
-    The global counts are those of the whole optimizer step (all micro-batches, all
-    ranks), so summing this function's result over micro-batches and ranks gives the
-    loss of the whole batch, and its gradient does not depend on how the batch was split
-    (design.md, invariant 5). Left ``None``, they default to this call's own counts
-    (masked tokens; sequences with at least one masked token).
-
-    Positions with ``loss_mask == 0`` never influence the result or its gradient, whatever
-    ``old_log_probs``/``advantages``/``log_probs`` hold there (NaN and inf included): the
-    inputs are selected with ``torch.where`` before any arithmetic, not multiplied by the
-    mask (``NaN * 0 = NaN``).
-
-    Args:
-        log_probs: ``[T]`` float32, current policy log-probs (requires grad).
-        old_log_probs: ``[T]`` float32, log-probs at the weights that started this step.
-        advantages: ``[T]`` float32.
-        loss_mask: ``[T]`` 0/1 (any dtype).
-        clip_ratio_low, clip_ratio_high: clip range ``[1 - low, 1 + high]``.
-        loss_agg_mode: one of ``LOSS_AGG_MODES``.
-        global_num_tokens: normaliser for ``token-mean``.
-        global_num_seqs: normaliser for the ``seq-mean-*`` modes.
-        seq_ids: ``[T]`` int64 row index of each token, required for ``seq-mean-*``.
-        entropy: optional ``[T]`` float32 per-token entropy, only reported.
-
-    Returns:
-        ``(loss, metrics)``: ``loss`` a 0-dim float32 tensor (this call's share of the
-        global loss); ``metrics`` 0-dim detached tensors, means over this call's masked
-        tokens except ``losses/policy_loss`` (= ``loss``):
-        ``losses/policy_loss``, ``losses/approx_kl`` (k3 estimator ``(r - 1) - log r``,
-        Schulman 2020, "Approximating KL divergence"), ``losses/clipfrac`` (share of tokens
-        whose clipped term is the larger one, i.e. whose gradient the clip removed),
-        ``losses/entropy`` (0 when ``entropy`` is None), ``losses/ratio_mean``.
-
-    Raises:
-        ConfigError: unknown ``loss_agg_mode``, a clip ratio outside its range, a
-            normaliser <= 0.
-        ContractError: shapes that differ, or ``seq_ids`` missing for a ``seq-mean`` mode.
-    """
-    if loss_agg_mode not in LOSS_AGG_MODES:
-        raise ConfigError(f"loss_agg_mode={loss_agg_mode!r}; expected one of {LOSS_AGG_MODES}")
-    validate_clip_ratios(clip_ratio_low, clip_ratio_high)
-    shape = log_probs.shape
-    if log_probs.dim() != 1:
-        raise ContractError(f"log_probs has shape {tuple(shape)}; expected [T]")
-    for name, t in (("old_log_probs", old_log_probs), ("advantages", advantages), ("loss_mask", loss_mask)):
-        if t.shape != shape:
-            raise ContractError(f"{name} has shape {tuple(t.shape)}; expected {tuple(shape)} like log_probs")
-    if entropy is not None and entropy.shape != shape:
-        raise ContractError(f"entropy has shape {tuple(entropy.shape)}; expected {tuple(shape)}")
-    seq_mode = loss_agg_mode != "token-mean"
-    if seq_mode and (seq_ids is None or seq_ids.shape != shape):
-        raise ContractError(
-            f"loss_agg_mode={loss_agg_mode!r} needs seq_ids of shape {tuple(shape)}, got "
-            f"{None if seq_ids is None else tuple(seq_ids.shape)}"
-        )
-
-    mask = loss_mask > 0  # (T,) bool
-    zero = torch.zeros((), dtype=torch.float32, device=log_probs.device)
-    lp = torch.where(mask, log_probs.float(), zero)  # (T,)
-    old = torch.where(mask, old_log_probs.detach().float(), zero)  # (T,)
-    adv = torch.where(mask, advantages.detach().float(), zero)  # (T,)
-
-    log_ratio = (lp - old).clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # (T,) 0 off-mask
-    ratio = torch.exp(log_ratio)  # (T,) 1 off-mask
-    pg_unclipped = -adv * ratio  # (T,)
-    pg_clipped = -adv * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)  # (T,)
-    token_loss = torch.where(mask, torch.maximum(pg_unclipped, pg_clipped), zero)  # (T,)
-
-    n_local_tokens = mask.sum()
-    if loss_agg_mode == "token-mean":
-        denom = n_local_tokens.clamp(min=1).float() if global_num_tokens is None else global_num_tokens
-        loss = token_loss.sum() / _positive(denom, "global_num_tokens")
-    else:
-        assert seq_ids is not None
-        n_seq = int(seq_ids.max().item()) + 1 if seq_ids.numel() else 0
-        seq_sum = torch.zeros(n_seq, dtype=torch.float32, device=lp.device).index_add(0, seq_ids, token_loss)
-        seq_cnt = torch.zeros(n_seq, dtype=torch.float32, device=lp.device).index_add(0, seq_ids, mask.float())
-        if loss_agg_mode == "seq-mean-token-mean":
-            per_seq = torch.where(seq_cnt > 0, seq_sum / seq_cnt.clamp(min=1.0), zero)  # (S,)
-        else:
-            per_seq = seq_sum  # (S,)
-        denom = (seq_cnt > 0).sum().clamp(min=1).float() if global_num_seqs is None else global_num_seqs
-        loss = per_seq.sum() / _positive(denom, "global_num_seqs")
-
-    with torch.no_grad():
-        n = n_local_tokens.clamp(min=1).float()
-        approx_kl = torch.where(mask, (ratio - 1.0) - log_ratio, zero).sum() / n
-        clipfrac = (mask & (pg_clipped > pg_unclipped)).float().sum() / n
-        ratio_mean = torch.where(mask, ratio, zero).sum() / n
-        ent = zero if entropy is None else torch.where(mask, entropy.float(), zero).sum() / n
-        metrics = {
-            "losses/policy_loss": loss.detach(),
-            "losses/approx_kl": approx_kl,
-            "losses/clipfrac": clipfrac,
-            "losses/entropy": ent,
-            "losses/ratio_mean": ratio_mean,
-        }
-    return loss, metrics
 
 
 def _positive(value: float | torch.Tensor, name: str) -> float | torch.Tensor:
@@ -701,8 +573,9 @@ def ppo_loss(
     (design.md, invariant 5). Positions with ``loss_mask == 0`` never influence the result
     or its gradient, whatever the inputs hold there (NaN and inf included).
 
-    Without ``correction``, ``dual_clip_c`` and ``kl_coef``, the loss is bitwise the
-    PPO-clip loss of ``policy_loss`` with ``old_log_probs = proximal_log_probs``.
+    Without ``correction``, ``dual_clip_c`` and ``kl_coef``, the loss is bitwise the plain
+    PPO-clip loss with the proximal log-probs as the old ones (the trainer's loss before the
+    decoupled objective; ``tests/unit/trainer/test_trainer_ppo_loss.py`` keeps a copy of it).
 
     Args:
         log_probs: ``[T]`` float32, current log-probs (requires grad).

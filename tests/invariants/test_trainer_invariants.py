@@ -149,8 +149,8 @@ def test_off_policy_metrics_equal_for_one_and_two_ranks_and_on_every_rank(tiny_l
 # Computed once with this test (torch 2.13.0+cpu, transformers 5.19.0, fp32, CPU), then
 # pinned. A change means the numerics of the trainer changed: find out why before
 # re-pinning.
-# Columns: policy_loss, approx_kl, clipfrac, entropy, grad_norm, lr (warmup 4 optimizer
-# steps, 2 per step()).
+# Columns: the names in `keys` below (actor/pg_loss, actor/ppo_kl, actor/pg_clipfrac,
+# actor/entropy, actor/grad_norm, actor/lr; warmup 4 optimizer steps, 2 per step()).
 PINNED_CURVE = [
     [0.17703161295503378, 0.0025569739691736933, 0.0135135139162476, 5.529004857346818, 2.989127039909363, 0.0005],
     [0.14553553611040115, 0.009431061687300334, 0.1081081113299808, 5.527934435251597, 2.1881967186927795, 0.001],

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentrl.errors import ConfigError, ContractError
-from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, policy_loss
+from agentrl.trainer.losses import entropy_from_logits, logprobs_from_logits, ppo_loss
 
 # ---------------------------------------------------------------- log-probs and entropy
 
@@ -90,7 +90,8 @@ def test_shape_mismatch_is_refused() -> None:
         logprobs_from_logits(torch.zeros(3, 4), torch.tensor([0, 1, 2]), 1.0, chunk_tokens=0)
 
 
-# ---------------------------------------------------------------- policy loss
+# ---------------------------------------------------------------- policy loss (ppo_loss without correction, dual clip
+# or KL: plain PPO-clip; its metrics are sums over the call's loss tokens)
 
 
 def _c06_tokens() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -114,7 +115,7 @@ def _grad_of_split(parts: list[list[int]], *, mode: str = "token-mean") -> tuple
     total = torch.zeros(())
     for idx in parts:
         i = torch.tensor(idx)
-        loss, _ = policy_loss(
+        loss, _ = ppo_loss(
             x[i],
             log_probs[i],
             advantages[i],
@@ -141,7 +142,7 @@ def test_C06_token_mean_uses_the_global_token_count() -> None:
     log_probs, advantages, mask, _ = _c06_tokens()
     for idx in ([0, 1], [2, 3, 4, 5]):
         i = torch.tensor(idx)
-        naive.append(float(policy_loss(log_probs[i], log_probs[i], advantages[i], mask[i])[0]))
+        naive.append(float(ppo_loss(log_probs[i], log_probs[i], advantages[i], mask[i])[0]))
     assert sum(naive) / 2 == pytest.approx(2.0)  # wrong answer, so the global count matters
 
 
@@ -164,9 +165,9 @@ def test_C06_gradients_equal_for_micro_batch_sizes_1_2_4_and_two_ranks(mode: str
 
 def test_seq_mean_modes_known_values() -> None:
     log_probs, advantages, mask, seq_ids = _c06_tokens()
-    tm, _ = policy_loss(log_probs, log_probs, advantages, mask, loss_agg_mode="seq-mean-token-mean", seq_ids=seq_ids)
-    ts, _ = policy_loss(log_probs, log_probs, advantages, mask, loss_agg_mode="seq-mean-token-sum", seq_ids=seq_ids)
-    tok, _ = policy_loss(log_probs, log_probs, advantages, mask, loss_agg_mode="token-mean")
+    tm, _ = ppo_loss(log_probs, log_probs, advantages, mask, loss_agg_mode="seq-mean-token-mean", seq_ids=seq_ids)
+    ts, _ = ppo_loss(log_probs, log_probs, advantages, mask, loss_agg_mode="seq-mean-token-sum", seq_ids=seq_ids)
+    tok, _ = ppo_loss(log_probs, log_probs, advantages, mask, loss_agg_mode="token-mean")
     assert tm.item() == pytest.approx((1.0 + 3.0) / 2)  # mean of per-sequence means
     assert ts.item() == pytest.approx((1.0 + 9.0) / 2)  # mean of per-sequence sums
     assert tok.item() == pytest.approx(10.0 / 4)  # local count when no global one given
@@ -177,7 +178,7 @@ def test_sequences_without_loss_tokens_are_not_counted() -> None:
     lp = torch.zeros(4)
     adv = torch.tensor([0.0, 0.0, -2.0, -2.0])
     mask = torch.tensor([0.0, 0.0, 1.0, 1.0])
-    loss, _ = policy_loss(lp, lp, adv, mask, loss_agg_mode="seq-mean-token-mean", seq_ids=torch.tensor([0, 0, 1, 1]))
+    loss, _ = ppo_loss(lp, lp, adv, mask, loss_agg_mode="seq-mean-token-mean", seq_ids=torch.tensor([0, 0, 1, 1]))
     assert loss.item() == pytest.approx(2.0)
 
 
@@ -186,27 +187,29 @@ def test_ppo_clip_known_values_and_metrics() -> None:
     log_probs = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5])).requires_grad_(True)
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
     mask = torch.ones(4)
-    loss, m = policy_loss(log_probs, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    loss, m = ppo_loss(log_probs, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28)
     # token losses: A=+1, r=1.5 -> -1.28 (clipped); A=-1, r=1.5 -> 1.5 (unclipped);
     #               A=+1, r=0.5 -> -0.5 (unclipped); A=-1, r=0.5 -> 0.8 (clipped)
     assert loss.item() == pytest.approx((-1.28 + 1.5 - 0.5 + 0.8) / 4, abs=1e-6)
     loss.backward()
     # gradient only through unclipped tokens: d(-A r)/dlogp = -A r, / 4
     torch.testing.assert_close(log_probs.grad, torch.tensor([0.0, 1.5 / 4, -0.5 / 4, 0.0]), atol=1e-6, rtol=0)
-    assert m["losses/clipfrac"].item() == pytest.approx(0.5)
-    assert m["losses/ratio_mean"].item() == pytest.approx(1.0)
+    assert m["actor/pg_clipfrac"].item() == pytest.approx(2.0)  # sums over the 4 loss tokens
+    assert m["actor/ratio_mean"].item() == pytest.approx(4.0)
     kl = ((1.5 - 1) - math.log(1.5)) * 2 + ((0.5 - 1) - math.log(0.5)) * 2
-    assert m["losses/approx_kl"].item() == pytest.approx(kl / 4, abs=1e-6)
-    assert m["losses/policy_loss"].item() == pytest.approx(loss.item())
-    assert set(m) == {"losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/ratio_mean"}
+    assert m["actor/ppo_kl"].item() == pytest.approx(kl, abs=1e-6)
+    assert m["actor/pg_loss"].item() == pytest.approx(loss.item())
+    assert m["actor/kl_loss"].item() == 0.0 and m["actor/pg_clipfrac_dual"].item() == 0.0
+    assert set(m) == {"actor/pg_loss", "actor/kl_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/pg_clipfrac_dual",
+                      "actor/entropy", "actor/ratio_mean"}
 
 
-def test_entropy_metric_is_a_masked_mean() -> None:
+def test_entropy_metric_is_a_masked_sum() -> None:
     lp = torch.zeros(3)
-    _, m = policy_loss(
+    _, m = ppo_loss(
         lp, lp, torch.zeros(3), torch.tensor([0.0, 1.0, 1.0]), entropy=torch.tensor([100.0, 1.0, 2.0])
     )
-    assert m["losses/entropy"].item() == pytest.approx(1.5)
+    assert m["actor/entropy"].item() == pytest.approx(3.0)  # 1 + 2 on the loss tokens; the step divides by their count
 
 
 @pytest.mark.parametrize("garbage", [1e9, -1e9, float("nan"), float("inf"), float("-inf")])
@@ -222,7 +225,7 @@ def test_C03_garbage_at_observation_positions_changes_nothing(garbage: float, mo
 
     def run(lp_in: torch.Tensor, old_in: torch.Tensor, adv_in: torch.Tensor):
         x = lp_in.clone().requires_grad_(True)
-        loss, m = policy_loss(x, old_in, adv_in, mask, loss_agg_mode=mode, seq_ids=seq_ids, clip_ratio_high=0.28)
+        loss, m = ppo_loss(x, old_in, adv_in, mask, loss_agg_mode=mode, seq_ids=seq_ids, clip_ratio_high=0.28)
         loss.backward()
         return loss.detach(), m, x.grad
 
@@ -233,8 +236,8 @@ def test_C03_garbage_at_observation_positions_changes_nothing(garbage: float, mo
     dirty_lp = torch.where(off, torch.full((n,), garbage), log_probs)
     loss, m, grad = run(dirty_lp, dirty_old, dirty_adv)
     assert torch.equal(loss, clean_loss)
-    assert torch.equal(m["losses/approx_kl"], clean_m["losses/approx_kl"])
-    assert clean_m["losses/approx_kl"].item() > 0
+    assert torch.equal(m["actor/ppo_kl"], clean_m["actor/ppo_kl"])
+    assert clean_m["actor/ppo_kl"].item() > 0
     for k in clean_m:
         assert torch.equal(m[k], clean_m[k]), k
     assert torch.isfinite(grad).all()
@@ -244,24 +247,24 @@ def test_C03_garbage_at_observation_positions_changes_nothing(garbage: float, mo
 
 def test_huge_log_ratio_does_not_overflow() -> None:
     lp = torch.tensor([0.0], requires_grad=True)
-    loss, m = policy_loss(lp, torch.tensor([-500.0]), torch.tensor([-1.0]), torch.ones(1))
+    loss, m = ppo_loss(lp, torch.tensor([-500.0]), torch.tensor([-1.0]), torch.ones(1))
     assert torch.isfinite(loss)
     loss.backward()
     assert torch.isfinite(lp.grad).all()
 
 
-def test_policy_loss_refuses_bad_arguments() -> None:
+def test_plain_ppo_loss_refuses_bad_arguments() -> None:
     x = torch.zeros(3)
     m = torch.ones(3)
     with pytest.raises(ConfigError, match="loss_agg_mode='mean'"):
-        policy_loss(x, x, x, m, loss_agg_mode="mean")  # type: ignore[arg-type]
+        ppo_loss(x, x, x, m, loss_agg_mode="mean")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="clip_ratio_low=1.5"):
-        policy_loss(x, x, x, m, clip_ratio_low=1.5)
+        ppo_loss(x, x, x, m, clip_ratio_low=1.5)
     with pytest.raises(ConfigError, match="clip_ratio_high=-0.1"):
-        policy_loss(x, x, x, m, clip_ratio_high=-0.1)
+        ppo_loss(x, x, x, m, clip_ratio_high=-0.1)
     with pytest.raises(ContractError, match="advantages has shape"):
-        policy_loss(x, x, torch.zeros(2), m)
+        ppo_loss(x, x, torch.zeros(2), m)
     with pytest.raises(ContractError, match="needs seq_ids"):
-        policy_loss(x, x, x, m, loss_agg_mode="seq-mean-token-mean")
+        ppo_loss(x, x, x, m, loss_agg_mode="seq-mean-token-mean")
     with pytest.raises(ConfigError, match="global_num_tokens=0"):
-        policy_loss(x, x, x, m, global_num_tokens=0)
+        ppo_loss(x, x, x, m, global_num_tokens=0)
