@@ -18,7 +18,7 @@ import difflib
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, ClassVar, Literal, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -165,43 +165,48 @@ def _as_value_error(check: Any, prefix: str) -> None:
         raise ValueError(f"{prefix}{exc}") from None
 
 
-class RolloutCorrectionSection(_Section):
+class _DataclassSection(_Section):
+    """A sub-section that is one trainer dataclass (``_dataclass``, every field of the same
+    name), checked by that dataclass's ``validate`` with the run-config key ``_prefix``."""
+
+    _dataclass: ClassVar[type]
+    _prefix: ClassVar[str]
+
+    def to_dataclass(self) -> Any:
+        """This section as its ``agentrl.trainer.config`` dataclass."""
+        return self._dataclass(**{name: getattr(self, name) for name in type(self).model_fields})
+
+    @model_validator(mode="after")
+    def _check(self) -> "_DataclassSection":
+        _as_value_error(lambda: self.to_dataclass().validate(prefix=self._prefix), "")
+        return self
+
+
+class RolloutCorrectionSection(_DataclassSection):
     """``trainer.rollout_correction``: ``agentrl.trainer.config.RolloutCorrectionConfig``.
     Importance weights and masks need the engine's log-probs of the distribution the
     trainer recomputes, so they refuse top-p / top-k sampling (a start-up ``ConfigError``)."""
+
+    _dataclass: ClassVar[type] = _tc.RolloutCorrectionConfig
+    _prefix: ClassVar[str] = "trainer.rollout_correction."
 
     is_level: Literal["token", "sequence"] | None = _documented(_tc.RolloutCorrectionConfig, "is_level")
     is_cap: float = _documented(_tc.RolloutCorrectionConfig, "is_cap")
     token_mask_band: tuple[float, float] | None = _documented(_tc.RolloutCorrectionConfig, "token_mask_band")
     seq_mask_band: tuple[float, float] | None = _documented(_tc.RolloutCorrectionConfig, "seq_mask_band")
 
-    def to_dataclass(self) -> Any:
-        """This section as ``agentrl.trainer.config.RolloutCorrectionConfig``."""
-        return _tc.RolloutCorrectionConfig(**{name: getattr(self, name) for name in type(self).model_fields})
 
-    @model_validator(mode="after")
-    def _check(self) -> "RolloutCorrectionSection":
-        _as_value_error(lambda: self.to_dataclass().validate(prefix="trainer.rollout_correction."), "")
-        return self
-
-
-class KLSection(_Section):
+class KLSection(_DataclassSection):
     """``trainer.kl``: ``agentrl.trainer.config.KLConfig``, a KL penalty toward a frozen
     reference policy."""
+
+    _dataclass: ClassVar[type] = _tc.KLConfig
+    _prefix: ClassVar[str] = "trainer.kl."
 
     coef: float = _documented(_tc.KLConfig, "coef")
     estimator: Literal["k1", "k2", "k3"] = _documented(_tc.KLConfig, "estimator")
     mode: Literal["loss", "reward"] = _documented(_tc.KLConfig, "mode")
     reference_path: str | None = _documented(_tc.KLConfig, "reference_path")
-
-    def to_dataclass(self) -> Any:
-        """This section as ``agentrl.trainer.config.KLConfig``."""
-        return _tc.KLConfig(**{name: getattr(self, name) for name in type(self).model_fields})
-
-    @model_validator(mode="after")
-    def _check(self) -> "KLSection":
-        _as_value_error(lambda: self.to_dataclass().validate(prefix="trainer.kl."), "")
-        return self
 
 
 _TC, _CC = _tc.TrainerConfig, _tc.CriticConfig
