@@ -491,7 +491,8 @@ def rollout_corr_metrics(sums: torch.Tensor, gaps: torch.Tensor) -> dict[str, fl
         ``rollout_corr/is_weight_mean`` (mean applied weight over the kept units; 1 when
         off or when no unit is kept), ``rollout_corr/is_clipped_frac`` (share of kept units
         whose weight was cut at the cap), ``rollout_corr/ess`` (``(sum w)^2 / (n sum w^2)``
-        over the kept units, in (0, 1]; 1 when off), ``rollout_corr/token_masked_frac``
+        over the kept units, in (0, 1]; 1 when off or no unit is kept; 0 when every kept
+        weight is 0, e.g. sequence weights that underflow), ``rollout_corr/token_masked_frac``
         (share of loss tokens the token band masked), ``rollout_corr/seq_masked_frac``
         (share of sequences with a loss token the sequence band masked).
 
@@ -508,10 +509,21 @@ def rollout_corr_metrics(sums: torch.Tensor, gaps: torch.Tensor) -> dict[str, fl
         "rollout_corr/gap_abs_p99": quantile(gaps, 0.99),
         "rollout_corr/is_weight_mean": s["weight_sum"] / n_w if n_w > 0 else 1.0,
         "rollout_corr/is_clipped_frac": s["weight_clipped"] / n_w if n_w > 0 else 0.0,
-        "rollout_corr/ess": s["weight_sum"] ** 2 / (n_w * s["weight_sq_sum"]) if n_w > 0 and s["weight_sq_sum"] > 0 else 1.0,
+        "rollout_corr/ess": _ess(s["weight_sum"], s["weight_sq_sum"], n_w),
         "rollout_corr/token_masked_frac": s["token_masked"] / n_tok if n_tok > 0 else 0.0,
         "rollout_corr/seq_masked_frac": s["seq_masked"] / n_seq if n_seq > 0 else 0.0,
     }
+
+
+def _ess(weight_sum: float, weight_sq_sum: float, n: float) -> float:
+    """Normalised effective sample size ``(sum w)^2 / (n sum w^2)`` of ``n`` weights >= 0:
+    1 with no weights (nothing to judge); 0 when every weight is 0 (no effective sample;
+    the formula is 0/0 there, and 1 would report the worst case as the best)."""
+    if n <= 0:
+        return 1.0
+    if weight_sq_sum <= 0.0:
+        return 0.0
+    return weight_sum**2 / (n * weight_sq_sum)
 
 
 # ---------------------------------------------------------------- the policy loss, assembled

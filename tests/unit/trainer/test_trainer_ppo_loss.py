@@ -461,3 +461,22 @@ def test_ppo_loss_refuses_bad_arguments() -> None:
         rollout_correction(t, t, mask, torch.zeros(4, dtype=torch.long), RolloutCorrectionConfig(is_cap=0.5))
     with pytest.raises(ContractError, match="ROLLOUT_CORR_SUMS"):
         rollout_corr_metrics(torch.zeros(3), torch.zeros(0))
+
+
+def test_ess_is_zero_not_one_when_every_sequence_weight_underflows() -> None:
+    """A long sequence far below the engine's probability: exp(sum of log-ratios) is 0 in
+    float32, so the policy-gradient term vanishes. The ESS must say so (0), not report
+    the formula's 0/0 as a perfect 1; with nothing weighted (correction off) it stays 1."""
+    n = 400
+    prox, behav = torch.full((n,), -1.0), torch.zeros(n)  # sum of log w = -400
+    mask, seq_ids = torch.ones(n), torch.zeros(n, dtype=torch.long)
+    corr = rollout_correction(prox, behav, mask, seq_ids, RolloutCorrectionConfig(is_level="sequence"))
+    assert torch.equal(corr.weights, torch.zeros(n))
+    m = rollout_corr_metrics(corr.sums, corr.gaps)
+    assert m["rollout_corr/ess"] == 0.0 and m["rollout_corr/is_weight_mean"] == 0.0
+    off = rollout_correction(prox, behav, mask, seq_ids, None)
+    assert rollout_corr_metrics(off.sums, off.gaps)["rollout_corr/ess"] == 1.0
+    # one of two sequences underflows: the usual formula, (1 + 0)^2 / (2 * 1) = 0.5
+    two = rollout_correction(torch.cat([prox, behav]), torch.cat([behav, behav]), torch.ones(2 * n),
+                             torch.cat([seq_ids, seq_ids + 1]), RolloutCorrectionConfig(is_level="sequence"))
+    assert rollout_corr_metrics(two.sums, two.gaps)["rollout_corr/ess"] == pytest.approx(0.5)
