@@ -33,9 +33,10 @@ under activation checkpointing). Autograd then keeps ``[n, H]`` hidden states in
 ``[Tm, V]`` logits, and the extra memory of the log-prob step is about
 ``chunk_tokens x V x 4`` bytes times a small constant (the logits, their softmax and
 their gradient of one chunk), plus the head's weight gradient (``V x H x 4`` bytes, part
-of any training step; held twice while a chunk's share is added). Measured for SmolLM2 at
-2,560 positions (``tests/benchmarks/bench_trainer.py``): 464 MB with chunks of 256, 833 MB
-with 1,024, 1,575 MB for the whole ``[n, V]`` at once. The method is
+of any training step; held twice while a chunk's share is added). Measured for SmolLM2
+(V = 49,152, H = 576: a 108 MB weight gradient) at the 2,817 loss positions of a default
+job's iteration (``tests/benchmarks/bench_trainer.py``): 417 MB with chunks of 256, 559 MB
+with 1,024, 1,720 MB for the whole ``[n, V]`` at once. The method is
 registered with ``torch.distributed.fsdp.register_fsdp_forward_method``: calling the
 backbone and ``lm_head`` outside the root module's ``forward`` would skip FSDP's
 all-gather of the root's parameters (``embed_tokens``, the final norm and ``lm_head``).
