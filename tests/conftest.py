@@ -42,19 +42,21 @@ def smollm2_tokenizer(smollm2_path):
     return AutoTokenizer.from_pretrained(smollm2_path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def process_group():
-    """A torch.distributed process group of one (gloo) for in-process trainer tests."""
+    """A torch.distributed process group of one (gloo) for in-process trainer tests.
+
+    Checked at every use, not once per session: an in-process vLLM engine destroys the
+    default group when it shuts down, so a group created before the vLLM tests ran (the
+    export tests sort before them) was gone for every later trainer test. The group is
+    left in place afterwards (the process's exit ends it)."""
     import torch.distributed as dist
 
     from agentrl.trainer import init_single_process_group
 
-    created = not dist.is_initialized()
-    if created:
+    if not dist.is_initialized():
         init_single_process_group("gloo")
     yield
-    if created and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="session")
