@@ -257,6 +257,10 @@ def test_head_is_plain_only_for_a_linear_head_without_logit_transforms() -> None
 def test_peak_memory_measures_the_growth_of_a_stretch_of_work() -> None:
     meter = packing.PeakMemory(torch.device("cpu"))
     meter.start()
+    if not meter._hwm_reset:
+        # ru_maxrss fallback: by its documented contract it misses peaks below an earlier
+        # one, which a long test process has always had (seen in fresh-clone CI)
+        pytest.skip("this kernel does not let the process reset VmHWM (/proc/self/clear_refs)")
     x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
     x += 1
     del x
