@@ -54,6 +54,12 @@ class EngineError(InfraError):
     """The inference engine failed (crash, bad output shape)."""
 
 
+class ClusterError(InfraError):
+    """A Ray node, actor or rendezvous fault (node lost, actor killed by the memory
+    monitor, trainer ranks that never met). Infrastructure, never a model failure: the
+    message names the actor and the node, and the last checkpoint stays intact."""
+
+
 class RewardError(AgentRLError):
     """A reward function raised, timed out, or returned a malformed value. The sample is
     flagged ``reward_error`` and excluded from the loss; it is never scored 0."""
