@@ -369,6 +369,12 @@ def trainer_configs(cfg: "Config", model_path: str) -> tuple[Any, Any]:
 class ClusterConfig(_Section):
     address: str | None = Field(None, description="Ray address to join (None: start a local Ray instance).")
     num_cpus: int | None = Field(None, ge=1, description="Logical CPUs for a local Ray instance (None: detected).")
+    rendezvous_timeout_s: float = Field(
+        120.0, gt=0,
+        description="Seconds the trainer ranks have to meet at rank 0's node (the process group's TCP store "
+                    "and its first collective); a rank that does not arrive in time stops the run with a "
+                    "ClusterError naming rank 0's node address and port instead of a silent hang.",
+    )
 
 
 class ReplayConfig(_Section):
