@@ -78,6 +78,12 @@ class RolloutConfig(_Section):
     kv_cache_gb: float = Field(1.0, gt=0.0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), GiB.")
     max_num_seqs: int = Field(64, ge=1, description="vLLM's concurrent sequence cap.")
     env_workers: int = Field(8, ge=1, description="Threads running environment steps (sandbox execs) while the engine keeps generating.")
+    num_engines: int = Field(
+        1, ge=1,
+        description="Rollout engines (Ray actors placed with cluster.placement.rollout), each a vLLM engine with "
+                    "its agent loop and its sandboxes. Each iteration's episodes go to the least-loaded engine; a "
+                    "group may span engines (grouping is by group_id, never by engine).",
+    )
     check_template: bool = Field(True, description="At start-up, prove that turn-by-turn (delta) tokenization equals the full chat-template rendering; refuse to start otherwise. full_history only: per_step renders each step's whole prompt, so a template that cannot be extended turn by turn is fine there.")
 
     @model_validator(mode="after")
@@ -366,9 +372,69 @@ def trainer_configs(cfg: "Config", model_path: str) -> tuple[Any, Any]:
     return policy, critic
 
 
+class RolePlacement(_Section):
+    """What Ray reserves for one actor of a role (one trainer rank, one rollout engine, one
+    sandbox host): the ``.options(num_cpus=, num_gpus=, resources=)`` of that actor."""
+
+    num_cpus: float = Field(1.0, ge=0, description="Logical CPUs Ray reserves per actor of this role.")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves per actor of this role (fractions share a GPU).")
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Ray custom resources per actor, e.g. {'rollout': 1} to place this role only on nodes "
+                    "started with `ray start --resources '{\"rollout\": 4}'`. Names non-empty, amounts >= 0.",
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _resource_names(cls, resources: dict[str, float]) -> dict[str, float]:
+        for name, amount in resources.items():
+            if not name.strip():
+                raise ValueError(f"a resource name must be non-empty, got {resources!r}")
+            if amount < 0:
+                raise ValueError(f"the amount of {name!r} must be >= 0, got {resources!r}")
+        return resources
+
+
+class PlacementConfig(_Section):
+    """Per-role Ray reservations; ``agentrl.cluster.ray_setup.role_options`` turns an entry
+    into actor options and ``check_placement`` checks them against the cluster at start-up."""
+
+    trainer: RolePlacement = Field(
+        default_factory=lambda: RolePlacement(num_cpus=1.0),
+        description="One trainer rank (trainer.num_ranks of them).",
+    )
+    rollout: RolePlacement = Field(
+        default_factory=lambda: RolePlacement(num_cpus=1.0),
+        description="One rollout engine: a vLLM engine, its agent loop and (with cluster.sandbox_hosts=0) its sandboxes.",
+    )
+    sandbox: RolePlacement = Field(
+        default_factory=lambda: RolePlacement(num_cpus=0.5),
+        description="One sandbox host (cluster.sandbox_hosts of them).",
+    )
+
+
 class ClusterConfig(_Section):
-    address: str | None = Field(None, description="Ray address to join (None: start a local Ray instance).")
+    address: str | None = Field(
+        None,
+        description="None: always start a new local Ray instance (ray.init(address='local')), whatever "
+                    "RAY_ADDRESS or an earlier `ray start` says. 'auto', 'host:port' or 'ray://host:port': "
+                    "join that running cluster (cluster.num_cpus is then ignored). Inside a `ray job submit` "
+                    "job pass cluster.address=auto.",
+    )
     num_cpus: int | None = Field(None, ge=1, description="Logical CPUs for a local Ray instance (None: detected).")
+    placement: PlacementConfig = Field(
+        default_factory=PlacementConfig,
+        description="What Ray reserves per actor of each role (trainer rank, rollout engine, sandbox host); "
+                    "checked against the cluster's nodes at start-up.",
+    )
+    node_wait_s: float = Field(
+        0.0, ge=0,
+        description="After a rollout engine is lost (its node removed, its actor killed): 0 regenerates its "
+                    "in-flight episodes on the remaining engines at once; > 0 first starts a replacement engine "
+                    "(same placement) and waits up to this many seconds for it, saying so in the log. With no "
+                    "engine left and none back in time the run stops with a ClusterError (the last checkpoint "
+                    "stays intact).",
+    )
     rendezvous_timeout_s: float = Field(
         120.0, gt=0,
         description="Seconds the trainer ranks have to meet at rank 0's node (the process group's TCP store "
