@@ -51,10 +51,17 @@ class TerminationReason(str, Enum):
     """Sandbox, engine or environment infrastructure failed. Excluded from the loss."""
     REWARD_ERROR = "reward_error"
     """The reward function failed. Excluded from the loss."""
+    ABORTED = "aborted"
+    """The rollout engine running the episode was lost (its node removed, its actor killed)
+    before the episode finished. An infrastructure fault: excluded from the loss like
+    ``infra_error``, stored and counted, and the same request is rolled out again with
+    ``attempt + 1`` on another engine (``agentrl.cluster.engine_pool``); ``Episode.error``
+    names the engine and its node."""
 
     @property
     def is_error(self) -> bool:
-        return self in (TerminationReason.INFRA_ERROR, TerminationReason.REWARD_ERROR)
+        """Excluded from the loss and never scored: ``infra_error``, ``reward_error``, ``aborted``."""
+        return self in (TerminationReason.INFRA_ERROR, TerminationReason.REWARD_ERROR, TerminationReason.ABORTED)
 
 
 @dataclass(frozen=True)
@@ -279,7 +286,8 @@ class Episode:
         turns: in order.
         terminated, truncated: Gymnasium semantics for the whole episode.
         termination_reason: why it ended.
-        error: ``None``, or ``{"type": ..., "message": ...}`` for infra/reward errors.
+        error: ``None``, or ``{"type": ..., "message": ...}`` for infra/reward errors and
+            aborted episodes.
         success: the task was solved, as the environment says (``info["success"]`` of the
             last step); ``None`` when it does not say (then ``total_reward >= 1`` counts).
         prompt_mode: ``full_history`` (one row) or ``per_step`` (one row per turn); see
@@ -312,7 +320,7 @@ class Episode:
 
     @property
     def is_error(self) -> bool:
-        """True for infra or reward errors: excluded from the loss, never scored 0."""
+        """True for infra or reward errors and aborted episodes: excluded from the loss, never scored 0."""
         return self.termination_reason is not None and self.termination_reason.is_error
 
     def token_ids(self) -> list[int]:

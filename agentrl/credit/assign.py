@@ -2,9 +2,11 @@
 
 ``assign_credit`` is the one entry point (the controller calls it once per iteration). It
 
-1. sets aside errored episodes (``infra_error`` / ``reward_error``): they are counted and
-   excluded from the loss, never scored 0; with ``error_policy="drop_group"`` their whole
-   group goes too, else the group's statistics use its valid samples only (case C12);
+1. sets aside errored episodes (``infra_error`` / ``reward_error`` / ``aborted``): they are
+   counted and excluded from the loss, never scored 0; with ``error_policy="drop_group"``
+   the whole group of an infra or reward error goes too (not of an aborted episode, whose
+   request was rolled out again), else the group's statistics use its valid samples only
+   (case C12);
 2. shapes each remaining episode's per-turn rewards once (``shaped_turn_rewards``);
 3. optionally drops groups whose shaped rewards are all equal (DAPO dynamic sampling, Yu
    et al. 2025, §3.2), counting their tokens as discarded;
@@ -99,7 +101,11 @@ def _select(episodes: Sequence[Episode], cfg: AlgorithmConfig, max_new_tokens: i
     errored = [e for e in episodes if e.is_error]
     m["filter/infra_errors"] = float(sum(1 for e in errored if e.termination_reason.value == "infra_error"))
     m["filter/reward_errors"] = float(sum(1 for e in errored if e.termination_reason.value == "reward_error"))
-    bad_groups = {e.group_id for e in errored} if cfg.error_policy == "drop_group" else set()
+    m["filter/aborted_episodes"] = float(sum(1 for e in errored if e.termination_reason.value == "aborted"))
+    # An aborted episode (its engine was lost) has been rolled out again with attempt + 1, so
+    # its group is not short a sample: it never drops the group under drop_group.
+    bad_groups = ({e.group_id for e in errored if e.termination_reason.value != "aborted"}
+                  if cfg.error_policy == "drop_group" else set())
     kept = [e for e in episodes if not e.is_error and e.group_id not in bad_groups and e.turns]
     m["filter/error_dropped_episodes"] = float(len(episodes) - len(kept))
     shaped = {} if shaped_cache is None else shaped_cache

@@ -400,6 +400,8 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "rollout/generated_tokens": float(sum(e.num_generated_tokens() for e in episodes)),
         "rollout/invalid_action_rate": float(sum(t.invalid_action for e in episodes for t in e.turns) / max(1, len(resp))),
         "rollout/sandbox_execs": float(sum(len(t.exec_results) for e in episodes for t in e.turns)),
+        # lost with their engine (flagged, never scored; their requests were rolled out again)
+        "rollout/aborted_episodes": float(sum(1 for e in episodes if e.termination_reason == TerminationReason.ABORTED)),
     }
     for reason in TerminationReason:
         m[f"rollout/termination/{reason.value}"] = float(sum(1 for e in episodes if e.termination_reason == reason))
