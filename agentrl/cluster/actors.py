@@ -180,9 +180,17 @@ def make_env_factory(cfg: Config, run_id: str):
 
 @ray.remote
 class RolloutActor:
-    """Holds the vLLM engine and runs the agent loop with its sandboxes."""
+    """Holds the vLLM engine and runs the agent loop with its sandboxes.
 
-    def __init__(self, cfg_dict: dict, model_path: str, run_id: str) -> None:
+    ``engine_index``: this engine's place in the pool (``agentrl.cluster.engine_pool``),
+    for logs and error messages only. Every engine starts with the same seed
+    (``run.seed``); what an episode samples depends only on its request's ``sample_seed``
+    (turn k is seeded ``sample_seed * 1009 + k``), so an episode does not depend on which
+    engine ran it, nor on what else that engine batched with it, beyond floating-point
+    numerics of the batched forward pass.
+    """
+
+    def __init__(self, cfg_dict: dict, model_path: str, run_id: str, engine_index: int = 0) -> None:
         from transformers import AutoTokenizer
 
         from agentrl.rollout.chat import ChatTokenizer
@@ -191,6 +199,7 @@ class RolloutActor:
 
         cfg = Config.model_validate(cfg_dict)
         self.cfg = cfg
+        self.engine_index = engine_index
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         chat = ChatTokenizer(tokenizer, stop_token_ids(model_path, tokenizer))
         if cfg.rollout.check_template and cfg.rollout.prompt_mode == "full_history":
@@ -212,6 +221,13 @@ class RolloutActor:
 
     def ready(self) -> float:
         return self.engine_start_s
+
+    def node(self) -> dict:
+        """Where this engine runs: ``{"engine_index": int, "node_id": hex str, "node_ip": str,
+        "pid": int}`` (named in the error of the episodes it loses)."""
+        ctx = ray.get_runtime_context()
+        return {"engine_index": self.engine_index, "node_id": ctx.get_node_id(),
+                "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
     def pool_stats(self) -> dict | None:
         """Warm-pool statistics (start-up and acquire latencies), or None without a pool."""
