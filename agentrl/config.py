@@ -102,7 +102,7 @@ class SandboxConfig(_Section):
     pids_limit: int = Field(128, ge=8, description="Process limit per sandbox.")
     timeout_s: float = Field(10.0, gt=0.0, description="Default per-command timeout, seconds.")
     output_limit_bytes: int = Field(16 * 1024, ge=256, description="Cap per output stream of one command (head and tail kept).")
-    pool_size: int = Field(0, ge=0, description="Warm sandboxes kept started ahead and handed out per episode (0: a fresh sandbox per episode, no pool).")
+    pool_size: int = Field(0, ge=0, description="Warm sandboxes kept started ahead and handed out per episode (0: a fresh sandbox per episode, no pool); per rollout actor, or per sandbox host with cluster.sandbox_hosts > 0.")
     max_sandboxes: int | None = Field(None, ge=1, description="With a pool: cap on sandboxes alive at once (episodes wait for one); None: pool_size, or more when episodes need them.")
     between_episodes: Literal["reset", "replace"] = Field("reset", description="With a pool: empty a returned sandbox's work dir and /tmp (reset) or start a fresh one (replace).")
 
@@ -440,6 +440,14 @@ class ClusterConfig(_Section):
         description="Seconds the trainer ranks have to meet at rank 0's node (the process group's TCP store "
                     "and its first collective); a rank that does not arrive in time stops the run with a "
                     "ClusterError naming rank 0's node address and port instead of a silent hang.",
+    )
+    sandbox_hosts: int = Field(
+        0, ge=0,
+        description="0: every rollout actor runs its sandboxes in its own process, on its own node. N > 0: N "
+                    "SandboxHost actors, placed with cluster.placement.sandbox, hold every sandbox (the backend "
+                    "is resolved on each host's node) and the rollout actors reach them through Ray; each "
+                    "rollout actor sends a new sandbox to the host where it has the fewest open, ties in turn. "
+                    "A lost host makes its episodes infra_error, never a reward, and takes no new sandboxes.",
     )
 
 
