@@ -377,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agentrl.model_zoo import prepare_model
+    from agentrl.trainer.packing import padded_positions
 
     model = args.model or str(prepare_model("tiny-random-smollm2" if args.tiny else "smollm2-135m-instruct"))
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
@@ -394,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
         lens = [len(r.input_ids) for r in rows]
         print(f"rows: {source}")
         print(f"  {len(rows)} rows of {min(lens)}..{max(lens)} tokens, {n_tok:,} tokens, {n_loss:,} loss tokens")
+        # What packing can save at most: the padded layout's positions over the real tokens
+        # (the linear layers' work scales with positions; attention adds a little on top).
+        groups = [list(range(i, min(i + args.micro_batch_size, len(rows)))) for i in range(0, len(rows), args.micro_batch_size)]
+        pad_pos, all_pos = padded_positions(groups, lens, "padded")
+        print(f"  padded layout: {all_pos:,} positions, {pad_pos / all_pos:.1%} padding; packed / padded can reach "
+              f"about {all_pos / n_tok:.2f}x on these rows (the 1.3x target needs >= 23% padding)")
         print(f"model: {model}; fp32, CPU, {torch.get_num_threads()} threads; padded micro-batches of "
               f"{args.micro_batch_size} rows, packed budget {args.micro_batch_tokens} tokens; best of {args.steps} step(s)")
         variants = list(args.only or VARIANTS)
