@@ -114,7 +114,7 @@ def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) ->
     return ids
 
 
-def make_env_factory(cfg: Config, run_id: str):
+def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | None = None, *, engine_index: int = 0):
     """The factory the rollout worker calls per episode: a fresh environment with its own
     sandbox (the worker closes both), or with none when the environment class says
     ``uses_sandbox = False`` (Sokoban, GuessNumber, TextWorld run in-process).
@@ -122,13 +122,21 @@ def make_env_factory(cfg: Config, run_id: str):
     ``sandbox.backend`` is resolved once here (``sandboxes.choose_backend``), logged, and
     used for every sandbox of the run.
 
+    With ``sandbox_hosts`` (the ``SandboxHostRef`` list of ``start_sandbox_hosts``, when
+    ``cluster.sandbox_hosts > 0``) every sandbox is a ``RemoteSandbox`` on one of them
+    (``agentrl.cluster.sandbox_host``): the backend was resolved on each host's node
+    (``factory.backend``: their backends, comma-joined when they differ), no pool is kept
+    here (the hosts keep it), and a ``HostBalancer`` starting at ``engine_index`` picks the
+    host (``factory.balancer``).
+
     Raises:
         ConfigError: the env id is not registered in this process, or an unknown backend.
     """
     import gymnasium
 
     import environments
-    from sandboxes import PooledSandbox, SandboxSpec, choose_backend, make_sandbox
+    from agentrl.cluster.sandbox_host import sandbox_spec
+    from sandboxes import PooledSandbox, choose_backend, make_sandbox
 
     environments.import_env_modules(cfg.env.import_modules)
     try:
@@ -140,21 +148,21 @@ def make_env_factory(cfg: Config, run_id: str):
     env_cls = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
     uses_sandbox = bool(getattr(env_cls, "uses_sandbox", True))
 
-    spec = SandboxSpec(
-        memory_mb=cfg.sandbox.memory_mb,
-        cpus=cfg.sandbox.cpus,
-        pids_limit=cfg.sandbox.pids_limit,
-        default_timeout_s=cfg.sandbox.timeout_s,
-        output_limit_bytes=cfg.sandbox.output_limit_bytes,
-        run_id=run_id,
-    )
+    spec = sandbox_spec(cfg, run_id)  # the same spec a sandbox host's pool holds
     backend = None
-    if uses_sandbox:
+    hosts = list(sandbox_hosts or ())
+    balancer = None
+    if uses_sandbox and hosts:
+        from agentrl.cluster.sandbox_host import HostBalancer, make_remote_sandbox
+
+        balancer = HostBalancer(len(hosts), start=engine_index)
+        backend = ",".join(dict.fromkeys(h.backend for h in hosts))
+    elif uses_sandbox:
         backend, why = choose_backend(cfg.sandbox.backend, spec.image)
         log.info("sandbox backend for this run: %r (%s)", backend, why)
 
     pool = None
-    if uses_sandbox and cfg.sandbox.pool_size > 0:
+    if uses_sandbox and not hosts and cfg.sandbox.pool_size > 0:
         from sandboxes.pool import SandboxPool
 
         cap = cfg.sandbox.max_sandboxes or max(cfg.sandbox.pool_size, cfg.rollout.max_num_seqs)
@@ -165,7 +173,10 @@ def make_env_factory(cfg: Config, run_id: str):
     def factory(req):
         if not uses_sandbox:
             return gymnasium.make(req.env_id, disable_env_checker=True, **cfg.env.kwargs), None
-        sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(backend, spec)
+        if balancer is not None:
+            sandbox = make_remote_sandbox(hosts, balancer, spec)
+        else:
+            sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(backend, spec)
         try:
             env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **cfg.env.kwargs)
         except BaseException:
@@ -175,6 +186,7 @@ def make_env_factory(cfg: Config, run_id: str):
 
     factory.pool = pool  # type: ignore[attr-defined]
     factory.backend = backend  # type: ignore[attr-defined]
+    factory.balancer = balancer  # type: ignore[attr-defined]
     return factory
 
 
@@ -188,9 +200,14 @@ class RolloutActor:
     (turn k is seeded ``sample_seed * 1009 + k``), so an episode does not depend on which
     engine ran it, nor on what else that engine batched with it, beyond floating-point
     numerics of the batched forward pass.
+
+    ``sandbox_hosts``: with ``cluster.sandbox_hosts > 0``, the ``SandboxHostRef``s of
+    ``start_sandbox_hosts``; its environments' sandboxes then run on them
+    (``make_env_factory``), else in this process.
     """
 
-    def __init__(self, cfg_dict: dict, model_path: str, run_id: str, engine_index: int = 0) -> None:
+    def __init__(self, cfg_dict: dict, model_path: str, run_id: str, engine_index: int = 0,
+                 sandbox_hosts: Sequence[Any] | None = None) -> None:
         from transformers import AutoTokenizer
 
         from agentrl.rollout.chat import ChatTokenizer
@@ -212,7 +229,7 @@ class RolloutActor:
                                  seed=cfg.run.seed, kv_cache_gb=cfg.rollout.kv_cache_gb, max_num_seqs=cfg.rollout.max_num_seqs)
         self.engine_start_s = time.perf_counter() - t0
         self.worker = RolloutWorker(
-            self.engine, chat, make_env_factory(cfg, run_id),
+            self.engine, chat, make_env_factory(cfg, run_id, sandbox_hosts, engine_index=engine_index),
             RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens,
                           score_truncated=cfg.rollout.score_truncated, prompt_mode=cfg.rollout.prompt_mode,
                           history_length=cfg.rollout.history_length),
