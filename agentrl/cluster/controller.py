@@ -95,6 +95,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     import ray
 
     from agentrl.cluster.actors import RolloutActor, TrainerActor, env_task_ids, sampling_of
+    from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
     from agentrl.model_zoo import resolve_model_path
     from agentrl.replay import ReplayStore
     from sandboxes import reap_orphans
@@ -163,6 +164,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     start_iter = 0
     rollout = None
     trainers: list = []
+    hosts: list = []  # SandboxHostRefs (cluster.sandbox_hosts > 0)
     prev_sigterm = signal.getsignal(signal.SIGTERM)
 
     def _sigterm(signum, frame):  # turn SIGTERM into KeyboardInterrupt: same clean-up path
@@ -173,7 +175,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         world = cfg.trainer.num_ranks
         port = _free_port()
         trainers = [TrainerActor.options(num_cpus=1, name=None).remote(r, world, port, cfg_dict, model_path) for r in range(world)]
-        rollout = RolloutActor.options(num_cpus=1).remote(cfg_dict, model_path, run_id)
+        hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
+        rollout = RolloutActor.options(num_cpus=1).remote(cfg_dict, model_path, run_id, sandbox_hosts=hosts or None)
         engine_start_s = ray.get(rollout.ready.remote())
         log.info("engine started in %.1f s", engine_start_s)
 
@@ -294,6 +297,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                     ray.kill(actor)
                 except Exception:
                     pass
+        stop_sandbox_hosts(hosts)  # after the engines: each host closes its sandboxes, then is killed
         if started_ray:
             ray.shutdown()
         # The run is over: nothing of it may outlive it (design.md, invariant 8).
