@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
+from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect
 from agentrl.config import Config, trainer_configs
 from agentrl.credit import assign_credit, critic_step_metrics, missing_groups, reference_batch, turn_penalties
 from agentrl.errors import CheckpointError, ConfigError
@@ -147,17 +148,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     if dropped:
         log.warning("resume: dropped %d stored episodes of iterations after checkpoint %d", dropped, iterations_done)
 
-    started_ray = False
-    if not ray.is_initialized():
-        num_threads = str(max(1, os.cpu_count() or 1))
-        ray.init(
-            address=cfg.cluster.address,
-            num_cpus=None if cfg.cluster.address else (cfg.cluster.num_cpus or max(4, 2 * (os.cpu_count() or 1))),
-            include_dashboard=False, log_to_driver=True, logging_level="WARNING",
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": num_threads, "TOKENIZERS_PARALLELISM": "false",
-                                      "RAY_DEDUP_LOGS": "0"}},
-        )
-        started_ray = True
+    started_ray = connect(cfg)  # cluster.address None: always a new local instance; else join it
     status = "failed"
     history: list[dict[str, float]] = []
     policy_version = 0
@@ -172,6 +163,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
     signal.signal(signal.SIGTERM, _sigterm)
     try:
+        check_placement(cfg)  # a role no node can hold is a ConfigError now, not an actor pending forever
         world = cfg.trainer.num_ranks
         port = _free_port()
         trainers = [TrainerActor.options(num_cpus=1, name=None).remote(r, world, port, cfg_dict, model_path) for r in range(world)]
@@ -285,6 +277,11 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     except KeyboardInterrupt:
         status = "interrupted"
         raise
+    except Exception as exc:  # an actor or node lost (memory monitor, node gone): one line, never a traceback
+        cluster_error = as_cluster_error(exc)
+        if cluster_error is None:
+            raise
+        raise cluster_error from exc
     finally:
         signal.signal(signal.SIGTERM, prev_sigterm)
         try:
