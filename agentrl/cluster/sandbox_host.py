@@ -617,7 +617,8 @@ def stop_sandbox_hosts(hosts: Sequence[SandboxHostRef], *, timeout_s: float = 60
             if closed:
                 log.info("%s closed %d open sandboxes at shutdown", name, closed)
         except Exception as exc:  # noqa: BLE001 - gone or stuck: killed below
-            log.warning("%s did not shut down cleanly: %s: %s", name, type(exc).__name__, exc)
+            first = (str(exc).strip().splitlines() or [""])[0]
+            log.warning("%s did not shut down cleanly (%s: %s); killing it", name, type(exc).__name__, first)
     for h in hosts:
         try:
             ray.kill(h.actor)

@@ -36,7 +36,8 @@ def _cfg(run_id_suffix: str = "", **extra: str):
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def ray_cluster():
+    """Two nodes on this machine: the head (the driver's, 2 CPUs) and one with ``sandbox: 1``."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -44,10 +45,17 @@ def cluster():
     c.add_node(num_cpus=1, resources={"sandbox": 1})
     ray.init(address=c.address, logging_level="WARNING")
     try:
-        yield ray
+        yield c
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+@pytest.fixture
+def cluster(ray_cluster):
+    import ray
+
+    return ray
 
 
 @pytest.fixture
@@ -232,3 +240,25 @@ def test_unsatisfiable_placement_fails_at_start(cluster):
     with pytest.raises(ClusterError, match="sandbox-host-0 not started within 2 s.*gpu_box"):
         start_sandbox_hosts(cfg, RUN, start_timeout_s=2.0)
     assert time.monotonic() - t0 < 10
+
+
+def test_removed_node_is_an_infra_error_naming_the_dead_node(cluster, ray_cluster):
+    """The sandbox node itself goes away (as in the multi-node node-loss test): the next
+    exec is a ``HostLost`` that names the host, its node, and that the node is dead."""
+    ray, c = cluster, ray_cluster
+    node = c.add_node(num_cpus=1, resources={"sandbox_b": 1})
+    cfg = _cfg(**{"cluster.placement.sandbox.resources": "{sandbox_b: 1}"})
+    hosts = start_sandbox_hosts(cfg, RUN)
+    h = hosts[0]
+    sb = RemoteSandbox(h, sandbox_spec(cfg, RUN))
+    assert sb.exec("echo ok").stdout == "ok\n"
+    c.remove_node(node)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if any(n["NodeID"] == h.node_id and not n["Alive"] for n in ray.nodes()):
+            break
+        time.sleep(0.2)
+    with pytest.raises(HostLost, match=f"sandbox-host-0.*{h.node_id[:12]}.*the node is dead"):
+        sb.exec("true")
+    sb.close()
+    stop_sandbox_hosts(hosts)
