@@ -48,6 +48,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from agentrl.cluster.ray_setup import role_options
 from agentrl.errors import AgentRLError, ClusterError, ConfigError, SandboxError
 from agentrl.types import ExecResult
 from sandboxes.base import ExecListener, ExecListeners, SandboxSpec
@@ -534,17 +535,6 @@ def make_remote_sandbox(hosts: Sequence[SandboxHostRef], balancer: HostBalancer,
         return sb
 
 
-def _sandbox_options(cfg: Any) -> dict[str, Any]:
-    """``role_options(cfg, "sandbox")`` (``agentrl.cluster.ray_setup``), or the same built
-    from ``cluster.placement.sandbox`` while that module is not in the tree."""
-    try:
-        from agentrl.cluster.ray_setup import role_options
-    except ImportError:
-        p = cfg.cluster.placement.sandbox
-        return {"num_cpus": p.num_cpus, "num_gpus": p.num_gpus, "resources": dict(p.resources)}
-    return role_options(cfg, "sandbox")
-
-
 def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START_TIMEOUT_S) -> list[SandboxHostRef]:
     """Start the run's ``cluster.sandbox_hosts`` hosts (driver side; Ray must be up), each
     with ``role_options(cfg, "sandbox")``, and wait until every one answers.
@@ -563,7 +553,7 @@ def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START
     n = int(cfg.cluster.sandbox_hosts)
     if n == 0:
         return []
-    options = _sandbox_options(cfg)
+    options = role_options(cfg, "sandbox")
     engines = int(getattr(cfg.rollout, "num_engines", 1))
     concurrency = cfg.rollout.env_workers * engines + 4
     pool = None
