@@ -2,8 +2,14 @@
 
 Synchronous mode (the only mode so far): one iteration's rollouts all use the same
 ``policy_version``; the update starts when they are done, and the next iteration starts
-after the new weights are in the engine. There are therefore no in-flight rollouts at a
+after the new weights are in every engine. There are therefore no in-flight rollouts at a
 checkpoint.
+
+Rollout runs on ``rollout.num_engines`` engines (``agentrl.cluster.engine_pool.EnginePool``).
+An engine lost mid-rollout (node removed, actor killed) turns its in-flight episodes into
+``aborted`` ones, which are stored with the iteration's other episodes and never scored
+(credit sets them aside), and its requests are rolled out again with ``attempt + 1`` on
+the remaining engines (or on a replacement, ``cluster.node_wait_s``); the iteration goes on.
 
 Resume never duplicates (design.md, invariant 7). Each iteration writes its episodes, then
 its metrics (``metrics.jsonl`` and the store), then, every ``run.checkpoint_every``
@@ -95,7 +101,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     """
     import ray
 
-    from agentrl.cluster.actors import RolloutActor, TrainerActor, env_task_ids, sampling_of
+    from agentrl.cluster.actors import TrainerActor, env_task_ids, sampling_of
+    from agentrl.cluster.engine_pool import EnginePool, merge_rollout_metrics
     from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
     from agentrl.model_zoo import resolve_model_path
     from agentrl.replay import ReplayStore
@@ -153,7 +160,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     history: list[dict[str, float]] = []
     policy_version = 0
     start_iter = 0
-    rollout = None
+    pool = None
     trainers: list = []
     hosts: list = []  # SandboxHostRefs (cluster.sandbox_hosts > 0)
     prev_sigterm = signal.getsignal(signal.SIGTERM)
@@ -168,9 +175,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         port = _free_port()
         trainers = [TrainerActor.options(num_cpus=1, name=None).remote(r, world, port, cfg_dict, model_path) for r in range(world)]
         hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
-        rollout = RolloutActor.options(num_cpus=1).remote(cfg_dict, model_path, run_id, sandbox_hosts=hosts or None)
-        engine_start_s = ray.get(rollout.ready.remote())
-        log.info("engine started in %.1f s", engine_start_s)
+        pool = EnginePool(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)  # rollout.num_engines engines
+        engine_start_s = pool.ready()
+        log.info("%d rollout engines started in %s s", len(engine_start_s), ", ".join(f"{s:.1f}" for s in engine_start_s))
 
         if ckpt is not None:
             ray.get([t.load_checkpoint.remote(str(ckpt / "trainer")) for t in trainers])
@@ -178,8 +185,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             policy_version = int(state["policy_version"])
             start_iter = int(state["iteration"])
             history = list(state.get("history", []))
-            refs = ray.get([t.state_dict_ref.remote() for t in trainers])
-            ray.get(rollout.update_weights.remote(refs[0]))
+            pool.update_weights(trainers)  # every engine gets the checkpoint's weights
 
         sampling = sampling_of(cfg)
         if progress is not None:
@@ -190,7 +196,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             requests = tasks.next_requests(cfg.env.tasks_per_iteration)
             if progress is not None:
                 progress.phase(it, "rollout")
-            episodes, rollout_s = ray.get(rollout.rollout.remote(requests, policy_version))
+            # aborted episodes (an engine lost) come back too: stored, never scored, already rolled out again
+            episodes, rollout_s, pool_metrics = pool.rollout(requests, policy_version)
             refills = 0
             shaped: dict[str, list[float]] = {}  # each episode's rewards shaped once this iteration
             while refills < cfg.algorithm.max_refill_rounds:  # DAPO dynamic sampling's refill
@@ -198,8 +205,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                                          max_new_tokens=cfg.rollout.max_new_tokens, shaped_cache=shaped)
                 if missing <= 0:
                     break
-                more, more_s = ray.get(rollout.rollout.remote(tasks.next_requests(missing), policy_version))
+                more, more_s, more_m = pool.rollout(tasks.next_requests(missing), policy_version)
                 episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
+                pool_metrics = merge_rollout_metrics(pool_metrics, more_m)
 
             if progress is not None:
                 progress.phase(it, "credit")
@@ -227,9 +235,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if progress is not None:
                 progress.phase(it, "sync")
             t0 = time.perf_counter()
+            sync_metrics: dict[str, float] = {}
             if credit.batch is not None:
-                refs = ray.get([t.state_dict_ref.remote() for t in trainers])
-                ray.get(rollout.update_weights.remote(refs[0]))
+                sync_metrics = pool.update_weights(trainers)  # sync/engine_{i}_s per engine
                 policy_version += 1
             sync_s = time.perf_counter() - t0
 
@@ -240,8 +248,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
             m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(policy_version)}
             m.update(rollout_metrics(episodes))
-            if cfg.sandbox.pool_size > 0:
-                ps = ray.get(rollout.pool_stats.remote())
+            m.update(pool_metrics)  # cluster/engines, cluster/engines_lost, rollout/engine_{i}_*
+            m.update(sync_metrics)
+            ps = pool.pool_stats() if cfg.sandbox.pool_size > 0 else None  # None: no engine keeps a pool
+            if ps is not None:
                 m.update({"sandbox/acquire_p50_ms": 1e3 * ps["acquire_p50_s"], "sandbox/acquire_p95_ms": 1e3 * ps["acquire_p95_s"],
                           "sandbox/startup_p50_ms": 1e3 * ps["startup_p50_s"], "sandbox/started": float(ps["started"]),
                           "sandbox/replaced": float(ps["replaced"])})
@@ -288,7 +298,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             store.finish_run(run_id, status)
         except Exception:
             log.exception("could not record the run's status")
-        for actor in [rollout, *trainers]:
+        if pool is not None:
+            pool.kill()
+        for actor in trainers:
             if actor is not None:
                 try:
                     ray.kill(actor)

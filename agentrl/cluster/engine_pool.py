@@ -1,0 +1,540 @@
+"""N rollout engines (``RolloutActor``s) behind one ``rollout`` call, and what happens when
+one of them is lost.
+
+Dispatch. A batch of requests is split over the live engines once, up front, by
+water-filling: each engine gets a contiguous slice so that its in-flight episode count
+(what it already runs plus its new slice) is as even as possible (``assign_requests``).
+Each engine then runs its whole slice in one ``RolloutActor.rollout`` call, so its agent
+loop keeps every one of its episodes in vLLM's continuous batch at once. Contiguous slices
+keep a group's rollouts (adjacent in request order, one shared prompt) on one engine where
+the counts allow, so vLLM's prefix cache serves the group's prompt once; a group may still
+span two engines, since grouping is by ``group_id`` only and never by engine.
+
+Why not hand out small chunks to whichever engine frees up first: a ``RolloutActor`` runs
+one call at a time (one agent loop drives its engine), so every chunk boundary drains that
+engine's batch to nothing and restarts it. Measured on one engine here (tiny model, 32
+GuessNumber episodes of 48 new tokens, 2 cores; ``/tmp/e1/chunk_cost.py`` in the issue's
+notes): one call of 32 ran at 247 generated tokens/s, sequential chunks of 8 at 72 and of 4
+at 76 tokens/s, i.e. chunked dispatch would cost about 3x throughput. Work-stealing across
+engines would only pay when engines differ in speed; with equal engines the up-front split
+finishes together. Requests are re-dispatched only when an engine is lost.
+
+Losing an engine. A call that raises ``RayActorError`` (``ActorDiedError`` when its node is
+removed or its actor killed, ``ActorUnavailableError`` when it stops answering), or whose
+result was lost with its node (``ObjectLostError``, ``NodeDiedError``), loses every episode
+that engine had in flight: each becomes an ``Episode`` with termination reason ``aborted``
+and an error naming the engine and its node (stored, never scored), and its request is
+rolled out again with ``attempt + 1`` (a new episode id; the same sampling seed) on the
+remaining engines, least-loaded first. An engine that is merely unavailable is killed so it
+cannot come back half-way. With ``cluster.node_wait_s > 0`` a replacement engine is started
+first (same role options, same engine index) and the lost requests wait up to that long for
+it (logged); it gets the trainers' current weights before it rolls out. No engine left and
+none back in time: ``ClusterError`` naming what was lost.
+
+Return order: ``rollout`` returns, for each request in order, the aborted attempts of that
+request (if any) and then its finished episode, so every request is answered exactly once by
+a non-aborted episode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
+
+import ray
+from ray.exceptions import NodeDiedError, ObjectLostError, RayActorError
+
+from agentrl.cluster.ray_setup import actor_failure_message, as_cluster_error, role_options
+from agentrl.config import Config
+from agentrl.errors import ClusterError
+from agentrl.types import Episode, EpisodeRequest, TerminationReason
+
+log = logging.getLogger(__name__)
+
+ENGINE_LOST_ERRORS: tuple[type[BaseException], ...] = (RayActorError, ObjectLostError, NodeDiedError)
+"""What an engine call raises when the engine is gone: ``RayActorError`` covers
+``ActorDiedError`` (node removed, actor killed, ``ray.kill``) and ``ActorUnavailableError``;
+``ObjectLostError`` / ``NodeDiedError``: its result went down with its node."""
+
+_SUMMED = ("cluster/engines_lost", "cluster/engines_replaced", "cluster/replacement_wait_s", "rollout/aborted_episodes")
+
+
+def assign_requests(num_requests: int, loads: Sequence[int]) -> list[int]:
+    """How many of ``num_requests`` new requests each engine gets, so that the engines'
+    in-flight counts ``loads[i] + counts[i]`` are as even as possible (water-filling: each
+    request goes to the engine with the fewest in flight, the lowest position on a tie).
+
+    Args:
+        num_requests: new requests, ``>= 0``.
+        loads: ``[E]`` episodes each live engine has in flight now (``E >= 1``).
+
+    Returns:
+        ``[E]`` counts summing to ``num_requests``. The caller hands engine ``i`` the
+        contiguous slice after engine ``i - 1``'s (``split_contiguous``).
+
+    Raises:
+        ValueError: no engine, or a negative count or load.
+    """
+    if not loads:
+        raise ValueError("assign_requests: no engine to assign requests to")
+    if num_requests < 0 or any(x < 0 for x in loads):
+        raise ValueError(f"assign_requests: num_requests={num_requests}, loads={list(loads)}; expected counts >= 0")
+    level = list(loads)
+    counts = [0] * len(loads)
+    for _ in range(num_requests):
+        i = min(range(len(level)), key=lambda j: (level[j], j))
+        level[i] += 1
+        counts[i] += 1
+    return counts
+
+
+def split_contiguous(items: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
+    """``items`` cut into consecutive slices of ``counts[i]`` items (``sum(counts) ==
+    len(items)``)."""
+    if sum(counts) != len(items):
+        raise ValueError(f"split_contiguous: counts {list(counts)} sum to {sum(counts)}, not {len(items)} items")
+    out, start = [], 0
+    for c in counts:
+        out.append(list(items[start:start + c]))
+        start += c
+    return out
+
+
+def describe_engine(engine_index: int, node: Mapping[str, Any] | None) -> str:
+    """``"rollout engine 1 on node 3f2a... (10.0.0.5)"`` (``node``: ``RolloutActor.node()``,
+    or None when the engine never reported it)."""
+    if not node:
+        return f"rollout engine {engine_index} (node unknown)"
+    return f"rollout engine {engine_index} on node {node.get('node_id', '?')} ({node.get('node_ip', '?')})"
+
+
+def abort_requests(requests: Sequence[EpisodeRequest], engine_index: int, node: Mapping[str, Any] | None,
+                   exc: BaseException, *, prompt_mode: str = "full_history") -> tuple[list[Episode], list[EpisodeRequest]]:
+    """The requests a lost engine had in flight, turned into aborted episodes and retries.
+
+    Returns:
+        ``(aborted, retries)``, both ``[len(requests)]`` in order: ``aborted[k]`` an
+        ``Episode`` of ``requests[k]`` (its ``episode_id``, no turns, termination reason
+        ``aborted``, neither terminated nor truncated, ``error`` ``{"type", "message",
+        "engine_index", "node_id", "node_ip"}``); ``retries[k]`` the same request with
+        ``attempt + 1``.
+    """
+    where = describe_engine(engine_index, node)
+    message = (f"{where} was lost while running this episode "
+               f"({actor_failure_message(exc, f'rollout engine {engine_index}')})")
+    aborted, retries = [], []
+    for req in requests:
+        aborted.append(Episode(
+            group_id=req.group_id, env_id=req.env_id, task_id=req.task_id, seed=req.seed,
+            termination_reason=TerminationReason.ABORTED, episode_id=req.episode_id, prompt_mode=prompt_mode,
+            error={"type": type(exc).__name__, "message": message, "engine_index": str(engine_index),
+                   "node_id": str((node or {}).get("node_id", "")), "node_ip": str((node or {}).get("node_ip", ""))},
+        ))
+        retries.append(replace(req, attempt=req.attempt + 1))
+    return aborted, retries
+
+
+def merge_rollout_metrics(total: Mapping[str, float], new: Mapping[str, float]) -> dict[str, float]:
+    """Pool metrics of two ``rollout`` calls of one iteration (a rollout and its refills):
+    counts and seconds add up, ``cluster/engines`` is the later call's."""
+    out = dict(total)
+    for k, v in new.items():
+        if k in out and (k in _SUMMED or (k.startswith("rollout/engine_") and k.endswith(("_episodes", "_s")))):
+            out[k] = out[k] + v
+        else:
+            out[k] = v
+    return out
+
+
+def _push_weights_direct(trainer_actors: Sequence[Any], engine_actors: Sequence[Any]) -> dict[str, float]:
+    """Today's path (until ``agentrl.cluster.weight_sync.sync_weights`` exists): every rank
+    gathers (rank 0 returns ``[ref]``), then every engine loads the reference in parallel.
+    Returns ``sync/gather_s`` and ``sync/engine_{k}_s`` by position ``k`` in ``engine_actors``."""
+    t0 = time.perf_counter()
+    refs = ray.get([t.state_dict_ref.remote() for t in trainer_actors])
+    gather_s = time.perf_counter() - t0
+    ref = next(r for r in refs if r is not None)
+    seconds = ray.get([e.update_weights.remote(ref) for e in engine_actors])
+    m = {"sync/gather_s": gather_s}
+    m.update({f"sync/engine_{k}_s": float(s) for k, s in enumerate(seconds)})
+    return m
+
+
+def _sync_fn() -> Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]:
+    try:
+        from agentrl.cluster.weight_sync import sync_weights
+    except ImportError:
+        return _push_weights_direct
+    return sync_weights
+
+
+@dataclass
+class _Engine:
+    index: int
+    actor: Any
+    node: dict = field(default_factory=dict)
+    start_s: float = 0.0
+    in_flight: int = 0
+
+
+@dataclass
+class _Starting:
+    """A replacement engine being started (``ready`` not yet answered)."""
+
+    index: int
+    actor: Any
+    ready_ref: Any
+    deadline: float
+
+
+@dataclass
+class _Call:
+    engine: _Engine
+    positions: list[int]
+
+
+class EnginePool:
+    """``rollout.num_engines`` rollout actors placed with ``role_options(cfg, "rollout")``.
+
+    Args:
+        cfg: the run's config (``rollout.num_engines``, ``cluster.node_wait_s``, placement).
+        cfg_dict: ``cfg.model_dump(mode="json")`` for the actors.
+        model_path: local model folder.
+        run_id: the run (sandbox labels).
+        sandbox_hosts: ``start_sandbox_hosts``' hosts (empty: sandboxes in each engine).
+
+    The actors are created here; ``ready()`` waits for them. ``kill()`` ends them all.
+    """
+
+    def __init__(self, cfg: Config, cfg_dict: dict, model_path: str, run_id: str, sandbox_hosts: Sequence[Any] = ()) -> None:
+        self.cfg = cfg
+        self._cfg_dict = cfg_dict
+        self._model_path = model_path
+        self._run_id = run_id
+        self._hosts = list(sandbox_hosts)
+        self._options = role_options(cfg, "rollout")
+        self._engines: list[_Engine] = [_Engine(i, self._start_actor(i)) for i in range(cfg.rollout.num_engines)]
+        self._starting: list[_Starting] = []
+        self._lost: list[str] = []  # descriptions of every engine lost in this run
+        self._trainer_actors: Sequence[Any] | None = None  # where the current weights are (set by update_weights)
+
+    # -- actors ----------------------------------------------------------------------
+    def _start_actor(self, index: int) -> Any:
+        from agentrl.cluster.actors import RolloutActor
+
+        return RolloutActor.options(**self._options).remote(
+            self._cfg_dict, self._model_path, self._run_id, engine_index=index, sandbox_hosts=self._hosts or None)
+
+    @property
+    def actors(self) -> list[Any]:
+        """The live engines' actor handles, in engine-index order."""
+        return [e.actor for e in self._engines]
+
+    @property
+    def engine_indices(self) -> list[int]:
+        """The live engines' indices (``0 .. num_engines - 1``; a replacement takes the
+        index of the engine it replaces)."""
+        return [e.index for e in self._engines]
+
+    def loads(self) -> dict[int, int]:
+        """Episodes each live engine has in flight now, by engine index (0 between calls)."""
+        return {e.index: e.in_flight for e in self._engines}
+
+    def nodes(self) -> dict[int, dict]:
+        """``RolloutActor.node()`` of each live engine, by engine index (after ``ready``)."""
+        return {e.index: dict(e.node) for e in self._engines}
+
+    def ready(self) -> list[float]:
+        """Wait for every engine to start; returns each one's engine start-up seconds
+        ``[num_engines]``.
+
+        Raises:
+            ClusterError: an engine's actor died while starting (the message says which
+                engine and why, e.g. the memory monitor's kill).
+            RayActorError: an engine's constructor raised (its cause is that error, e.g. a
+                ``ConfigError`` or ``TemplateError``), as a single actor's did before.
+        """
+        starts = [e.actor.ready.remote() for e in self._engines]
+        nodes = [e.actor.node.remote() for e in self._engines]
+        out = []
+        for e, s, n in zip(self._engines, starts, nodes):
+            try:
+                e.start_s, e.node = float(ray.get(s)), dict(ray.get(n))
+            except RayActorError as exc:
+                if as_cluster_error(exc) is None:
+                    raise  # its constructor raised (e.g. a ConfigError): that error, not the cluster's
+                raise ClusterError(f"rollout engine {e.index} did not start: "
+                                   f"{actor_failure_message(exc, f'rollout engine {e.index}')}") from None
+            out.append(e.start_s)
+        return out
+
+    # -- rollout -----------------------------------------------------------------------
+    def rollout(self, requests: Sequence[EpisodeRequest], policy_version: int) -> tuple[list[Episode], float, dict[str, float]]:
+        """Roll out ``requests`` on the live engines (see the module docstring).
+
+        Returns:
+            ``(episodes, rollout_s, metrics)``: per request in order, its aborted attempts
+            then its finished episode (``len(episodes) == len(requests) + aborted``);
+            wall seconds of the call; ``cluster/engines`` (live at the end),
+            ``cluster/engines_lost``, ``cluster/engines_replaced``,
+            ``cluster/replacement_wait_s``, ``rollout/aborted_episodes``, and per engine
+            index ``rollout/engine_{i}_episodes`` (finished episodes it returned) and
+            ``rollout/engine_{i}_s`` (its agent loop's seconds).
+
+        Raises:
+            ClusterError: every engine was lost and none came back within
+                ``cluster.node_wait_s``.
+            ContractError: from the engines (e.g. two requests with one episode id).
+        """
+        t0 = time.perf_counter()
+        self._adopt_ready(timeout_s=0.0)
+        current = list(requests)  # the attempt each position is at
+        attempts: list[list[Episode]] = [[] for _ in requests]  # per position: aborted attempts, then the finished one
+        calls: dict[Any, _Call] = {}
+        held: list[int] = []  # positions waiting for a replacement engine
+        m: dict[str, float] = {"cluster/engines_lost": 0.0, "cluster/engines_replaced": 0.0,
+                               "cluster/replacement_wait_s": 0.0, "rollout/aborted_episodes": 0.0}
+        per_engine_eps: dict[int, float] = {e.index: 0.0 for e in self._engines}
+        per_engine_s: dict[int, float] = {e.index: 0.0 for e in self._engines}
+        wait_started: float | None = None
+
+        def dispatch(positions: list[int]) -> None:
+            if not positions:
+                return
+            if not self._engines:
+                raise ClusterError(self._none_left_message())
+            counts = assign_requests(len(positions), [e.in_flight for e in self._engines])
+            for e, part in zip(list(self._engines), split_contiguous(positions, counts)):
+                if part:
+                    ref = e.actor.rollout.remote([current[p] for p in part], policy_version)
+                    calls[ref] = _Call(e, part)
+                    e.in_flight += len(part)
+
+        dispatch(list(range(len(current))))
+        while calls or held:
+            if held and not self._starting:
+                if wait_started is not None:
+                    m["cluster/replacement_wait_s"] += time.perf_counter() - wait_started
+                    wait_started = None
+                if not self._engines:
+                    raise ClusterError(self._none_left_message())
+                log.warning("no replacement engine within cluster.node_wait_s=%g s; rolling out %d episodes again "
+                            "on the %d remaining engines", self.cfg.cluster.node_wait_s, len(held), len(self._engines))
+                dispatch(held)
+                held = []
+                continue
+            wait_refs = list(calls) + [s.ready_ref for s in self._starting]
+            timeout = None
+            if self._starting:
+                timeout = max(0.0, min(s.deadline for s in self._starting) - time.monotonic())
+            done, _ = ray.wait(wait_refs, num_returns=1, timeout=timeout)
+            adopted = self._adopt_ready(timeout_s=0.0)  # ready replacements (and expired ones dropped)
+            if adopted:
+                m["cluster/engines_replaced"] += len(adopted)
+                for e in adopted:
+                    per_engine_eps.setdefault(e.index, 0.0)
+                    per_engine_s.setdefault(e.index, 0.0)
+                if held:
+                    if wait_started is not None:
+                        m["cluster/replacement_wait_s"] += time.perf_counter() - wait_started
+                        wait_started = None
+                    dispatch(held)
+                    held = []
+            for ref in done:
+                call = calls.pop(ref, None)
+                if call is None:
+                    continue  # a replacement's ready ref, handled above
+                eng = call.engine
+                try:
+                    episodes, seconds = ray.get(ref)
+                except ENGINE_LOST_ERRORS as exc:
+                    lost_positions = self._lose(eng, exc, calls, call)
+                    aborted, retries = abort_requests([current[p] for p in lost_positions], eng.index, eng.node, exc,
+                                                      prompt_mode=self.cfg.rollout.prompt_mode)
+                    for p, ep, r in zip(lost_positions, aborted, retries):
+                        attempts[p].append(ep)
+                        current[p] = r
+                    m["cluster/engines_lost"] += 1
+                    m["rollout/aborted_episodes"] += len(aborted)
+                    if self.cfg.cluster.node_wait_s > 0:
+                        self._start_replacement(eng.index)
+                        log.warning("%s lost %d episodes (%s); started a replacement engine and waiting up to "
+                                    "cluster.node_wait_s=%g s for it", describe_engine(eng.index, eng.node),
+                                    len(lost_positions), type(exc).__name__, self.cfg.cluster.node_wait_s)
+                        held.extend(lost_positions)
+                        if wait_started is None:
+                            wait_started = time.perf_counter()
+                    else:
+                        log.warning("%s lost %d episodes (%s); rolling them out again on the %d remaining engines",
+                                    describe_engine(eng.index, eng.node), len(lost_positions), type(exc).__name__,
+                                    len(self._engines))
+                        dispatch(lost_positions)
+                    continue
+                eng.in_flight -= len(call.positions)
+                per_engine_eps[eng.index] = per_engine_eps.get(eng.index, 0.0) + len(episodes)
+                per_engine_s[eng.index] = per_engine_s.get(eng.index, 0.0) + float(seconds)
+                for p, ep in zip(call.positions, episodes):
+                    attempts[p].append(ep)
+        m["cluster/engines"] = float(len(self._engines))
+        m.update({f"rollout/engine_{i}_episodes": v for i, v in sorted(per_engine_eps.items())})
+        m.update({f"rollout/engine_{i}_s": v for i, v in sorted(per_engine_s.items())})
+        return [ep for eps in attempts for ep in eps], time.perf_counter() - t0, m
+
+    def _lose(self, eng: _Engine, exc: BaseException, calls: dict[Any, _Call], failed: _Call) -> list[int]:
+        """Take ``eng`` out of the pool (killed, in case it is only unreachable); returns the
+        positions of every call it had in flight (``failed`` and the others, which are
+        removed from ``calls``), in request order."""
+        positions = list(failed.positions)
+        for ref in [r for r, c in calls.items() if c.engine is eng]:
+            positions.extend(calls.pop(ref).positions)
+        eng.in_flight = 0
+        if eng in self._engines:
+            self._engines.remove(eng)
+        self._lost.append(f"{describe_engine(eng.index, eng.node)} ({type(exc).__name__})")
+        try:
+            ray.kill(eng.actor)
+        except Exception:  # already gone with its node
+            pass
+        return sorted(positions)
+
+    def _start_replacement(self, index: int) -> None:
+        actor = self._start_actor(index)
+        self._starting.append(_Starting(index, actor, actor.ready.remote(),
+                                        time.monotonic() + self.cfg.cluster.node_wait_s))
+
+    def _adopt_ready(self, timeout_s: float, *, push_weights: bool = True) -> list[_Engine]:
+        """Replacement engines whose ``ready`` has answered join the pool, with the current
+        weights unless ``push_weights`` is False (the caller pushes next); those past their
+        deadline, or that failed to start, are killed."""
+        adopted: list[_Engine] = []
+        for s in list(self._starting):
+            done, _ = ray.wait([s.ready_ref], timeout=timeout_s)
+            if done:
+                self._starting.remove(s)
+                try:
+                    start_s = float(ray.get(s.ready_ref))
+                    node = dict(ray.get(s.actor.node.remote()))
+                    if push_weights and self._trainer_actors is not None:
+                        _sync_fn()(self._trainer_actors, [s.actor])
+                except ENGINE_LOST_ERRORS as exc:
+                    log.warning("replacement for rollout engine %d failed to start: %s", s.index,
+                                actor_failure_message(exc, f"rollout engine {s.index}"))
+                    self._kill(s.actor)
+                    continue
+                eng = _Engine(s.index, s.actor, node, start_s)
+                self._engines.append(eng)
+                self._engines.sort(key=lambda e: e.index)
+                adopted.append(eng)
+                log.warning("%s is up (replacement, started in %.1f s)", describe_engine(eng.index, node), start_s)
+            elif time.monotonic() >= s.deadline:
+                self._starting.remove(s)
+                log.warning("replacement for rollout engine %d did not start within cluster.node_wait_s=%g s",
+                            s.index, self.cfg.cluster.node_wait_s)
+                self._kill(s.actor)
+        return adopted
+
+    def _none_left_message(self) -> str:
+        wait = self.cfg.cluster.node_wait_s
+        waited = (f"no replacement started within cluster.node_wait_s={wait:g} s" if wait > 0
+                  else "cluster.node_wait_s=0, so no replacement was tried")
+        return (f"every rollout engine is lost: {'; '.join(self._lost) or 'none started'}; {waited}. "
+                "The run stops here; the last checkpoint is intact (--resume continues from it).")
+
+    # -- weights, stats, shutdown ------------------------------------------------------
+    def update_weights(self, trainer_actors: Sequence[Any]) -> dict[str, float]:
+        """Push the trainers' current weights to every live engine.
+
+        ``trainer_actors``: every trainer rank (the gather is collective). They are kept,
+        so that a replacement engine gets the same weights before its first rollout.
+
+        Returns:
+            ``time/sync_s`` (the whole push), ``sync/engine_{i}_s`` per engine index ``i``,
+            and the sync function's other ``sync/*`` metrics (``sync/gather_s``, the
+            trainer side), and ``sync/engines_lost`` (engines lost during the push).
+
+        Raises:
+            ClusterError: every engine was lost.
+        """
+        t0 = time.perf_counter()
+        self._trainer_actors = list(trainer_actors)
+        self._adopt_ready(timeout_s=0.0, push_weights=False)  # the push below includes them
+        lost = 0
+        while True:
+            if not self._engines:
+                raise ClusterError(self._none_left_message())
+            engines = list(self._engines)
+            try:
+                raw = _sync_fn()(self._trainer_actors, [e.actor for e in engines])
+                break
+            except ENGINE_LOST_ERRORS as exc:
+                dead = self._dead_engines(engines)
+                if not dead:
+                    raise
+                for e in dead:
+                    self._lose(e, exc, {}, _Call(e, []))
+                    log.warning("%s was lost during the weight sync (%s); continuing with %d engines",
+                                describe_engine(e.index, e.node), type(exc).__name__, len(self._engines))
+                    if self.cfg.cluster.node_wait_s > 0:
+                        self._start_replacement(e.index)
+                lost += len(dead)
+        m: dict[str, float] = {}
+        for k, v in raw.items():
+            if k.startswith("sync/engine_") and k.endswith("_s"):
+                pos = int(k[len("sync/engine_"):-len("_s")])
+                m[f"sync/engine_{engines[pos].index}_s"] = float(v)
+            else:
+                m[k] = float(v)
+        m["sync/engines_lost"] = float(lost)
+        m["time/sync_s"] = time.perf_counter() - t0
+        return m
+
+    def _dead_engines(self, engines: Sequence[_Engine], timeout_s: float = 30.0) -> list[_Engine]:
+        """The engines that do not answer ``node()`` (dead or unreachable) within ``timeout_s``."""
+        refs = {e.actor.node.remote(): e for e in engines}
+        done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        dead = [refs[r] for r in pending]
+        for r in done:
+            try:
+                ray.get(r)
+            except ENGINE_LOST_ERRORS:
+                dead.append(refs[r])
+        return sorted(dead, key=lambda e: e.index)
+
+    def pool_stats(self) -> dict | None:
+        """The engines' warm sandbox pool statistics merged (``RolloutActor.pool_stats``):
+        counts summed, latencies the slowest engine's (a percentile of the union would need
+        every sample); None when no engine keeps a pool. A lost engine is skipped."""
+        stats = []
+        for e in list(self._engines):
+            try:
+                s = ray.get(e.actor.pool_stats.remote())
+            except ENGINE_LOST_ERRORS:
+                continue
+            if s is not None:
+                stats.append(s)
+        if not stats:
+            return None
+        out: dict[str, float] = {}
+        for k in stats[0]:
+            vals = [s[k] for s in stats]
+            out[k] = max(vals) if k.endswith("_s") else sum(vals)
+        return out
+
+    def kill(self) -> None:
+        """End every engine of the pool (live and starting). Idempotent."""
+        for a in [e.actor for e in self._engines] + [s.actor for s in self._starting]:
+            self._kill(a)
+        self._engines, self._starting = [], []
+
+    @staticmethod
+    def _kill(actor: Any) -> None:
+        try:
+            ray.kill(actor)
+        except Exception:  # already gone
+            pass
+
+
+__all__ = ["ENGINE_LOST_ERRORS", "EnginePool", "abort_requests", "assign_requests", "describe_engine",
+           "merge_rollout_metrics", "split_contiguous"]

@@ -1,0 +1,163 @@
+"""The engine pool on real Ray and vLLM (tiny model, GuessNumber, no sandboxes): two engines
+share a batch; an engine killed in the middle of a rollout loses its in-flight episodes as
+``aborted`` (flagged, stored, never scored), which the survivor rolls out again; with every
+with ``cluster.node_wait_s > 0`` a replacement engine takes the lost episodes; with every
+engine lost the pool stops with a ``ClusterError``.
+
+One local Ray instance for the module. ``ray.kill`` raises the same ``ActorDiedError`` in
+the pool as a removed node does (platform notes: ``c.remove_node`` kills that node's actors)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+N_TASKS, GROUP = 2, 4  # 8 requests: 4 per engine
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    yield ray
+    ray.shutdown()
+
+
+def _cfg(tmp_path, tiny_model_path, *extra):
+    from agentrl.config import load_config
+
+    return load_config(None, [f"run.dir={tmp_path}", f"model.path={tiny_model_path}", "env.id=agentrl/GuessNumber-v0",
+                              "rollout.max_turns=2", "rollout.max_new_tokens=12", "rollout.max_context_tokens=512",
+                              "rollout.kv_cache_gb=1", "rollout.max_num_seqs=16", *extra])
+
+
+def _requests(cfg, iteration: int):
+    from agentrl.cluster.actors import env_task_ids
+    from agentrl.tasks import TaskSource
+
+    tasks = TaskSource(cfg.env.id, env_task_ids(cfg.env.id, cfg.env.split), 0, GROUP, run_id="pool-test")
+    tasks.iteration = iteration
+    return tasks.next_requests(N_TASKS)
+
+
+@pytest.fixture(scope="module")
+def pool(ray_local, tmp_path_factory, tiny_model_path):
+    from agentrl.cluster.engine_pool import EnginePool
+
+    cfg = _cfg(tmp_path_factory.mktemp("pool"), tiny_model_path, "rollout.num_engines=2")
+    p = EnginePool(cfg, cfg.model_dump(mode="json"), tiny_model_path, "pool-test")
+    starts = p.ready()
+    assert len(starts) == 2 and all(s > 0 for s in starts)
+    yield p
+    p.kill()
+
+
+def _answered_once(requests, episodes):
+    from agentrl.types import TerminationReason
+
+    finished = [e for e in episodes if e.termination_reason is not TerminationReason.ABORTED]
+    assert len(finished) == len(requests)
+    for req, ep in zip(requests, finished):  # request order, one finished episode each
+        assert (ep.group_id, ep.task_id, ep.seed) == (req.group_id, req.task_id, req.seed)
+        assert ep.episode_id.rsplit("/a", 1)[0] == req.episode_id.rsplit("/a", 1)[0]
+        assert ep.turns and not ep.is_error
+    return finished
+
+
+def test_two_engines_share_one_batch(pool, tmp_path, tiny_model_path):
+    requests = _requests(pool.cfg, 0)
+    episodes, rollout_s, m = pool.rollout(requests, policy_version=0)
+    assert [e.episode_id for e in episodes] == [r.episode_id for r in requests]
+    _answered_once(requests, episodes)
+    assert m["rollout/engine_0_episodes"] == m["rollout/engine_1_episodes"] == 4  # both engines worked
+    assert m["cluster/engines"] == 2 and m["cluster/engines_lost"] == 0 and m["rollout/aborted_episodes"] == 0
+    assert rollout_s > 0 and m["rollout/engine_0_s"] > 0
+    nodes = pool.nodes()
+    assert set(nodes) == {0, 1} and nodes[0]["pid"] != nodes[1]["pid"]
+
+
+def test_engine_killed_mid_rollout_its_episodes_are_aborted_and_regenerated(pool, ray_local, tmp_path):
+    from agentrl.replay import ReplayStore
+    from agentrl.rollout.loop import rollout_metrics
+    from agentrl.types import TerminationReason
+
+    assert pool.engine_indices == [0, 1]
+    victim, victim_node = dict(zip(pool.engine_indices, pool.actors))[1], pool.nodes()[1]
+    requests = _requests(pool.cfg, 1)
+    killed = threading.Event()
+
+    def kill_when_busy():
+        deadline = time.monotonic() + 60
+        while pool.loads().get(1, 0) == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        ray_local.kill(victim)  # as a node removal does: the in-flight call raises ActorDiedError
+        killed.set()
+
+    t = threading.Thread(target=kill_when_busy, daemon=True)
+    t.start()
+    episodes, _, m = pool.rollout(requests, policy_version=0)
+    t.join(5)
+    assert killed.is_set()
+
+    aborted = [e for e in episodes if e.termination_reason is TerminationReason.ABORTED]
+    assert len(aborted) == 4 and m["rollout/aborted_episodes"] == 4  # engine 1's whole share was in flight
+    assert m["cluster/engines_lost"] == 1 and m["cluster/engines"] == 1 and pool.engine_indices == [0]
+    assert m["rollout/engine_0_episodes"] == 8  # its own share, then engine 1's again
+    assert [e.episode_id for e in aborted] == [r.episode_id for r in requests[4:]]  # the second slice, attempt 0
+    for ep in aborted:
+        assert ep.is_error and ep.total_reward is None and ep.turns == []
+        assert ep.error["type"] == "ActorDiedError" and ep.error["engine_index"] == "1"
+        assert f"rollout engine 1 on node {victim_node['node_id']}" in ep.error["message"]
+    finished = _answered_once(requests, episodes)
+    assert [e.episode_id[-3:] for e in finished] == ["/a0"] * 4 + ["/a1"] * 4  # regenerated with attempt + 1
+    # each aborted attempt sits just before its regenerated one
+    assert [e.episode_id[-3:] for e in episodes[4:]] == ["/a0", "/a1"] * 4
+
+    metrics = rollout_metrics(episodes)
+    assert metrics["rollout/aborted_episodes"] == 4 and metrics["rollout/scored_episodes"] == 8
+
+    store = ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}")
+    store.start_run("pool-test", {})
+    store.add_episodes("pool-test", 1, episodes)
+    got = store.get_episode(aborted[0].episode_id)
+    assert got.termination_reason is TerminationReason.ABORTED and got.is_error and got.error == aborted[0].error
+    assert store.count_episodes("pool-test") == 12
+
+
+def test_a_replacement_engine_takes_the_lost_episodes(pool, ray_local):
+    from agentrl.types import TerminationReason
+
+    # The same live pool (one engine left after the test above), switched to waiting for a
+    # replacement: it saves starting a second pool's engines.
+    cluster = pool.cfg.cluster.model_copy(update={"node_wait_s": 120.0})
+    pool.cfg = pool.cfg.model_copy(update={"cluster": cluster})
+    try:
+        (index,) = pool.engine_indices
+        ray_local.kill(pool.actors[0])  # lost between two calls: the next call's answer is ActorDiedError
+        requests = _requests(pool.cfg, 3)
+        episodes, _, m = pool.rollout(requests, policy_version=0)
+    finally:
+        pool.cfg = pool.cfg.model_copy(update={"cluster": cluster.model_copy(update={"node_wait_s": 0.0})})
+    aborted = [e for e in episodes if e.termination_reason is TerminationReason.ABORTED]
+    assert len(aborted) == 8 and m["rollout/aborted_episodes"] == 8
+    assert m["cluster/engines_lost"] == 1 and m["cluster/engines_replaced"] == 1 and m["cluster/replacement_wait_s"] > 0
+    assert m["cluster/engines"] == 1 and pool.engine_indices == [index]  # the replacement took the lost index
+    assert m[f"rollout/engine_{index}_episodes"] == 8
+    _answered_once(requests, episodes)
+
+
+def test_every_engine_lost_is_a_cluster_error_naming_them(pool, ray_local):
+    from agentrl.errors import ClusterError
+
+    assert pool.cfg.cluster.node_wait_s == 0
+    for actor in pool.actors:
+        ray_local.kill(actor)
+    with pytest.raises(ClusterError, match=r"every rollout engine is lost: rollout engine \d on node .*node_wait_s=0"):
+        pool.rollout(_requests(pool.cfg, 2), policy_version=0)
+    assert pool.engine_indices == []
