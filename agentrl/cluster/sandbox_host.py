@@ -554,7 +554,7 @@ def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START
     if n == 0:
         return []
     options = role_options(cfg, "sandbox")
-    engines = int(getattr(cfg.rollout, "num_engines", 1))
+    engines = cfg.rollout.num_engines
     concurrency = cfg.rollout.env_workers * engines + 4
     pool = None
     if cfg.sandbox.pool_size > 0:
