@@ -12,12 +12,13 @@ span two engines, since grouping is by ``group_id`` only and never by engine.
 
 Why not hand out small chunks to whichever engine frees up first: a ``RolloutActor`` runs
 one call at a time (one agent loop drives its engine), so every chunk boundary drains that
-engine's batch to nothing and restarts it. Measured on one engine here (tiny model, 32
-GuessNumber episodes of 48 new tokens, 2 cores; ``/tmp/e1/chunk_cost.py`` in the issue's
-notes): one call of 32 ran at 247 generated tokens/s, sequential chunks of 8 at 72 and of 4
-at 76 tokens/s, i.e. chunked dispatch would cost about 3x throughput. Work-stealing across
-engines would only pay when engines differ in speed; with equal engines the up-front split
-finishes together. Requests are re-dispatched only when an engine is lost.
+engine's batch to nothing and restarts it, and pays a call's fixed costs again. Measured on
+one engine (``tests/benchmarks/bench_dispatch.py``: tiny model, 32 GuessNumber episodes of
+48 new tokens, 2 shared cores): one call of 32 ran at 215-247 generated tokens/s, consecutive
+calls of 8 at 69-72 and of 4 at 33-76 tokens/s, so chunked dispatch would cost about 3x
+throughput. Work-stealing across engines pays only when engines differ in speed; equal
+engines given equal shares finish together. Requests are re-dispatched only when an engine
+is lost.
 
 Losing an engine. A call that raises ``RayActorError`` (``ActorDiedError`` when its node is
 removed or its actor killed, ``ActorUnavailableError`` when it stops answering), or whose
