@@ -23,7 +23,7 @@ deterministic from run, iteration, request and attempt (``EpisodeRequest.episode
 
 KL to a reference in the reward (``trainer.kl.coef > 0`` with ``trainer.kl.mode: reward``):
 before credit, the trainer ranks score the iteration's rows with the frozen reference
-(``TrainerActor.kl_to_reference``) and ``assign_credit`` gets the per-turn penalties
+(``TrainerGroup.kl_to_reference``) and ``assign_credit`` gets the per-turn penalties
 (``agentrl.credit.kl_reward``); with ``coef`` 0 (the default) no such call is made. In
 ``kl.mode: loss`` the trainer handles the term inside its step.
 
@@ -36,7 +36,6 @@ import logging
 import math
 import os
 import signal
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
-from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect
+from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect, role_options
 from agentrl.config import Config, trainer_configs
 from agentrl.credit import assign_credit, critic_step_metrics, missing_groups, reference_batch, turn_penalties
 from agentrl.errors import CheckpointError, ConfigError
@@ -54,12 +53,6 @@ from agentrl.tasks import TaskSource
 log = logging.getLogger(__name__)
 
 __all__ = ["CONTROLLER_STATE", "RunSummary", "latest_checkpoint", "load_run_config", "train"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -72,22 +65,20 @@ class RunSummary:
     status: str = "finished"
 
 
-def _kl_reward_penalties(cfg: Config, episodes: list, sampling: Any, trainers: list
+def _kl_reward_penalties(cfg: Config, episodes: list, sampling: Any, group: Any
                          ) -> tuple[dict[str, list[float]] | None, dict[str, float]]:
     """The KL-to-reference reward penalty of ``trainer.kl.mode: reward`` (``coef > 0``):
-    the trainer ranks score the iteration's rows with the reference model
-    (``kl_to_reference``), and ``agentrl.credit.kl_reward.turn_penalties`` turns the
+    the trainer ranks (``group``: the run's ``TrainerGroup``) score the iteration's rows with
+    the reference model (``kl_to_reference``), and ``agentrl.credit.kl_reward.turn_penalties`` turns the
     per-token estimates into per-turn penalties for ``assign_credit``. ``(None, {})``
     otherwise: the default path makes no extra actor call."""
-    import ray
-
     kl = cfg.trainer.kl
     if not (kl.coef > 0 and kl.mode == "reward"):
         return None, {}
     scored, batch = reference_batch(episodes, sampling)
     if batch is None:
         return None, {}
-    per_token, metrics = ray.get([t.kl_to_reference.remote(batch) for t in trainers])[0]
+    per_token, metrics = group.kl_to_reference(batch)
     return turn_penalties(scored, batch, per_token, kl.coef), dict(metrics)
 
 
@@ -101,9 +92,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     """
     import ray
 
-    from agentrl.cluster.actors import TrainerActor, env_task_ids, sampling_of
+    from agentrl.cluster.actors import env_task_ids, sampling_of
     from agentrl.cluster.engine_pool import EnginePool, merge_rollout_metrics
     from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
+    from agentrl.cluster.trainer_group import TrainerGroup
     from agentrl.model_zoo import resolve_model_path
     from agentrl.replay import ReplayStore
     from sandboxes import reap_orphans
@@ -161,7 +153,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     policy_version = 0
     start_iter = 0
     pool = None
-    trainers: list = []
+    group = None  # the TrainerGroup: trainer.num_ranks ranks met at rank 0's node
     hosts: list = []  # SandboxHostRefs (cluster.sandbox_hosts > 0)
     prev_sigterm = signal.getsignal(signal.SIGTERM)
 
@@ -171,21 +163,22 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         check_placement(cfg)  # a role no node can hold is a ConfigError now, not an actor pending forever
-        world = cfg.trainer.num_ranks
-        port = _free_port()
-        trainers = [TrainerActor.options(num_cpus=1, name=None).remote(r, world, port, cfg_dict, model_path) for r in range(world)]
+        # the ranks meet at rank 0's node within cluster.rendezvous_timeout_s (else a ClusterError);
+        # their trainers build while the engines start
+        group = TrainerGroup(cfg, cfg_dict, model_path, role_options(cfg, "trainer"))
         hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
         pool = EnginePool(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)  # rollout.num_engines engines
         engine_start_s = pool.ready()
         log.info("%d rollout engines started in %s s", len(engine_start_s), ", ".join(f"{s:.1f}" for s in engine_start_s))
+        group.ready()
 
         if ckpt is not None:
-            ray.get([t.load_checkpoint.remote(str(ckpt / "trainer")) for t in trainers])
+            group.load_checkpoint(str(ckpt / "trainer"))
             tasks.load_state_dict(state["tasks"])
             policy_version = int(state["policy_version"])
             start_iter = int(state["iteration"])
             history = list(state.get("history", []))
-            pool.update_weights(trainers)  # every engine gets the checkpoint's weights
+            pool.update_weights(group.actors)  # every engine gets the checkpoint's weights
 
         sampling = sampling_of(cfg)
         if progress is not None:
@@ -212,9 +205,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             if progress is not None:
                 progress.phase(it, "credit")
             t0 = time.perf_counter()
-            penalties, kl_metrics = _kl_reward_penalties(cfg, episodes, sampling, trainers)
+            penalties, kl_metrics = _kl_reward_penalties(cfg, episodes, sampling, group)
             credit = assign_credit(episodes, cfg.algorithm, sampling, max_new_tokens=cfg.rollout.max_new_tokens,
-                                   values_fn=lambda vb: ray.get([t.critic_values.remote(vb) for t in trainers])[0],
+                                   values_fn=group.critic_values,
                                    shaped_cache=shaped, reward_penalties=penalties)
             credit.metrics["filter/refill_rounds"] = float(refills)
             credit.metrics.update(kl_metrics)
@@ -225,11 +218,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             t0 = time.perf_counter()
             train_metrics: dict[str, float] = {}
             if credit.batch is not None:
-                results = ray.get([t.step.remote(credit.batch) for t in trainers])
-                train_metrics = results[0]
+                train_metrics = group.step(credit.batch)
             if credit.value_batch is not None:
                 train_metrics.update(critic_step_metrics(
-                    ray.get([t.critic_step.remote(credit.value_batch) for t in trainers])[0]))
+                    group.critic_step(credit.value_batch)))
             update_s = time.perf_counter() - t0
 
             if progress is not None:
@@ -237,7 +229,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             t0 = time.perf_counter()
             sync_metrics: dict[str, float] = {}
             if credit.batch is not None:
-                sync_metrics = pool.update_weights(trainers)  # sync/engine_{i}_s per engine
+                sync_metrics = pool.update_weights(group.actors)  # sync/engine_{i}_s per engine
                 policy_version += 1
             sync_s = time.perf_counter() - t0
 
@@ -275,7 +267,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
                     "run_id": run_id, "iteration": it + 1, "policy_version": policy_version,
                     "tasks": tasks.state_dict(), "history": history,
                     "in_flight_rollouts": "none (synchronous mode: each iteration completes before a checkpoint)",
-                }, save_trainers=lambda d: ray.get([t.save_checkpoint.remote(str(d / "trainer")) for t in trainers]))
+                }, save_trainers=lambda d: group.save_checkpoint(str(d / "trainer")))
                 kill_point("after_checkpoint", it + 1)
                 store.mark_complete(run_id, it + 1)  # only now does the store call these iterations complete
             if on_iteration is not None:
@@ -300,12 +292,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             log.exception("could not record the run's status")
         if pool is not None:
             pool.kill()
-        for actor in trainers:
-            if actor is not None:
-                try:
-                    ray.kill(actor)
-                except Exception:
-                    pass
+        if group is not None:
+            group.kill()
         stop_sandbox_hosts(hosts)  # after the engines: each host closes its sandboxes, then is killed
         if started_ray:
             ray.shutdown()

@@ -35,8 +35,8 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
     import ray
 
     import critics
-    from agentrl.cluster.actors import TrainerActor, sampling_of
-    from agentrl.cluster.controller import _free_port
+    from agentrl.cluster.actors import sampling_of
+    from agentrl.cluster.trainer_group import TrainerGroup
     from agentrl.config import load_config
     from agentrl.credit import assign_credit, critic_rows
     from agentrl.types import ValueBatch
@@ -44,7 +44,9 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
     cfg = load_config(None, [f"model.path={tiny_model_path}", "algorithm.advantage=gae", "algorithm.token_gamma=0.99",
                              "algorithm.token_lam=0.9", "critic.head_init_std=0.05", "critic.lr=1e-3",
                              "trainer.lr=1e-4"])
-    trainer = TrainerActor.options(num_cpus=1).remote(0, 1, _free_port(), cfg.model_dump(mode="json"), tiny_model_path)
+    group = TrainerGroup(cfg, cfg.model_dump(mode="json"), tiny_model_path, {"num_cpus": 1})
+    group.ready()
+    trainer = group.actors[0]
     try:
         full, per_step = _episode("full_history", "a"), _episode("per_step", "b")
         broken = _episode("full_history", "c", reason="infra_error")
@@ -82,4 +84,4 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
         assert m["train/num_value_positions"] == 12 and m["losses/value_loss"] > 0
         assert all(math.isfinite(v) for v in m.values())
     finally:
-        ray.kill(trainer)
+        group.kill()
