@@ -441,6 +441,14 @@ class ClusterConfig(_Section):
                     "and its first collective); a rank that does not arrive in time stops the run with a "
                     "ClusterError naming rank 0's node address and port instead of a silent hang.",
     )
+    weight_sync: Literal["object_store", "collective"] = Field(
+        "object_store",
+        description="How new weights reach every engine after an update (agentrl.cluster.weight_sync). "
+                    "'object_store': trainer rank 0 puts one flat buffer in Ray's object store and every engine "
+                    "reads it (zero-copy on its node) in parallel; the fast choice on CPU. 'collective': rank 0 "
+                    "broadcasts the buffer over a process group of its own with the engines (NCCL where the "
+                    "trainer has a GPU, gloo on CPU), formed within cluster.rendezvous_timeout_s.",
+    )
     sandbox_hosts: int = Field(
         0, ge=0,
         description="0: every rollout actor runs its sandboxes in its own process, on its own node. N > 0: N "

@@ -13,12 +13,15 @@ temperature.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from agentrl.errors import EngineError
 from agentrl.types import FinishReason, SamplingRecord
+
+log = logging.getLogger(__name__)
 
 
 def configure_vllm_env(kv_cache_gb: float, num_threads: int | None = None) -> None:
@@ -92,6 +95,7 @@ class VLLMEngine:
             raise EngineError(f"vLLM failed to start on model {model_path!r}: {type(exc).__name__}: {exc}") from exc
         self.engine = self.llm.llm_engine
         self.max_model_len = max_model_len
+        self._reload_reason: str | None = None  # why update_weights last fell back to reload_weights
 
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
             stop_token_ids: Sequence[int], seed: int | None = None) -> None:
@@ -143,11 +147,34 @@ class VLLMEngine:
     def abort(self, request_ids: Iterable[str]) -> None:
         self.engine.abort_request(list(request_ids))
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
-        """Load new weights in place (HF parameter names) and drop the prefix cache, whose
-        KV entries were computed with the old weights (platform notes)."""
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> str:
+        """Load new weights in place and drop the prefix cache, whose KV entries were
+        computed with the old weights (platform notes).
+
+        Args:
+            named_tensors: ``(hf_name, tensor)`` pairs (or a mapping) of the model's dtype,
+                every weight once (a tied ``lm_head.weight`` may be left out). The tensors
+                may be read-only views of a shared buffer; none is kept after the call.
+
+        Returns:
+            How they were loaded: ``"in_place"`` (``agentrl.rollout.weight_load``, vLLM's
+            CPU build) or ``"reload_weights"`` (vLLM's generic reload, used wherever the
+            in-place loader does not apply; the first such call logs why).
+        """
+        from agentrl.rollout.weight_load import load_in_place
+
+        weights = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
+        why_not = self.llm.apply_model(lambda model: load_in_place(model, weights))[0]
+        if why_not is None:
+            method = "in_place"
+        else:
+            if self._reload_reason is None:
+                log.warning("weight sync uses vLLM's reload_weights (slower): %s", why_not)
+            self._reload_reason = why_not
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(weights.items())})
+            method = "reload_weights"
         self.llm.reset_prefix_cache()
+        return method
 
     def prompt_log_probs(self, token_ids: Sequence[int]) -> list[float]:
         """Log-probs (temperature 1, nats) of ``token_ids[1:]`` given their prefixes, as the

@@ -448,7 +448,9 @@ class PolicyTrainer:
 
     # ------------------------------------------------------------------ state
 
-    def full_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def full_state_dict(
+        self, dtype: torch.dtype | None = None, *, copy: bool = True, tied_copies: bool = True
+    ) -> dict[str, torch.Tensor]:
         """The full (unsharded) model weights with HF parameter names, on CPU.
 
         What vLLM's ``reload_weights`` takes (platform-notes.md). Collective: every rank
@@ -458,17 +460,28 @@ class PolicyTrainer:
             dtype: cast floating-point tensors to this dtype (e.g. ``torch.bfloat16`` for a
                 bf16 engine; note the precision warning in platform-notes.md); ``None``
                 keeps fp32.
+            copy: ``True``: no tensor shares memory with the live parameters. ``False``: on
+                one CPU rank (where the gathered tensors are the parameters themselves) the
+                live tensors are returned uncopied, valid until the next ``step``; for a
+                caller that copies them at once (the weight sync, which packs them into one
+                buffer) and so saves a copy of every weight.
+            tied_copies: ``False`` leaves out each weight the model declares tied to another
+                (``all_tied_weights_keys``: ``lm_head.weight`` when ``tie_word_embeddings``),
+                so a tied tensor is sent once, under its source's name (what vLLM loads).
 
         Returns:
-            ``{hf_name: tensor}`` on rank 0 (never sharing memory with the live
-            parameters), ``{}`` elsewhere.
+            ``{hf_name: tensor}`` on rank 0, ``{}`` elsewhere.
         """
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank != 0:
             return {}
+        if not tied_copies:
+            for target, source in (getattr(self.model, "all_tied_weights_keys", None) or {}).items():
+                if source in sd:
+                    sd.pop(target, None)
         # On CPU with one rank the "gathered" tensors are the live parameters themselves;
         # copy those, or the caller's dict would change with the next optimizer step.
-        live = {fc.storage_ptr(p) for p in self.model.parameters()}
+        live = {fc.storage_ptr(p) for p in self.model.parameters()} if copy else set()
         out = {}
         for k, v in sd.items():
             if fc.storage_ptr(v) in live:
