@@ -83,10 +83,24 @@ class TrainerGroup:
         options: ``TrainerActor.options(...)`` kwargs for one rank (``num_cpus``, ``num_gpus``,
             ``resources``), e.g. ``role_options(cfg, "trainer")``.
 
+    Start-up, in order: every rank is created (rank 0 first) and must be running within
+    ``rendezvous_timeout_s + START_S``; rank 0 reports its endpoint (``TrainerActor.endpoint``:
+    its node's IP and a port it holds there); every rank's ``setup`` meets there, each bounded
+    by ``rendezvous_timeout_s`` in its own process, the whole by ``rendezvous_deadline_s`` in
+    the driver; then the ranks ``build`` their trainers.
+
+    Attributes:
+        world_size: number of ranks (``trainer.num_ranks``).
+        timeout_s: ``cluster.rendezvous_timeout_s``.
+        options: the per-rank ``.options()`` kwargs.
+        master_addr, master_port: rank 0's endpoint (node IP, TCP port) where the ranks met.
+        nodes: ``TrainerActor.node()`` of each rank, rank 0 first (``rank``, ``node_id``,
+            ``node_ip``, ``pid``).
+
     Raises:
-        ClusterError: a rank was not placed on any node within ``rendezvous_timeout_s``, or
-            the ranks did not meet within it (rank 0's node IP, the port, the ranks that did
-            not finish, the timeout). The ranks are killed before it is raised.
+        ClusterError: a rank was not placed on any node (or did not start) in time, or the
+            ranks did not meet within the bound (rank 0's node IP, the port, the ranks that
+            did not finish, the timeout). The ranks are killed before it is raised.
     """
 
     def __init__(self, cfg: Config, cfg_dict: dict, model_path: str, options: dict[str, Any]) -> None:
@@ -210,7 +224,6 @@ class TrainerGroup:
         """Every rank's result of ``method``, rank 0 first. The first failure is raised as it
         arrives (a rank blocked in a collective with a failed peer may not return for a
         long time); a rank's death is preferred over the errors it causes in the others."""
-        import ray
         from ray.exceptions import RayActorError
 
         done, failed, pending = self._wait(dict(enumerate(refs)), float("inf"))
@@ -246,12 +259,12 @@ class TrainerGroup:
 
     def critic_values(self, batch: Any) -> Any:
         """``CriticTrainer.compute_values`` on every rank: rank 0's values of the
-        ``ValueBatch`` (float32 tensor, one value per position of the batch)."""
+        ``ValueBatch``, ``[N]`` float32 on CPU, one per ``batch.positions`` entry."""
         return self._call("critic_values", batch)
 
     def kl_to_reference(self, batch: Any) -> tuple[Any, dict[str, float]]:
         """``PolicyTrainer.kl_to_reference`` on every rank: rank 0's per-token KL estimates
-        of the ``TokenBatch``'s sampled tokens to the reference (float32 ``[T]``) and the
+        of the ``TokenBatch``'s sampled tokens to the reference (float32 tensor) and the
         ``kl/*`` metrics."""
         return self._call("kl_to_reference", batch)
 
