@@ -32,6 +32,11 @@ first (same role options, same engine index) and the lost requests wait up to th
 it (logged); it gets the trainers' current weights before it rolls out. No engine left and
 none back in time: ``ClusterError`` naming what was lost.
 
+Weights: ``update_weights`` pushes the trainers' weights to every live engine with
+``agentrl.cluster.weight_sync.sync_weights`` (``cluster.weight_sync``); a replacement engine
+gets them alone when it comes up, before its first episode (on the collective path that
+forms a group of its own, and the next full sync forms the group of all engines again).
+
 Return order: ``rollout`` returns, for each request in order, the aborted attempts of that
 request (if any) and then its finished episode, so every request is answered exactly once by
 a non-aborted episode.
@@ -149,26 +154,16 @@ def merge_rollout_metrics(total: Mapping[str, float], new: Mapping[str, float]) 
     return out
 
 
-def _push_weights_direct(trainer_actors: Sequence[Any], engine_actors: Sequence[Any]) -> dict[str, float]:
-    """Today's path (until ``agentrl.cluster.weight_sync.sync_weights`` exists): every rank
-    gathers (rank 0 returns ``[ref]``), then every engine loads the reference in parallel.
-    Returns ``sync/gather_s`` and ``sync/engine_{k}_s`` by position ``k`` in ``engine_actors``."""
-    t0 = time.perf_counter()
-    refs = ray.get([t.state_dict_ref.remote() for t in trainer_actors])
-    gather_s = time.perf_counter() - t0
-    ref = next(r for r in refs if r is not None)
-    seconds = ray.get([e.update_weights.remote(ref) for e in engine_actors])
-    m = {"sync/gather_s": gather_s}
-    m.update({f"sync/engine_{k}_s": float(s) for k, s in enumerate(seconds)})
-    return m
+def _sync_fn(cfg: Config) -> Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]:
+    """``weight_sync.sync_weights`` with the run's method (``cluster.weight_sync``); a new
+    collective group's members meet within ``cluster.rendezvous_timeout_s``."""
+    from agentrl.cluster.weight_sync import sync_weights
 
+    def sync(trainer_actors: Sequence[Any], engine_actors: Sequence[Any]) -> dict[str, float]:
+        return sync_weights(trainer_actors, engine_actors, method=cfg.cluster.weight_sync,
+                            timeout_s=cfg.cluster.rendezvous_timeout_s)
 
-def _sync_fn() -> Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]:
-    try:
-        from agentrl.cluster.weight_sync import sync_weights
-    except ImportError:
-        return _push_weights_direct
-    return sync_weights
+    return sync
 
 
 @dataclass
@@ -418,7 +413,7 @@ class EnginePool:
                     start_s = float(ray.get(s.ready_ref))
                     node = dict(ray.get(s.actor.node.remote()))
                     if push_weights and self._trainer_actors is not None:
-                        _sync_fn()(self._trainer_actors, [s.actor])
+                        _sync_fn(self.cfg)(self._trainer_actors, [s.actor])
                 except ENGINE_LOST_ERRORS as exc:
                     log.warning("replacement for rollout engine %d failed to start: %s", s.index,
                                 actor_failure_message(exc, f"rollout engine {s.index}"))
@@ -467,7 +462,7 @@ class EnginePool:
                 raise ClusterError(self._none_left_message())
             engines = list(self._engines)
             try:
-                raw = _sync_fn()(self._trainer_actors, [e.actor for e in engines])
+                raw = _sync_fn(self.cfg)(self._trainer_actors, [e.actor for e in engines])
                 break
             except ENGINE_LOST_ERRORS as exc:
                 dead = self._dead_engines(engines)
