@@ -14,9 +14,9 @@ Why not hand out small chunks to whichever engine frees up first: a ``RolloutAct
 one call at a time (one agent loop drives its engine), so every chunk boundary drains that
 engine's batch to nothing and restarts it, and pays a call's fixed costs again. Measured on
 one engine (``tests/benchmarks/bench_dispatch.py``: tiny model, 32 GuessNumber episodes of
-48 new tokens, 2 shared cores): one call of 32 ran at 215-247 generated tokens/s, consecutive
-calls of 8 at 69-72 and of 4 at 33-76 tokens/s, so chunked dispatch would cost about 3x
-throughput. Work-stealing across engines pays only when engines differ in speed; equal
+48 new tokens; three runs on 2 cores shared with other work): one call of 32 ran at 149-247
+generated tokens/s, consecutive calls of 8 at 67-72 and of 4 at 33-76 tokens/s in the same
+runs, so chunked dispatch would cost 2-4x throughput. Work-stealing across engines pays only when engines differ in speed; equal
 engines given equal shares finish together. Requests are re-dispatched only when an engine
 is lost.
 
