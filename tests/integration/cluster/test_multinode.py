@@ -1,0 +1,174 @@
+"""A Ray cluster of several nodes on this machine (``ray.cluster_utils.Cluster``), with each
+role placed by custom resources, running real iterations on the tiny model, and losing
+nodes mid-run (issue 11).
+
+Layout (nodes are separate raylets with their own resources; the driver sits on the head):
+
+    head    trainer:1  sandbox:1   rank 0 (the rendezvous point) and the sandbox host
+    node A  trainer:1  rollout:1   rank 1 and engine 0
+    node B             rollout:1   engine 1  (removed mid-rollout in the first test)
+
+The second test adds a node with ``rollout_b`` (its own engine) and removes node A (trainer
+rank 1) after the first checkpoint: the run stops with a ClusterError; a replacement node
+with ``trainer:1`` joins and ``--resume`` finishes the run with every iteration stored once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BASE = {
+    "run": {"seed": 0, "checkpoint_every": 1},
+    "env": {"id": "agentrl/HumanEval-v0", "tasks_per_iteration": 3, "group_size": 2},
+    "rollout": {"max_turns": 2, "max_new_tokens": 32, "max_context_tokens": 1024, "kv_cache_gb": 0.25,
+                "env_workers": 4},
+    "sandbox": {"backend": "bwrap"},
+    "trainer": {"lr": 1e-4, "num_ranks": 2, "micro_batch_tokens": 2048},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"trainer": 1, "sandbox": 1}})
+    node_a = c.add_node(num_cpus=2, resources={"trainer": 1, "rollout": 1})
+    node_b = c.add_node(num_cpus=2, resources={"rollout": 1})
+    c.wait_for_nodes()
+    yield {"cluster": c, "a": node_a, "b": node_b}
+    if ray.is_initialized():
+        ray.shutdown()
+    c.shutdown()
+
+
+def _config(tmp_path, tiny_model_path, cl, name, placement, **sections):
+    import copy
+
+    import yaml
+
+    from agentrl.config import load_config
+
+    data = copy.deepcopy(BASE)
+    data["run"].update({"dir": str(tmp_path / name), "iterations": 2})
+    data["model"] = {"path": tiny_model_path}
+    data["cluster"] = {"address": cl["cluster"].address, "placement": placement,
+                       "rendezvous_timeout_s": 60}
+    for key, value in sections.items():
+        data.setdefault(key, {}).update(value)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_config(path)
+
+
+class _Phases:
+    """A progress sink that lets the test act when a phase of an iteration starts."""
+
+    def __init__(self, on_phase):
+        self.on_phase = on_phase
+
+    def start(self, total, completed):
+        pass
+
+    def phase(self, it, name):
+        self.on_phase(it, name)
+
+    def advance(self, it, metrics):
+        pass
+
+
+def _lines(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_three_nodes_two_ranks_two_engines_remote_sandboxes_survive_losing_a_rollout_node(cluster, tmp_path,
+                                                                                             tiny_model_path):
+    from agentrl.cluster.controller import train
+    from agentrl.replay import ReplayStore
+    from agentrl.types import TerminationReason
+
+    placement = {"trainer": {"num_cpus": 1, "resources": {"trainer": 1}},
+                 "rollout": {"num_cpus": 1, "resources": {"rollout": 1}},
+                 "sandbox": {"num_cpus": 0.5, "resources": {"sandbox": 1}}}
+    cfg = _config(tmp_path, tiny_model_path, cluster, "multi", placement,
+                  rollout={"num_engines": 2}, cluster={"sandbox_hosts": 1})
+    first_rollout_s: list[float] = []
+    removed = threading.Event()
+
+    def remove_b_mid_rollout():
+        # a fraction of iteration 1's rollout time: engine 1 is still generating then
+        time.sleep(min(1.0, 0.25 * first_rollout_s[0]))
+        cluster["cluster"].remove_node(cluster["b"])
+        removed.set()
+
+    def on_phase(it, name):
+        if it == 1 and name == "rollout":
+            threading.Thread(target=remove_b_mid_rollout, daemon=True).start()
+
+    summary = train(cfg, progress=_Phases(on_phase),
+                    on_iteration=lambda it, m: first_rollout_s.append(m["time/rollout_s"]) if it == 0 else None)
+    assert removed.wait(30)
+    assert summary.iterations_done == 2 and summary.policy_version == 2
+    m1, m2 = _lines(tmp_path / "multi")
+    assert m1["cluster/engines"] == 2 and m1["rollout/aborted_episodes"] == 0
+    # both engines got weights after the first update, each timed
+    assert {"sync/engine_0_s", "sync/engine_1_s"} <= set(m1)
+    assert m1["time/sync_s"] > 0
+    # iteration 2 lost engine 1 mid-rollout: its episodes were aborted (flagged, not
+    # scored), regenerated on engine 0, and the iteration still trained on a full batch
+    assert m2["cluster/engines_lost"] == 1 and m2["cluster/engines"] == 1
+    assert m2["rollout/aborted_episodes"] >= 1
+    # every episode is counted, the aborted ones too; 3 tasks x 2 are answered each iteration
+    assert m1["rollout/episodes"] == 6 and m2["rollout/episodes"] == 6 + m2["rollout/aborted_episodes"]
+    assert len([k for k in m2 if k.startswith("sync/engine_")]) == 1  # only the survivor got weights
+
+    with ReplayStore(f"sqlite:///{tmp_path / 'multi' / 'replay.db'}") as store:
+        eps = store.list_episodes(summary.run_id, 1, limit=1000)
+        aborted = [e for e in eps if e.termination_reason == TerminationReason.ABORTED]
+        answered = [e for e in eps if e.termination_reason != TerminationReason.ABORTED]
+        assert len(aborted) == m2["rollout/aborted_episodes"] and len(answered) == 6
+        assert all(e.total_reward is None and e.error for e in aborted)  # never scored as 0
+        assert all(cluster["b"].node_id in json.dumps(e.error) for e in aborted)  # names the lost node
+        # each aborted request was rolled out again as the next attempt, on the survivor
+        retried = {e.episode_id.rsplit("/a", 1)[0] for e in answered if not e.episode_id.endswith("/a0")}
+        assert {e.episode_id.rsplit("/a", 1)[0] for e in aborted} <= retried
+        assert store.completed_iterations(summary.run_id) == [0, 1]
+
+
+def test_losing_a_trainer_node_stops_the_run_and_resume_finishes_it(cluster, tmp_path, tiny_model_path):
+    from agentrl.cluster.controller import load_run_config, train
+    from agentrl.errors import ClusterError
+    from agentrl.replay import ReplayStore
+
+    c = cluster["cluster"]
+    c.add_node(num_cpus=2, resources={"rollout_b": 1})
+    c.wait_for_nodes()
+    placement = {"trainer": {"num_cpus": 1, "resources": {"trainer": 1}},
+                 "rollout": {"num_cpus": 1, "resources": {"rollout_b": 1}},
+                 "sandbox": {"num_cpus": 0.5, "resources": {"sandbox": 1}}}
+    cfg = _config(tmp_path, tiny_model_path, cluster, "lose-trainer", placement, cluster={"sandbox_hosts": 1})
+
+    def remove_a(it, metrics):
+        if it == 0:  # after iteration 1 and its checkpoint
+            c.remove_node(cluster["a"])
+
+    with pytest.raises(ClusterError) as err:
+        train(cfg, on_iteration=remove_a)
+    assert "TrainerActor" in str(err.value) or "trainer" in str(err.value).lower()
+    run_dir = tmp_path / "lose-trainer"
+    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_1"
+
+    c.add_node(num_cpus=2, resources={"trainer": 1})  # the replacement trainer node
+    c.wait_for_nodes()
+    summary = train(load_run_config(run_dir, []), resume=True)
+    assert summary.iterations_done == 2
+    assert [round(m["iteration"]) for m in _lines(run_dir)] == [1, 2]  # nothing lost or repeated
+    with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
+        assert store.completed_iterations(summary.run_id) == [0, 1]
+        assert [store.count_episodes(summary.run_id, it) for it in range(2)] == [6, 6]
