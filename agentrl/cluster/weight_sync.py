@@ -353,8 +353,9 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
 
     Returns:
         ``sync/gather_s`` (trainer side: gather and pack, plus the put on the object-store
-        path), ``sync/broadcast_s`` (collective: rank 0's broadcast, from its start until
-        every engine has received),
+        path), its parts ``sync/pack_s`` (into the flat buffer) and ``sync/put_s`` (into the
+        object store), ``sync/broadcast_s`` (collective: rank 0's broadcast, from its start
+        until every engine has received),
         ``sync/engine_{i}_s`` (engine ``i`` by position in ``engine_actors``: its get or
         receive plus its load), ``sync/total_s`` (the whole call; the caller records it as
         ``time/sync_s``), ``sync/mb`` (megabytes sent), and ``sync/group_setup_s`` when the
@@ -377,6 +378,7 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
         payload = ray.get([t.state_dict_ref.remote() for t in trainer_actors])[0]
         stats = payload[1]
         m["sync/gather_s"] = stats["gather_s"] + stats["pack_s"] + stats["put_s"]
+        m["sync/pack_s"], m["sync/put_s"] = stats["pack_s"], stats["put_s"]
         m["sync/mb"] = stats["mb"]
         seconds = ray.get([e.update_weights.remote(payload) for e in engine_actors])
     else:
@@ -396,7 +398,7 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
         res = ray.get([rank0.broadcast_weights.remote(key),
                        *(e.receive_weights.remote(key, layout) for e in engine_actors)])
         m["sync/gather_s"] = stats["gather_s"] + stats["pack_s"]
-        m["sync/broadcast_s"] = res[0]
+        m["sync/pack_s"], m["sync/broadcast_s"] = stats["pack_s"], res[0]
         m["sync/mb"] = layout.nbytes / 1e6
         seconds = res[1:]
     m.update({f"sync/engine_{i}_s": float(s) for i, s in enumerate(seconds)})
