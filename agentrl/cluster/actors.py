@@ -498,6 +498,11 @@ class TrainerActor:
         ref, put_s = self._weight_sender().put()
         return [ref, {**stats, "put_s": put_s, "mb": layout.nbytes / 1e6}]
 
+    def warm_weight_sync(self) -> float:
+        """All ranks, once before the first sync: pre-touch the sync's buffers
+        (``WeightSender.warm``); seconds taken."""
+        return self._weight_sender().warm(self.trainer, self.rank, self.cfg.model.dtype, self.cfg.cluster.weight_sync)
+
     def gather_weights(self) -> tuple | None:
         """The collective path's gather (all ranks): rank 0 returns ``(layout, stats,
         key of the weight-sync group it holds or None)``, the others ``None``."""

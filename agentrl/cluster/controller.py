@@ -166,11 +166,14 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         # the ranks meet at rank 0's node within cluster.rendezvous_timeout_s (else a ClusterError);
         # their trainers build while the engines start
         group = TrainerGroup(cfg, cfg_dict, model_path, role_options(cfg, "trainer"))
+        # queued behind the build: the first touch of the weight-sync buffers overlaps the engines' start
+        warm_sync = [a.warm_weight_sync.remote() for a in group.actors]
         hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
         pool = EnginePool(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)  # rollout.num_engines engines
         engine_start_s = pool.ready()
         log.info("%d rollout engines started in %s s", len(engine_start_s), ", ".join(f"{s:.1f}" for s in engine_start_s))
         group.ready()
+        ray.get(warm_sync)
 
         if ckpt is not None:
             group.load_checkpoint(str(ckpt / "trainer"))
