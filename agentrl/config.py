@@ -417,9 +417,10 @@ class ClusterConfig(_Section):
     address: str | None = Field(
         None,
         description="None: always start a new local Ray instance (ray.init(address='local')), whatever "
-                    "RAY_ADDRESS or an earlier `ray start` says. 'auto', 'host:port' or 'ray://host:port': "
-                    "join that running cluster (cluster.num_cpus is then ignored). Inside a `ray job submit` "
-                    "job pass cluster.address=auto.",
+                    "RAY_ADDRESS or an earlier `ray start` says. 'auto' (RAY_ADDRESS, else the cluster the last "
+                    "`ray start` on this machine recorded), 'host:port' or 'ray://host:port': join that running "
+                    "cluster (cluster.num_cpus is then ignored). Inside a `ray job submit` job pass "
+                    "cluster.address=auto.",
     )
     num_cpus: int | None = Field(None, ge=1, description="Logical CPUs for a local Ray instance (None: detected).")
     placement: PlacementConfig = Field(

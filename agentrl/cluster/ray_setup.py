@@ -76,13 +76,16 @@ def connect(cfg: Any) -> bool:
         # (an earlier `ray start`, maybe long dead) and then refuse num_cpus.
         ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False, **common)
         return True
+    target = address
     try:
-        if "://" not in address:
-            _probe_gcs(address)
+        if address == "auto" and not os.environ.get("RAY_ADDRESS"):
+            target = _recorded_cluster()
+        if "://" not in target:
+            _probe_gcs(target)
     except (ConnectionError, ValueError) as exc:
         raise ClusterError(_join_failed(address, exc, maybe_auth=False)) from exc
     try:
-        ray.init(address=address, **common)
+        ray.init(address=target, **common)
     except Exception as exc:  # ConnectionError, ValueError, RuntimeError, AuthenticationError
         raise ClusterError(_join_failed(address, exc, maybe_auth=True)) from exc
     log.info("joined the Ray cluster at %s (cluster.address=%r)", ray.get_runtime_context().gcs_address, address)
@@ -103,29 +106,50 @@ def _join_failed(address: str, exc: BaseException, *, maybe_auth: bool) -> str:
             f"cluster.address unset to start a local instance{auth}")
 
 
-def _probe_gcs(address: str) -> None:
-    """Fail fast when nothing listens at the GCS address ``address`` (``auto`` or ``host:port``)
-    stands for: Ray itself retries a dead address for many minutes (measured: 13.7 min for
-    ``127.0.0.1:1``). ``auto`` must have ``RAY_ADDRESS`` or the record of the last ``ray start``
-    (Ray alone would fall back to any Ray instance running on this machine) and then resolves
-    as Ray does; a loopback host becomes the node's IP, as in Ray.
+def _recorded_cluster() -> str:
+    """``auto`` without ``RAY_ADDRESS``: the cluster the last ``ray start`` on this machine
+    recorded (``/tmp/ray/ray_current_cluster``, under ``RAY_TMPDIR`` when set). Ray alone would
+    then join *any* Ray instance it finds running here (another user's, another run's) when
+    that record is missing or stale, so the record is required and named.
+
+    As Ray does for a cluster it finds recorded on this machine, token authentication is
+    turned on when a token is there (``ray start`` clusters use it by default since Ray 2.59).
 
     Raises:
-        ConnectionError: no cluster found for ``auto``, or the TCP connect failed.
+        ConnectionError: no record.
+    """
+    from ray._common.utils import get_ray_address_file
+    from ray._private.utils import read_ray_address
+
+    recorded = read_ray_address()
+    if not recorded:
+        raise ConnectionError(
+            f"RAY_ADDRESS is not set and no `ray start` on this machine left a record "
+            f"({get_ray_address_file(None)}); 'auto' needs one of them")
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token authentication
+        return recorded
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    return recorded
+
+
+def _probe_gcs(address: str) -> None:
+    """Fail fast when nothing listens at the GCS address ``address`` (``host:port``, or ``auto``
+    with ``RAY_ADDRESS`` set) stands for: Ray itself retries a dead address for many minutes
+    (measured: 13.7 min for ``127.0.0.1:1``). Resolved as Ray resolves it (a loopback host
+    becomes the node's IP).
+
+    Raises:
+        ConnectionError: the TCP connect failed.
         ValueError: ``address`` is not ``host:port``.
     """
     import socket
 
-    from ray._common.utils import get_ray_address_file
     from ray._private.services import canonicalize_bootstrap_address
-    from ray._private.utils import read_ray_address
 
-    if address == "auto" and not os.environ.get("RAY_ADDRESS") and read_ray_address() is None:
-        # Ray would then join *any* Ray instance it finds running on this machine (another
-        # user's, another run's): refuse instead of guessing.
-        raise ConnectionError(
-            f"RAY_ADDRESS is not set and no `ray start` on this machine left a record "
-            f"({get_ray_address_file(None)}); 'auto' needs one of them")
     resolved = canonicalize_bootstrap_address(address)
     if resolved is None:  # only for "local"/None, which never get here
         return
@@ -413,6 +437,7 @@ def actor_failure_message(exc: BaseException, actor_name: str | None = None) -> 
     name = actor_name
     if name is None:
         cls, nm = fields.get("class_name"), fields.get("name")
+        cls = cls.rsplit(".", 1)[-1] if cls else cls  # "test_x.<locals>.Probe" -> "Probe"
         name = (f"{cls} {nm!r}" if cls and nm else cls or nm
                 or (f"id {fields.get('actor_id') or getattr(exc, 'actor_id', None)}"
                     if fields.get("actor_id") or getattr(exc, "actor_id", None) else "?"))
