@@ -38,6 +38,7 @@ ROLES = ("trainer", "rollout", "sandbox")
 
 _EPS = 1e-6  # Ray keeps resource amounts to 1e-4; never call 0.99999 CPU "less than 1"
 _MAX_SEARCH_STEPS = 200_000  # exact packing search budget (a few hundred ms at most)
+_MAX_SEARCH_DEPTH = 400  # actors; more than that and a packing first-fit misses is left to Ray
 _JOIN_PROBE_TIMEOUT_S = 10.0  # TCP connect to a cluster's GCS before handing the address to Ray
 
 
@@ -255,10 +256,22 @@ def _role_text(cfg: Any, role: str) -> str:
 
 def _pack(items: list[tuple[str, dict[str, float]]], totals: list[dict[str, float]]) -> bool | None:
     """Can every ``(role, demand)`` go on a node at once? True / False, or None when the search
-    ran out of steps (undecided). Depth-first, largest demands first; actors of one role are
-    interchangeable, so each goes on a node no earlier than the one before it."""
-    free = [dict(t) for t in totals]
+    ran out of steps (undecided). First-fit decreasing, and when that misses an exact
+    depth-first search, largest demands first; actors of one role are interchangeable, so each
+    goes on a node no earlier than the one before it."""
     order = sorted(items, key=lambda it: (-sum(it[1].values()), it[0]))
+    free = [dict(t) for t in totals]
+    for _, demand in order:  # first-fit decreasing: settles the usual case at once
+        n = next((n for n, f in enumerate(free) if _fits(f, demand)), None)
+        if n is None:
+            break
+        for k, v in demand.items():
+            free[n][k] = free[n].get(k, 0.0) - v
+    else:
+        return True
+    if len(order) > _MAX_SEARCH_DEPTH:
+        return None
+    free = [dict(t) for t in totals]
     steps = 0
 
     def place(i: int, first_node: int) -> bool | None:
@@ -267,12 +280,17 @@ def _pack(items: list[tuple[str, dict[str, float]]], totals: list[dict[str, floa
             return True
         role, demand = order[i]
         start = first_node if i > 0 and order[i - 1][0] == role else 0
+        tried: set[tuple] = set()  # nodes with the same free resources are interchangeable
         for n in range(start, len(free)):
             steps += 1
             if steps > _MAX_SEARCH_STEPS:
                 return None
             if not _fits(free[n], demand):
                 continue
+            state = tuple(sorted((k, round(v, 4)) for k, v in free[n].items()))
+            if state in tried:
+                continue
+            tried.add(state)
             for k, v in demand.items():
                 free[n][k] = free[n].get(k, 0.0) - v
             got = place(i + 1, n)
