@@ -271,6 +271,7 @@ def _pack(items: list[tuple[str, dict[str, float]]], totals: list[dict[str, floa
         return True
     if len(order) > _MAX_SEARCH_DEPTH:
         return None
+    asked = sorted({k for _, demand in order for k in demand})  # what tells nodes apart here
     free = [dict(t) for t in totals]
     steps = 0
 
@@ -287,7 +288,7 @@ def _pack(items: list[tuple[str, dict[str, float]]], totals: list[dict[str, floa
                 return None
             if not _fits(free[n], demand):
                 continue
-            state = tuple(sorted((k, round(v, 4)) for k, v in free[n].items()))
+            state = tuple(round(free[n].get(k, 0.0), 4) for k in asked)
             if state in tried:
                 continue
             tried.add(state)
@@ -352,7 +353,8 @@ def check_placement(cfg: Any, nodes: Sequence[dict[str, Any]] | None = None) -> 
                 f"{key}={count} with {_role_text(cfg, role)} each: the cluster holds at most {capacity:g} of them; "
                 f"{_cluster_text(alive)}"
             )
-        items.extend((role, demand) for _ in range(count))
+        if demand:  # an actor that reserves nothing fits anywhere
+            items.extend((role, demand) for _ in range(count))
     if not items:
         return
     fit = _pack(items, totals)

@@ -186,3 +186,17 @@ def test_constructor_errors_and_other_exceptions_stay_what_they_are():
     assert as_cluster_error(init_failed) is None
     assert as_cluster_error(ValueError("x")) is None
     assert as_cluster_error(ClusterError("already one line")) is None
+
+
+def test_packing_at_scale_is_quick_and_exact():
+    # First-fit decreasing misses this one (two ranks per node first leaves 4 CPU-3 engines
+    # homeless); the search finds 4+3+3 on each of the 8 nodes, and proves 1 CPU short impossible.
+    import time
+
+    cfg = _cfg("trainer.num_ranks=8", "cluster.placement.trainer.num_cpus=4", "rollout.num_engines=16",
+               "cluster.placement.rollout.num_cpus=3", "cluster.sandbox_hosts=1000", "cluster.placement.sandbox.num_cpus=0")
+    t0 = time.perf_counter()
+    check_placement(cfg, nodes=[_node(f"10.0.0.{i}", 10) for i in range(8)])
+    with pytest.raises(ConfigError, match="do not fit the cluster together"):
+        check_placement(cfg, nodes=[_node(f"10.0.0.{i}", 10) for i in range(7)] + [_node("10.0.0.9", 9)])
+    assert time.perf_counter() - t0 < 5
