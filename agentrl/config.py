@@ -395,6 +395,13 @@ class RolePlacement(_Section):
         return resources
 
 
+class SandboxPlacement(RolePlacement):
+    """``RolePlacement`` of a sandbox host: half a CPU unless set, also when only its
+    ``resources`` are given (a host mostly waits on its sandboxes' processes)."""
+
+    num_cpus: float = Field(0.5, ge=0, description="Logical CPUs Ray reserves per sandbox host.")
+
+
 class PlacementConfig(_Section):
     """Per-role Ray reservations; ``agentrl.cluster.ray_setup.role_options`` turns an entry
     into actor options and ``check_placement`` checks them against the cluster at start-up."""
@@ -407,8 +414,8 @@ class PlacementConfig(_Section):
         default_factory=lambda: RolePlacement(num_cpus=1.0),
         description="One rollout engine: a vLLM engine, its agent loop and (with cluster.sandbox_hosts=0) its sandboxes.",
     )
-    sandbox: RolePlacement = Field(
-        default_factory=lambda: RolePlacement(num_cpus=0.5),
+    sandbox: SandboxPlacement = Field(
+        default_factory=SandboxPlacement,
         description="One sandbox host (cluster.sandbox_hosts of them).",
     )
 

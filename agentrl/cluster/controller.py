@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
 import time
 import uuid

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import ray
-from ray.exceptions import NodeDiedError, ObjectLostError, RayActorError
+from ray.exceptions import NodeDiedError, ObjectLostError, OutOfMemoryError, RayActorError
 
 from agentrl.cluster.ray_setup import actor_failure_message, as_cluster_error, role_options
 from agentrl.config import Config
@@ -59,10 +59,12 @@ from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
 log = logging.getLogger(__name__)
 
-ENGINE_LOST_ERRORS: tuple[type[BaseException], ...] = (RayActorError, ObjectLostError, NodeDiedError)
+ENGINE_LOST_ERRORS: tuple[type[BaseException], ...] = (RayActorError, ObjectLostError, NodeDiedError, OutOfMemoryError)
 """What an engine call raises when the engine is gone: ``RayActorError`` covers
 ``ActorDiedError`` (node removed, actor killed, ``ray.kill``) and ``ActorUnavailableError``;
-``ObjectLostError`` / ``NodeDiedError``: its result went down with its node."""
+``ObjectLostError`` / ``NodeDiedError``: its result went down with its node;
+``OutOfMemoryError``: Ray's memory monitor killed the engine's worker (an infrastructure
+fault like the others: its episodes are aborted and rolled out again)."""
 
 _SUMMED = ("cluster/engines_lost", "cluster/engines_replaced", "cluster/replacement_wait_s", "rollout/aborted_episodes")
 

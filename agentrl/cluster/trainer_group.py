@@ -56,9 +56,9 @@ def _resources(res: dict[str, float]) -> dict[str, float]:
 def _first_line(exc: BaseException) -> str:
     """The first line of what went wrong: the error a rank raised (not Ray's task header), or
     Ray's one-line account of a dead actor."""
-    from ray.exceptions import RayActorError, RayTaskError
+    from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
-    if isinstance(exc, RayActorError):
+    if isinstance(exc, (RayActorError, OutOfMemoryError)):  # a memory-monitor kill names what it used
         from agentrl.cluster.ray_setup import actor_failure_message
 
         return actor_failure_message(exc)
