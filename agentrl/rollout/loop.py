@@ -385,7 +385,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     n = len(episodes)
     valid = [e for e in episodes if not e.is_error]
     rewards = [e.total_reward for e in valid if e.total_reward is not None]
-    turns = [len(e.turns) for e in episodes]
+    # an aborted attempt (its engine was lost) has no turns and was rolled out again: it is not
+    # an episode of the policy's, so it never pulls the per-episode means down
+    turns = [len(e.turns) for e in episodes if e.termination_reason != TerminationReason.ABORTED]
     resp = [len(t.completion_ids) for e in episodes for t in e.turns]
     successes = sum(1 for e in valid if (e.success if e.success is not None else (e.total_reward or 0.0) >= 1.0))
     m: dict[str, float] = {
@@ -394,7 +396,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "rollout/successes": float(successes),
         "rollout/reward_mean": float(sum(rewards) / len(rewards)) if rewards else float("nan"),
         "rollout/success_rate": float(successes / len(valid)) if valid else float("nan"),
-        "rollout/turns_mean": float(sum(turns) / n) if n else 0.0,
+        "rollout/turns_mean": float(sum(turns) / len(turns)) if turns else 0.0,
         "rollout/response_length_mean": float(sum(resp) / len(resp)) if resp else 0.0,
         "rollout/response_length_max": float(max(resp)) if resp else 0.0,
         "rollout/generated_tokens": float(sum(e.num_generated_tokens() for e in episodes)),

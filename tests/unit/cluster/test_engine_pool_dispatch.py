@@ -112,3 +112,16 @@ def test_aborted_episodes_are_counted_and_excluded_from_credit_without_dropping_
         assert not set(with_aborted.turn_advantages) & {e.episode_id for e in aborted}
         # the regenerated groups are whole: same advantages as without the aborted attempts
         assert with_aborted.turn_advantages == without.turn_advantages and with_aborted.batch.num_rows == 4
+
+
+def test_aborted_attempts_leave_the_rollout_means_unchanged():
+    """An aborted attempt (no turns, never ran to the end) is counted in
+    rollout/aborted_episodes only: the per-episode means are those of the episodes that ran."""
+    lost = [_req("a@0", 0), _req("b@1", 0)]
+    aborted, _ = abort_requests(lost, 0, {"node_id": "n0", "node_ip": "10.0.0.1"}, ActorDiedError())
+    regenerated = [_scored("a@0", 0, 1.0), _scored("a@0", 1, 0.0), _scored("b@1", 0, 1.0), _scored("b@1", 1, 0.0)]
+    with_aborted, without = rollout_metrics(aborted + regenerated), rollout_metrics(regenerated)
+    for key in ("rollout/turns_mean", "rollout/reward_mean", "rollout/success_rate", "rollout/response_length_mean",
+                "rollout/invalid_action_rate", "rollout/generated_tokens"):
+        assert with_aborted[key] == without[key], key
+    assert with_aborted["rollout/turns_mean"] == 1.0
