@@ -164,7 +164,10 @@ class VLLMEngine:
         from agentrl.rollout.weight_load import load_in_place
 
         weights = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
-        why_not = self.llm.apply_model(lambda model: load_in_place(model, weights))[0]
+        try:
+            why_not = self.llm.apply_model(lambda model: load_in_place(model, weights))[0]
+        except Exception as exc:  # a layer this loader misjudged: the generic reload below rewrites every weight
+            why_not = f"the in-place load failed: {type(exc).__name__}: {exc}"
         if why_not is None:
             method = "in_place"
         else:

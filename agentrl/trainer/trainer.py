@@ -472,7 +472,15 @@ class PolicyTrainer:
         Returns:
             ``{hf_name: tensor}`` on rank 0, ``{}`` elsewhere.
         """
-        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.world_size == 1:
+            # One rank: every DTensor's local shard is the whole tensor (same keys and storage
+            # as get_model_state_dict's, measured 10 ms vs 50 ms for SmolLM2-135M on CPU).
+            sd = {}
+            for k, v in self.model.state_dict().items():
+                v = v.to_local() if hasattr(v, "to_local") else v
+                sd[k] = v if v.device.type == "cpu" else v.cpu()
+        else:
+            sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank != 0:
             return {}
         if not tied_copies:
