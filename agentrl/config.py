@@ -466,6 +466,18 @@ class ClusterConfig(_Section):
                     "A lost host makes its episodes infra_error, never a reward, and takes no new sandboxes.",
     )
 
+    @field_validator("address")
+    @classmethod
+    def _address(cls, address: str | None) -> str | None:
+        """``"local"`` (Ray's word for a new local instance) is the unset address, so it gets
+        ``cluster.num_cpus`` and ignores ``RAY_ADDRESS`` like None; an empty one is an error."""
+        if address is None:
+            return None
+        if not address.strip():
+            raise ValueError(f"got {address!r}; expected 'auto', 'host:port' or 'ray://host:port', "
+                             "or leave it unset (null) to start a local Ray instance")
+        return None if address.strip() == "local" else address.strip()
+
 
 class ReplayConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL of the replay store (None: sqlite file replay.db in the run directory).")

@@ -200,3 +200,14 @@ def test_packing_at_scale_is_quick_and_exact():
     with pytest.raises(ConfigError, match="do not fit the cluster together"):
         check_placement(cfg, nodes=[_node(f"10.0.0.{i}", 10) for i in range(7)] + [_node("10.0.0.9", 9)])
     assert time.perf_counter() - t0 < 5
+
+
+def test_cluster_address_local_is_unset_and_empty_is_an_error():
+    """'local' (Ray's own word for a new local instance) is the unset address, so cluster.num_cpus
+    applies to it and RAY_ADDRESS is ignored as for None; an empty address is a ConfigError at load,
+    not a failed join of '' after Ray is asked for it."""
+    assert _cfg("cluster.address=local").cluster.address is None
+    assert _cfg("cluster.address=auto").cluster.address == "auto"
+    for bad in ("cluster.address=", "cluster.address='  '"):
+        with pytest.raises(ConfigError, match=r"cluster\.address"):
+            _cfg(bad)
