@@ -254,6 +254,15 @@ def _role_text(cfg: Any, role: str) -> str:
     return f"cluster.placement.{role} ({', '.join(parts)})"
 
 
+def _local_hint(cfg: Any) -> str:
+    """For the local instance (``cluster.address`` unset), where its CPUs come from."""
+    if cfg.cluster.address is not None:
+        return ""
+    why = f"cluster.num_cpus={cfg.cluster.num_cpus}" if cfg.cluster.num_cpus else "cluster.num_cpus unset: max(4, 2 x cores)"
+    return (f"; cluster.address is unset, so this is a local Ray instance with {_local_num_cpus(cfg)} CPUs ({why}): "
+            "raise cluster.num_cpus or ask for fewer actors")
+
+
 def _pack(items: list[tuple[str, dict[str, float]]], totals: list[dict[str, float]]) -> bool | None:
     """Can every ``(role, demand)`` go on a node at once? True / False, or None when the search
     ran out of steps (undecided). First-fit decreasing, and when that misses an exact
@@ -351,7 +360,7 @@ def check_placement(cfg: Any, nodes: Sequence[dict[str, Any]] | None = None) -> 
         if count > capacity:
             raise ConfigError(
                 f"{key}={count} with {_role_text(cfg, role)} each: the cluster holds at most {capacity:g} of them; "
-                f"{_cluster_text(alive)}"
+                f"{_cluster_text(alive)}{_local_hint(cfg)}"
             )
         if demand:  # an actor that reserves nothing fits anywhere
             items.extend((role, demand) for _ in range(count))
@@ -368,6 +377,7 @@ def check_placement(cfg: Any, nodes: Sequence[dict[str, Any]] | None = None) -> 
         raise ConfigError(
             f"{wanted} do not fit the cluster together ({roles}; in all "
             f"{', '.join(f'{k} {_num(v)}' for k, v in sorted(need.items()))}); {_cluster_text(alive)}"
+            f"{_local_hint(cfg)}"
         )
     if fit is None:
         log.warning("could not decide within %d steps whether %s fit the cluster together; letting Ray place "

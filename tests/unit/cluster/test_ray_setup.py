@@ -211,3 +211,15 @@ def test_cluster_address_local_is_unset_and_empty_is_an_error():
     for bad in ("cluster.address=", "cluster.address='  '"):
         with pytest.raises(ConfigError, match=r"cluster\.address"):
             _cfg(bad)
+
+
+def test_too_many_actors_for_the_local_instance_names_cluster_num_cpus():
+    """On the local instance (cluster.address unset) the CPUs are cluster.num_cpus's: the error
+    says so, since that is the knob; on a joined cluster it does not."""
+    local = _cfg("trainer.num_ranks=2", "rollout.num_engines=3")
+    with pytest.raises(ConfigError, match=r"local Ray instance.*cluster\.num_cpus"):
+        check_placement(local, nodes=[_node("10.0.0.1", 4, head=True)])
+    joined = _cfg("trainer.num_ranks=2", "rollout.num_engines=3", "cluster.address=auto")
+    with pytest.raises(ConfigError) as err:
+        check_placement(joined, nodes=[_node("10.0.0.1", 4, head=True)])
+    assert "cluster.num_cpus" not in str(err.value)
