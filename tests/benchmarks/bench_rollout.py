@@ -17,8 +17,10 @@ For each engine count N (``--engines``, default ``1 2``), in one Ray instance st
    tokens/s = sampled tokens (every turn's completion) / the rollout call's wall seconds.
 2. ``sync``: ``--syncs`` weight syncs from a 1-rank trainer to the N engines
    (``EnginePool.update_weights``, i.e. ``agentrl.cluster.weight_sync.sync_weights`` with
-   ``cluster.weight_sync``): ``time/sync_s`` and each engine's ``sync/engine_{i}_s``. The
-   weights do not change between syncs; a load costs the same whatever the values.
+   ``cluster.weight_sync``): ``time/sync_s`` and each engine's ``sync/engine_{i}_s``, after
+   the trainer's start-up warm-up (``warm_weight_sync``, as the controller runs it) and
+   ``--sync-gap-s`` apart. The weights do not change between syncs; a load costs the same
+   whatever the values.
 3. ``raw vLLM``: N fresh engines of the same settings (``VLLMEngine``: dtype, context, KV
    cache, ``max_num_seqs``, prefix caching, the same actor placement and threads) get every
    engine prompt the loop sent (each turn's whole prompt as token ids), split over the
@@ -28,6 +30,9 @@ For each engine count N (``--engines``, default ``1 2``), in one Ray instance st
    ``logprobs=0`` (the loop needs the sampled tokens' log-probs; so does this). All prompts
    are known up front here, while the loop learns a turn's prompt only when the previous
    turn and its tool call are done: the ratio prices exactly that, plus the loop's own work.
+   ``raw vLLM, turn waves``: the same calls as one ``generate`` per turn index (every
+   episode's first turn, then every second turn, ...), which keeps the turns' order and
+   leaves out the environment's steps, tool calls and grading.
 
 Printed: a table (tokens, seconds, tokens/s, the load average before and after), the ratio
 loop / raw per N (issue 11's target: >= 0.9x) and N=2 / N=1, and the sync times. The
@@ -89,20 +94,30 @@ class RawEngine:
         return seconds, got
 
 
-def engine_prompts(episodes) -> tuple[list[list[int]], list[int]]:
-    """Every engine call of ``episodes``: the prompt ids as the loop sent them and the
-    completion length it sampled. ``full_history``: all earlier turns' tokens plus this
-    turn's new ids; ``per_step``: this turn's ids alone."""
-    prompts, lengths = [], []
+def engine_prompts(episodes) -> tuple[list[list[int]], list[int], list[int]]:
+    """Every engine call of ``episodes``: the prompt ids as the loop sent them, the
+    completion length it sampled and the turn index. ``full_history``: all earlier turns'
+    tokens plus this turn's new ids; ``per_step``: this turn's ids alone."""
+    prompts, lengths, turns = [], [], []
     for ep in episodes:
         prefix: list[int] = []
-        for t in ep.turns:
+        for k, t in enumerate(ep.turns):
             if not t.completion_ids:
                 continue
             prompts.append((prefix if ep.prompt_mode == "full_history" else []) + list(t.prompt_ids))
             lengths.append(len(t.completion_ids))
+            turns.append(k)
             prefix = prefix + list(t.prompt_ids) + list(t.completion_ids)
-    return prompts, lengths
+    return prompts, lengths, turns
+
+
+def _raw_generate(raws, prompts: list[list[int]], lengths: list[int], seed: int) -> tuple[float, int]:
+    """``prompts`` split over the raw engines, all at once; ``(wall seconds, tokens)``."""
+    parts = _split(len(prompts), len(raws))
+    t0 = time.perf_counter()
+    res = ray.get([r.generate.remote(prompts[s], lengths[s], seed + 1000 * k)
+                   for k, (r, s) in enumerate(zip(raws, parts)) if s.stop > s.start])
+    return time.perf_counter() - t0, sum(t for _, t in res)
 
 
 def _split(n_items: int, parts: int) -> list[slice]:
@@ -142,17 +157,26 @@ def run_one(n: int, args, model_path: str, run_dir: Path) -> dict:
         ray.get([a.sample.remote([1, 2, 3, 4], 1.0, 4, 0) for a in pool.actors])  # first-step costs out of the timing
         load0 = _load_avg()
         episodes, rollout_s, pm = pool.rollout(requests, 0)
-        prompts, lengths = engine_prompts([e for e in episodes if e.termination_reason != "aborted"])
+        prompts, lengths, turn_of = engine_prompts([e for e in episodes if e.termination_reason != "aborted"])
+        execs = [[x.duration_s for t in e.turns for x in t.exec_results] for e in episodes]
+        reasons: dict[str, int] = {}
+        for e in episodes:
+            key = str(getattr(e.termination_reason, "value", e.termination_reason))
+            reasons[key] = reasons.get(key, 0) + 1
         out["loop"] = {"tokens": sum(lengths), "seconds": rollout_s, "tokens_per_s": sum(lengths) / rollout_s,
                        "calls": len(prompts), "episodes": len(episodes), "load": f"{load0} -> {_load_avg()}",
                        "prompt_tokens_first_turn": statistics.mean(len(e.turns[0].prompt_ids) for e in episodes if e.turns),
                        "turns_per_episode": statistics.mean(len(e.turns) for e in episodes),
+                       "sandbox_execs": sum(len(x) for x in execs), "sandbox_exec_s": sum(map(sum, execs)),
+                       "sandbox_exec_s_max_episode": max(map(sum, execs), default=0.0), "termination": reasons,
                        **{k: v for k, v in pm.items() if k.startswith("rollout/engine_")}}
         if args.syncs > 0:
             group = TrainerGroup(cfg, d, model_path, role_options(cfg, "trainer"))
             group.ready()
+            ray.get([a.warm_weight_sync.remote() for a in group.actors])  # as the controller does at start-up
             syncs = []
             for _ in range(args.syncs):
+                time.sleep(args.sync_gap_s)
                 load0 = _load_avg()
                 m = pool.update_weights(group.actors)
                 m["load"] = f"{load0} -> {_load_avg()}"
@@ -167,14 +191,21 @@ def run_one(n: int, args, model_path: str, run_dir: Path) -> dict:
     try:
         ray.get([r.__ray_ready__.remote() for r in raws])
         ray.get([r.generate.remote([[1, 2, 3, 4]], [4], 0) for r in raws])  # warm-up, as for the loop
-        parts = _split(len(prompts), n)
         load0 = _load_avg()
-        t0 = time.perf_counter()
-        res = ray.get([r.generate.remote(prompts[s], lengths[s], 1000 * k) for k, (r, s) in enumerate(zip(raws, parts))])
-        wall = time.perf_counter() - t0
-        tokens = sum(t for _, t in res)
+        wall, tokens = _raw_generate(raws, prompts, lengths, 0)
         out["raw"] = {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall, "calls": len(prompts),
-                      "engine_s": [s for s, _ in res], "load": f"{load0} -> {_load_avg()}"}
+                      "load": f"{load0} -> {_load_avg()}"}
+        # The same calls in waves, turn 1 of every episode, then turn 2, ...: what the turns'
+        # order alone costs (a turn's prompt exists only after the previous turn), without the
+        # loop's environment steps, tool calls and grading.
+        load0 = _load_avg()
+        wall, tokens = 0.0, 0
+        for k in sorted(set(turn_of)):
+            idx = [i for i, t in enumerate(turn_of) if t == k]
+            w, t = _raw_generate(raws, [prompts[i] for i in idx], [lengths[i] for i in idx], 7919 * (k + 1))
+            wall, tokens = wall + w, tokens + t
+        out["raw_waves"] = {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall, "calls": len(prompts),
+                            "waves": len(set(turn_of)), "load": f"{load0} -> {_load_avg()}"}
     finally:
         for r in raws:
             ray.kill(r)
@@ -190,12 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group-size", type=int, default=4, help="env.group_size (default 4: 16 episodes)")
     p.add_argument("--max-new-tokens", type=int, default=160, help="rollout.max_new_tokens (default: the default job's)")
     p.add_argument("--syncs", type=int, default=3, help="weight syncs to time per engine count (0: none, no trainer)")
+    p.add_argument("--sync-gap-s", type=float, default=2.0,
+                   help="pause before each sync (a run syncs minutes apart; the object store reuses the last "
+                        "sync's region only once Ray has freed it)")
     p.add_argument("--weight-sync", default="object_store", choices=["object_store", "collective"],
                    help="cluster.weight_sync for the syncs")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
 
+    import agentrl.cluster.weight_sync  # noqa: F401  (imports torch, as the controller's driver has: not in the first sync's time)
     from agentrl.cluster.ray_setup import connect
     from agentrl.config import load_config
     from agentrl.model_zoo import prepare_model
@@ -213,9 +248,12 @@ def main(argv: list[str] | None = None) -> int:
                 lp = r["loop"]
                 print(f"N={n}: {lp['episodes']} episodes, {lp['calls']} engine calls, {lp['turns_per_episode']:.2f} turns "
                       f"per episode, first prompts {lp['prompt_tokens_first_turn']:.0f} tokens on average", flush=True)
-                for what in ("loop", "raw"):
+                print(f"  episodes ended: {lp['termination']}; {lp['sandbox_execs']} sandbox execs, {lp['sandbox_exec_s']:.1f} s "
+                      f"in all, at most {lp['sandbox_exec_s_max_episode']:.1f} s in one episode", flush=True)
+                labels = {"loop": "agent loop (EnginePool)", "raw": "raw vLLM, one batch",
+                          "raw_waves": f"raw vLLM, {r['raw_waves']['waves']} turn waves"}
+                for what, label in labels.items():
                     x = r[what]
-                    label = "agent loop (EnginePool)" if what == "loop" else "raw vLLM generate"
                     print(f"  {label:26s} {x['tokens']:6d} tokens {x['seconds']:7.1f} s {x['tokens_per_s']:7.1f} tokens/s"
                           f"   (load {x['load']})", flush=True)
                 for i, m in enumerate(r.get("syncs", [])):
@@ -233,11 +271,13 @@ def main(argv: list[str] | None = None) -> int:
         ratio = r["loop"]["tokens_per_s"] / r["raw"]["tokens_per_s"]
         met = ratio >= TARGET_LOOP_OVER_RAW
         ok &= met or args.tiny
-        print(f"  N={r['engines']}: agent loop / raw vLLM   {ratio:5.2f}x   target >= {TARGET_LOOP_OVER_RAW}x: "
+        print(f"  N={r['engines']}: agent loop / raw vLLM one batch   {ratio:5.2f}x   target >= {TARGET_LOOP_OVER_RAW}x: "
               f"{'met' if met else 'MISSED'}")
+        print(f"  N={r['engines']}: agent loop / raw vLLM turn waves  "
+              f"{r['loop']['tokens_per_s'] / r['raw_waves']['tokens_per_s']:5.2f}x")
     by_n = {r["engines"]: r for r in results}
     if 1 in by_n and 2 in by_n:
-        for what in ("loop", "raw"):
+        for what in ("loop", "raw", "raw_waves"):
             print(f"  {what}: N=2 / N=1   {by_n[2][what]['tokens_per_s'] / by_n[1][what]['tokens_per_s']:5.2f}x")
     for r in results:
         if r.get("syncs"):

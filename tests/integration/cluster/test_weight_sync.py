@@ -3,14 +3,19 @@ the trainer's (fp32 engine and trainer, max abs gap < 1e-4), and before the sync
 through ``agentrl.cluster.weight_sync.sync_weights`` to two engines, on the object-store path
 and on the collective path (gloo on CPU: trainer rank 0 broadcasting to both engines over a
 group of its own), with the engines loading in place (not vLLM's generic reload).
-Also case C04's engine part: at equal weights, the engine's behavior_log_probs of sampled
-tokens equal the trainer's recomputation at the sampling temperature, T in {0.6, 1.0, 1.5}."""
+The collective path's group is also tested alone (three actor processes, gloo; a member that
+never arrives; NCCL where two GPUs exist). Also case C04's engine part: at equal weights, the
+engine's behavior_log_probs of sampled tokens equal the trainer's recomputation at the
+sampling temperature, T in {0.6, 1.0, 1.5}."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 import torch
 
+from agentrl.cluster.weight_sync import GroupSpec
 from agentrl.types import SamplingRecord, TokenBatch, TokenSequence
 
 pytestmark = pytest.mark.slow
@@ -132,3 +137,105 @@ def test_C04_engine_and_trainer_agree_at_sampling_temperature(actors, temperatur
     trainer_lp = ray.get(trainer.compute_log_probs.remote(batch))[len(prompt):]
     gap = (trainer_lp - torch.tensor(lps)).abs().max().item()
     assert gap < TOL, f"T={temperature}: engine vs trainer gap {gap}"
+
+
+# --- the collective path's process group alone (no engines): real actor processes, each with
+# its own default group untouched; a member that never arrives is a ClusterError in time; the
+# NCCL case runs only where two GPUs exist.
+
+def _member_class(ray):
+    @ray.remote(num_cpus=0.25)
+    class Member:
+        def __init__(self, with_default_group: bool = True) -> None:
+            import torch.distributed as dist
+
+            if with_default_group:  # stands for the trainer's FSDP group / vLLM's own group
+                dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+            self.sock = None
+            self.group = None
+
+        def endpoint(self) -> tuple[str, int]:
+            import ray as _ray
+
+            ip = _ray.util.get_node_ip_address()
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.bind((ip, 0))
+            self.sock.listen(16)
+            return ip, self.sock.getsockname()[1]
+
+        def join(self, spec: GroupSpec, rank: int) -> None:
+            import ray as _ray
+
+            from agentrl.cluster.weight_sync import WeightGroup
+
+            self.group = WeightGroup(spec, rank, _ray.util.get_node_ip_address(), listen_sock=self.sock if rank == 0 else None)
+
+        def broadcast(self, nbytes: int, seed: int) -> tuple[str, int, bool]:
+            """Rank 0 sends a packed state; others receive it. Returns (checksum of the
+            buffer's views, default group's world size, default group still usable)."""
+            import torch.distributed as dist
+
+            from agentrl.cluster.weight_sync import FlatBuffer, FlatLayout
+
+            g = torch.Generator().manual_seed(seed)
+            state = {"a.weight": torch.randn(64, 32, generator=g), "b.weight": torch.randn(7, generator=g),
+                     "c": torch.randn(5, generator=g).to(torch.bfloat16)}
+            fb = FlatBuffer(self.group.device)
+            if self.group.rank == 0:
+                layout, buf = fb.pack(state)
+            else:
+                layout = FlatLayout.of(state)  # the layout travels beside the bytes
+                buf = fb.get(layout.nbytes)
+                buf.zero_()
+            self.group.broadcast(buf)
+            views = layout.views(buf)
+            ok = all(torch.equal(views[k].cpu(), v) for k, v in state.items())
+            if not dist.is_initialized():
+                return ("ok" if ok else "mismatch"), 0, True
+            probe = torch.ones(1)
+            dist.all_reduce(probe)  # the default group still works, and is still alone
+            return ("ok" if ok else "mismatch"), dist.get_world_size(), int(probe.item()) == 1
+
+    return Member
+
+
+def test_gloo_group_broadcasts_to_two_members_beside_their_default_groups(ray_session):
+    ray = ray_session
+    Member = _member_class(ray)
+    members = [Member.remote() for _ in range(3)]  # trainer rank 0 + two engines
+    host, port = ray.get(members[0].endpoint.remote())
+    spec = GroupSpec("test-gloo", host, port, 3, "gloo", 60.0)
+    ray.get([m.join.remote(spec, r) for r, m in enumerate(members)])
+    out = ray.get([m.broadcast.remote(0, 7) for m in members])
+    assert out == [("ok", 1, True)] * 3
+    for m in members:
+        ray.kill(m)
+
+
+def test_missing_member_is_a_cluster_error_naming_the_address(ray_session):
+    from ray.exceptions import RayTaskError
+
+    ray = ray_session
+    Member = _member_class(ray)
+    first = Member.remote(with_default_group=False)
+    host, port = ray.get(first.endpoint.remote())
+    spec = GroupSpec("test-missing", host, port, 2, "gloo", 3.0)  # rank 1 never comes
+    with pytest.raises(RayTaskError) as info:
+        ray.get(first.join.remote(spec, 0), timeout=60)
+    msg = str(info.value)
+    assert "ClusterError" in msg and f"{host}:{port}" in msg and "within 3 s" in msg
+    ray.kill(first)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="the NCCL path needs two GPUs (one per member)")
+def test_nccl_group_broadcasts_between_two_gpus(ray_session):
+    ray = ray_session
+    Member = _member_class(ray)
+    members = [Member.options(num_gpus=1).remote(with_default_group=False) for _ in range(2)]
+    host, port = ray.get(members[0].endpoint.remote())
+    spec = GroupSpec("test-nccl", host, port, 2, "nccl", 60.0)
+    ray.get([m.join.remote(spec, r) for r, m in enumerate(members)])
+    assert [o[0] for o in ray.get([m.broadcast.remote(0, 3) for m in members])] == ["ok", "ok"]
+    for m in members:
+        ray.kill(m)

@@ -24,14 +24,14 @@ def _episode(mode):
 
 def test_full_history_prompts_are_the_stream_so_far():
     ep = _episode("full_history")
-    prompts, lengths = bench.engine_prompts([ep])
+    prompts, lengths, turns = bench.engine_prompts([ep])
     assert prompts == [[1, 2, 3], [1, 2, 3, 10, 11, 4, 5]]
-    assert lengths == [2, 3]
+    assert lengths == [2, 3] and turns == [0, 1]
     assert prompts[1] == ep.token_ids()[: len(prompts[1])]
 
 
 def test_per_step_prompts_are_the_turns_own():
-    prompts, lengths = bench.engine_prompts([_episode("per_step")])
+    prompts, lengths, turns = bench.engine_prompts([_episode("per_step")])
     assert prompts == [[1, 2, 3], [4, 5]] and lengths == [2, 3]
 
 
