@@ -5,12 +5,16 @@ nodes mid-run (issue 11).
 Layout (nodes are separate raylets with their own resources; the driver sits on the head):
 
     head    trainer:1  sandbox:1   rank 0 (the rendezvous point) and the sandbox host
-    node A  trainer:1  rollout:1   rank 1 and engine 0
-    node B             rollout:1   engine 1  (removed mid-rollout in the first test)
+    node A  trainer:1              rank 1
+    node B  rollout:1              one engine
+    node C  rollout:1              the other engine (removed mid-rollout in iteration 2)
 
-The second test adds a node with ``rollout_b`` (its own engine) and removes node A (trainer
-rank 1) after the first checkpoint: the run stops with a ClusterError; a replacement node
-with ``trainer:1`` joins and ``--resume`` finishes the run with every iteration stored once.
+One run of three iterations: node C goes away while iteration 2 is rolling out (its
+engine's episodes are aborted and rolled out again on node B's), then node A (trainer rank 1)
+goes away after iteration 2's checkpoint: iteration 3's update stops the run with a
+ClusterError naming the rank and the node. A replacement node with ``trainer:1`` joins and
+``--resume`` finishes iteration 3, every iteration stored once. One run and one resume
+instead of two runs keeps the file near 2 minutes of CI on 2 cores.
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"trainer": 1, "sandbox": 1}})
-    node_a = c.add_node(num_cpus=2, resources={"trainer": 1, "rollout": 1})
-    node_b = c.add_node(num_cpus=2, resources={"rollout": 1})
+    nodes = {"a": c.add_node(num_cpus=1, resources={"trainer": 1}),
+             "b": c.add_node(num_cpus=1, resources={"rollout": 1}),
+             "c": c.add_node(num_cpus=1, resources={"rollout": 1})}
     c.wait_for_nodes()
-    yield {"cluster": c, "a": node_a, "b": node_b}
+    yield {"cluster": c, **nodes}
     if ray.is_initialized():
         ray.shutdown()
     c.shutdown()
@@ -56,7 +61,7 @@ def _config(tmp_path, tiny_model_path, cl, name, placement, **sections):
     from agentrl.config import load_config
 
     data = copy.deepcopy(BASE)
-    data["run"].update({"dir": str(tmp_path / name), "iterations": 2})
+    data["run"].update({"dir": str(tmp_path / name), "iterations": 3})
     data["model"] = {"path": tiny_model_path}
     data["cluster"] = {"address": cl["cluster"].address, "placement": placement,
                        "rendezvous_timeout_s": 60}
@@ -87,12 +92,14 @@ def _lines(run_dir):
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_three_nodes_two_ranks_two_engines_remote_sandboxes_survive_losing_a_rollout_node(cluster, tmp_path,
-                                                                                             tiny_model_path):
-    from agentrl.cluster.controller import train
+def test_multinode_run_survives_a_lost_rollout_node_and_resumes_after_a_lost_trainer_node(cluster, tmp_path,
+                                                                                           tiny_model_path):
+    from agentrl.cluster.controller import load_run_config, train
+    from agentrl.errors import ClusterError
     from agentrl.replay import ReplayStore
     from agentrl.types import TerminationReason
 
+    c = cluster["cluster"]
     placement = {"trainer": {"num_cpus": 1, "resources": {"trainer": 1}},
                  "rollout": {"num_cpus": 1, "resources": {"rollout": 1}},
                  "sandbox": {"num_cpus": 0.5, "resources": {"sandbox": 1}}}
@@ -101,75 +108,59 @@ def test_three_nodes_two_ranks_two_engines_remote_sandboxes_survive_losing_a_rol
     first_rollout_s: list[float] = []
     removed = threading.Event()
 
-    def remove_b_mid_rollout():
-        # a fraction of iteration 1's rollout time: engine 1 is still generating then
+    def remove_c_mid_rollout():
+        # a fraction of iteration 1's rollout time: node C's engine is still generating then
         time.sleep(min(1.0, 0.25 * first_rollout_s[0]))
-        cluster["cluster"].remove_node(cluster["b"])
+        c.remove_node(cluster["c"])
         removed.set()
 
     def on_phase(it, name):
         if it == 1 and name == "rollout":
-            threading.Thread(target=remove_b_mid_rollout, daemon=True).start()
+            threading.Thread(target=remove_c_mid_rollout, daemon=True).start()
 
-    summary = train(cfg, progress=_Phases(on_phase),
-                    on_iteration=lambda it, m: first_rollout_s.append(m["time/rollout_s"]) if it == 0 else None)
+    def on_iteration(it, metrics):
+        if it == 0:
+            first_rollout_s.append(metrics["time/rollout_s"])
+        if it == 1:  # after iteration 2 and its checkpoint: trainer rank 1's node goes
+            c.remove_node(cluster["a"])
+
+    with pytest.raises(ClusterError) as err:
+        train(cfg, progress=_Phases(on_phase), on_iteration=on_iteration)
     assert removed.wait(30)
-    assert summary.iterations_done == 2 and summary.policy_version == 2
-    m1, m2 = _lines(tmp_path / "multi")
+    msg = str(err.value)  # one line naming the rank and the node that went away
+    assert "trainer rank 1" in msg and cluster["a"].node_id in msg and "\n" not in msg, msg
+    run_dir = tmp_path / "multi"
+    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_2"
+
+    m1, m2 = _lines(run_dir)
     assert m1["cluster/engines"] == 2 and m1["rollout/aborted_episodes"] == 0
-    # both engines got weights after the first update, each timed
-    assert {"sync/engine_0_s", "sync/engine_1_s"} <= set(m1)
-    assert m1["time/sync_s"] > 0
-    # iteration 2 lost engine 1 mid-rollout: its episodes were aborted (flagged, not
-    # scored), regenerated on engine 0, and the iteration still trained on a full batch
+    assert {"sync/engine_0_s", "sync/engine_1_s"} <= set(m1) and m1["time/sync_s"] > 0  # both got weights
+    # iteration 2 lost node C's engine mid-rollout: its episodes were aborted (flagged, not
+    # scored), rolled out again on the survivor, and the iteration trained on a full batch
     assert m2["cluster/engines_lost"] == 1 and m2["cluster/engines"] == 1
     assert m2["rollout/aborted_episodes"] >= 1
     # every episode is counted, the aborted ones too; 3 tasks x 2 are answered each iteration
     assert m1["rollout/episodes"] == 6 and m2["rollout/episodes"] == 6 + m2["rollout/aborted_episodes"]
     assert len([k for k in m2 if k.startswith("sync/engine_")]) == 1  # only the survivor got weights
 
-    with ReplayStore(f"sqlite:///{tmp_path / 'multi' / 'replay.db'}") as store:
+    c.add_node(num_cpus=1, resources={"trainer": 1})  # the replacement trainer node
+    c.wait_for_nodes()
+    # node C is gone for good: the resumed run asks for the one engine the cluster holds (with
+    # num_engines=2 check_placement refuses it at start-up, naming each node's resources)
+    summary = train(load_run_config(run_dir, ["rollout.num_engines=1"]), resume=True)
+    assert summary.iterations_done == 3
+    assert [round(m["iteration"]) for m in _lines(run_dir)] == [1, 2, 3]  # nothing lost or repeated
+
+    with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
+        assert store.completed_iterations(summary.run_id) == [0, 1, 2]
         eps = store.list_episodes(summary.run_id, 1, limit=1000)
         aborted = [e for e in eps if e.termination_reason == TerminationReason.ABORTED]
         answered = [e for e in eps if e.termination_reason != TerminationReason.ABORTED]
         assert len(aborted) == m2["rollout/aborted_episodes"] and len(answered) == 6
         assert all(e.total_reward is None and e.error for e in aborted)  # never scored as 0
-        assert all(cluster["b"].node_id in json.dumps(e.error) for e in aborted)  # names the lost node
+        assert all(cluster["c"].node_id in json.dumps(e.error) for e in aborted)  # names the lost node
         # each aborted request was rolled out again as the next attempt, on the survivor
         retried = {e.episode_id.rsplit("/a", 1)[0] for e in answered if not e.episode_id.endswith("/a0")}
         assert {e.episode_id.rsplit("/a", 1)[0] for e in aborted} <= retried
-        assert store.completed_iterations(summary.run_id) == [0, 1]
-
-
-def test_losing_a_trainer_node_stops_the_run_and_resume_finishes_it(cluster, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import load_run_config, train
-    from agentrl.errors import ClusterError
-    from agentrl.replay import ReplayStore
-
-    c = cluster["cluster"]
-    c.add_node(num_cpus=2, resources={"rollout_b": 1})
-    c.wait_for_nodes()
-    placement = {"trainer": {"num_cpus": 1, "resources": {"trainer": 1}},
-                 "rollout": {"num_cpus": 1, "resources": {"rollout_b": 1}},
-                 "sandbox": {"num_cpus": 0.5, "resources": {"sandbox": 1}}}
-    cfg = _config(tmp_path, tiny_model_path, cluster, "lose-trainer", placement, cluster={"sandbox_hosts": 1})
-
-    def remove_a(it, metrics):
-        if it == 0:  # after iteration 1 and its checkpoint
-            c.remove_node(cluster["a"])
-
-    with pytest.raises(ClusterError) as err:
-        train(cfg, on_iteration=remove_a)
-    msg = str(err.value)  # one line naming the rank and the node that went away
-    assert "trainer rank 1" in msg and cluster["a"].node_id in msg and "\n" not in msg, msg
-    run_dir = tmp_path / "lose-trainer"
-    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_1"
-
-    c.add_node(num_cpus=2, resources={"trainer": 1})  # the replacement trainer node
-    c.wait_for_nodes()
-    summary = train(load_run_config(run_dir, []), resume=True)
-    assert summary.iterations_done == 2
-    assert [round(m["iteration"]) for m in _lines(run_dir)] == [1, 2]  # nothing lost or repeated
-    with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
-        assert store.completed_iterations(summary.run_id) == [0, 1]
-        assert [store.count_episodes(summary.run_id, it) for it in range(2)] == [6, 6]
+        # the other iterations: each stored once, nothing aborted
+        assert [store.count_episodes(summary.run_id, it) for it in (0, 2)] == [6, 6]
