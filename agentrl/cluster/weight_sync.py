@@ -190,6 +190,8 @@ class WeightGroup:
     def broadcast(self, buffer: torch.Tensor) -> None:
         """Rank 0's ``buffer`` into every member's ``buffer`` (same size, on ``self.device``)."""
         self.pg.broadcast([buffer], _broadcast_opts()).wait()
+        if buffer.device.type == "cuda":  # NCCL's wait() only orders the streams: finish here (timing, reuse)
+            torch.cuda.current_stream(buffer.device).synchronize()
 
 
 def _broadcast_opts() -> Any:
