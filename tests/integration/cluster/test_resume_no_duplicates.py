@@ -81,7 +81,9 @@ def _ids(store, run_id: str, it: int) -> list[str]:
     return sorted(s.episode_id for s in store.list_episodes(run_id, it, limit=1000))
 
 
-@pytest.mark.parametrize("mode", ["full_history", "per_step"])
+# full_history only (the default mode) since issue 11: the per_step variant ran the same kills
+# through the same store code and cost ~2 min of a CI run that the multi-node tests need
+@pytest.mark.parametrize("mode", ["full_history"])
 def test_sigkill_then_resume_stores_each_iteration_once(tmp_path, tiny_model_path, mode):
     run_dir = tmp_path / mode
     args = [f"run.name=resume-{mode.replace('_', '')}", f"run.dir={run_dir}", f"run.iterations={ITERATIONS}",
