@@ -19,16 +19,6 @@ pytestmark = pytest.mark.slow
 N_TASKS, GROUP = 2, 4  # 8 requests: 4 per engine
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
-    yield ray
-    ray.shutdown()
-
-
 def _cfg(tmp_path, tiny_model_path, *extra):
     from agentrl.config import load_config
 
@@ -47,7 +37,7 @@ def _requests(cfg, iteration: int):
 
 
 @pytest.fixture(scope="module")
-def pool(ray_local, tmp_path_factory, tiny_model_path):
+def pool(ray_session, tmp_path_factory, tiny_model_path):
     from agentrl.cluster.engine_pool import EnginePool
 
     cfg = _cfg(tmp_path_factory.mktemp("pool"), tiny_model_path, "rollout.num_engines=2")
@@ -82,7 +72,7 @@ def test_two_engines_share_one_batch(pool, tmp_path, tiny_model_path):
     assert set(nodes) == {0, 1} and nodes[0]["pid"] != nodes[1]["pid"]
 
 
-def test_engine_killed_mid_rollout_its_episodes_are_aborted_and_regenerated(pool, ray_local, tmp_path):
+def test_engine_killed_mid_rollout_its_episodes_are_aborted_and_regenerated(pool, ray_session, tmp_path):
     from agentrl.replay import ReplayStore
     from agentrl.rollout.loop import rollout_metrics
     from agentrl.types import TerminationReason
@@ -96,7 +86,7 @@ def test_engine_killed_mid_rollout_its_episodes_are_aborted_and_regenerated(pool
         deadline = time.monotonic() + 60
         while pool.loads().get(1, 0) == 0 and time.monotonic() < deadline:
             time.sleep(0.005)
-        ray_local.kill(victim)  # as a node removal does: the in-flight call raises ActorDiedError
+        ray_session.kill(victim)  # as a node removal does: the in-flight call raises ActorDiedError
         killed.set()
 
     t = threading.Thread(target=kill_when_busy, daemon=True)
@@ -130,7 +120,7 @@ def test_engine_killed_mid_rollout_its_episodes_are_aborted_and_regenerated(pool
     assert store.count_episodes("pool-test") == 12
 
 
-def test_a_replacement_engine_takes_the_lost_episodes(pool, ray_local):
+def test_a_replacement_engine_takes_the_lost_episodes(pool, ray_session):
     from agentrl.types import TerminationReason
 
     # The same live pool (one engine left after the test above), switched to waiting for a
@@ -139,7 +129,7 @@ def test_a_replacement_engine_takes_the_lost_episodes(pool, ray_local):
     pool.cfg = pool.cfg.model_copy(update={"cluster": cluster})
     try:
         (index,) = pool.engine_indices
-        ray_local.kill(pool.actors[0])  # lost between two calls: the next call's answer is ActorDiedError
+        ray_session.kill(pool.actors[0])  # lost between two calls: the next call's answer is ActorDiedError
         requests = _requests(pool.cfg, 3)
         episodes, _, m = pool.rollout(requests, policy_version=0)
     finally:
@@ -152,12 +142,12 @@ def test_a_replacement_engine_takes_the_lost_episodes(pool, ray_local):
     _answered_once(requests, episodes)
 
 
-def test_every_engine_lost_is_a_cluster_error_naming_them(pool, ray_local):
+def test_every_engine_lost_is_a_cluster_error_naming_them(pool, ray_session):
     from agentrl.errors import ClusterError
 
     assert pool.cfg.cluster.node_wait_s == 0
     for actor in pool.actors:
-        ray_local.kill(actor)
+        ray_session.kill(actor)
     with pytest.raises(ClusterError, match=r"every rollout engine is lost: rollout engine \d on node .*node_wait_s=0"):
         pool.rollout(_requests(pool.cfg, 2), policy_version=0)
     assert pool.engine_indices == []
