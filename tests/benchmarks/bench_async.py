@@ -1,0 +1,290 @@
+"""Benchmark: synchronous against asynchronous training on the same work and hardware, on an
+environment whose steps have long-tailed latency (issue 12, item 6).
+
+Run on demand (pytest does not collect this file)::
+
+    .venv/bin/python tests/benchmarks/bench_async.py --tiny --out runs/bench-async-tiny     # quick check
+    .venv/bin/python tests/benchmarks/bench_async.py --out runs/bench-async                 # SmolLM2-135M fp32
+    .venv/bin/python tests/benchmarks/bench_async.py --max-staleness 1 --partial-rollout drain --iterations 8
+
+One invocation, one Ray instance started here, two runs one after the other with
+``agentrl.cluster.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
+with ``--max-staleness`` and ``--partial-rollout``. The two configs differ in ``controller.*``
+and ``run.dir`` only: same model, seed, tasks (the same task order), group size, iterations,
+sampling, trainer, and ``rollout.env_workers`` large enough that no environment step waits
+for a thread in either mode ((k + 1) x tasks x group size).
+
+Environment: ``bench/LongTailGuess-v0`` (``tests/benchmarks/longtail_env.py``):
+``agentrl/GuessNumber-v0`` (secret 1..10, 5 guesses, reward 1 on the right guess) whose every
+step first waits ``--fast-step-s`` (0.2 s), or ``--slow-step-s`` (5 s) with probability
+``--slow-prob`` (0.1), deterministically per task instance and step.
+
+Printed, and written to ``--out``/results.json with every per-iteration metric:
+
+* per run: iterations, wall seconds of the training loop (first iteration's start to the
+  last update's or sync's end, from ``timeline/*``; start-up and the final checkpoint left
+  out), episodes/s, trained tokens/s (``tokens/trained``: loss tokens), rollout tokens/s;
+* async / sync ratios of episodes/s and trained tokens/s, against the target (>= 2x with
+  ``max_staleness`` <= 2), beside the ideal pipelined bound from the sync run's own phase
+  times (per round the slowest of rollout and credit + update + sync, against their sum;
+  ``async_report.ideal_pipelined_bound``);
+* the async run's staleness histogram (trained rows per policy-version lag) and
+  ``async/stale_dropped``;
+* the learning curve of both runs: reward and success rate per iteration against cumulative
+  rollout tokens.
+
+Written to ``--out``: ``timeline_sync.svg`` and ``timeline_async.svg`` (one lane per phase,
+one bar per iteration, on the same time axis), ``results.json``, and each run's directory
+(``sync/``, ``async/``: metrics.jsonl, replay.db, config). The machine's load changes while
+this runs (2 cores shared by other jobs here): the load average is printed before and after
+each run. Exits 1 when the throughput target is missed (with ``--max-staleness`` <= 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout
+sys.path.insert(0, str(HERE))  # longtail_env (env.import_modules) and async_report; Ray's workers get the same path
+
+import async_report as rep  # noqa: E402
+
+TARGET_RATIO = 2.0
+TARGET_MAX_STALENESS = 2
+ENV_MODULE = "longtail_env"
+
+
+def _load_avg() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def overrides(args: argparse.Namespace, mode: str, model_path: str, run_dir: Path) -> list[str]:
+    """The config overrides of one run: everything but ``run.dir``, ``run.name`` and
+    ``controller.mode`` is the same for both modes (``controller.max_staleness`` and
+    ``controller.partial_rollout`` are set in both; sync mode ignores them)."""
+    from longtail_env import ENV_ID
+
+    slots = (args.max_staleness + 1) * args.tasks * args.group_size
+    return [
+        f"run.dir={run_dir}", f"run.name=bench-async-{mode}", f"run.seed={args.seed}",
+        f"run.iterations={args.iterations}", f"run.checkpoint_every={args.iterations}",
+        f"model.path={model_path}",
+        f"env.id={ENV_ID}", f"env.import_modules=[{ENV_MODULE}]",
+        f"env.tasks_per_iteration={args.tasks}", f"env.group_size={args.group_size}",
+        f"env.kwargs.fast_step_s={args.fast_step_s}", f"env.kwargs.slow_step_s={args.slow_step_s}",
+        f"env.kwargs.slow_prob={args.slow_prob}", f"env.kwargs.latency_seed={args.latency_seed}",
+        f"env.kwargs.max_guesses={args.max_guesses}",
+        f"rollout.max_turns={args.max_guesses}", f"rollout.max_new_tokens={args.max_new_tokens}",
+        f"rollout.env_workers={max(8, slots)}", f"rollout.max_num_seqs={max(64, slots)}",
+        f"algorithm.advantage={args.advantage}", f"trainer.lr={args.lr}",
+        f"controller.mode={mode}", f"controller.max_staleness={args.max_staleness}",
+        f"controller.partial_rollout={args.partial_rollout}",
+        *args.set,
+    ]
+
+
+def run_mode(args: argparse.Namespace, mode: str, model_path: str) -> dict[str, Any]:
+    """Train one run of ``mode`` into ``--out``/``mode`` and summarise it from its metrics.jsonl."""
+    from agentrl.cluster.controller import train
+    from agentrl.config import load_config
+
+    run_dir = args.out / mode
+    cfg = load_config(None, overrides(args, mode, model_path, run_dir))
+    load0 = _load_avg()
+    t0 = time.perf_counter()
+    summary = train(cfg)
+    total_s = time.perf_counter() - t0
+    return summarise(mode, rep.load_metrics(run_dir / "metrics.jsonl"), run_id=summary.run_id, run_dir=str(run_dir),
+                     policy_version=summary.policy_version, train_call_s=total_s, load=f"{load0} -> {_load_avg()}")
+
+
+def summarise(mode: str, history: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
+    """One run's numbers from its per-iteration metrics (``async_report``), with ``meta``
+    (run id, run dir, ``train_call_s``, ``load``) kept beside them; the sync run also gets its
+    ideal pipelined bound."""
+    spans, reconstructed = rep.phase_spans(history)
+    out: dict[str, Any] = {
+        "mode": mode, **meta, "timeline_reconstructed": reconstructed,
+        "throughput": rep.throughput(history, spans), "curve": rep.learning_curve(history),
+        "staleness_hist": rep.staleness_histogram(history),
+        "stale_dropped": sum(float(m.get("async/stale_dropped") or 0.0) for m in history),
+        "spans": spans, "history": history,
+    }
+    if mode == "sync":
+        out["ideal"] = rep.ideal_pipelined_bound(history)
+    return out
+
+
+def _fmt_curve(run: dict[str, Any]) -> list[str]:
+    lines = [f"  {run['mode']}: iteration  rollout tokens  reward_mean  success_rate"]
+    for p in run["curve"]:
+        lines.append(f"  {'':{len(run['mode'])}}  {p['iteration']:9.0f}  {p['rollout_tokens']:14.0f}  "
+                     f"{p['reward_mean']:11.3f}  {p['success_rate']:12.3f}")
+    return lines
+
+
+def _mean_tail(curve: list[dict[str, float]], key: str, n: int) -> float:
+    vals = [p[key] for p in curve[-n:] if not math.isnan(p[key])]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def report(args: argparse.Namespace, runs: dict[str, dict[str, Any]], model: str) -> tuple[list[str], dict[str, Any], bool]:
+    """The printed lines, the JSON summary and whether the target was met (True when it does
+    not apply: one mode only, or ``max_staleness`` above the target's)."""
+    lines: list[str] = []
+    for mode, r in runs.items():
+        t = r["throughput"]
+        lines.append(f"{mode:5s}: {t['iterations']:.0f} iterations, {t['wall_s']:7.1f} s training loop "
+                     f"({r['train_call_s']:.1f} s in train() with start-up), {t['episodes']:.0f} episodes "
+                     f"{t['episodes_per_s']:.3f}/s, {t['trained_tokens']:.0f} trained tokens "
+                     f"{t['trained_tokens_per_s']:.1f}/s, {t['rollout_tokens']:.0f} rollout tokens "
+                     f"{t['rollout_tokens_per_s']:.1f}/s   (load {r['load']})"
+                     + ("   [timeline reconstructed from time/*]" if r["timeline_reconstructed"] else ""))
+    summary: dict[str, Any] = {"model": model, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    ok = True
+    if "sync" in runs:
+        ideal = runs["sync"]["ideal"]
+        lines.append(f"ideal pipelined bound (sync run's rounds): lock-step {ideal['lockstep_s']:.1f} s, slowest stage "
+                     f"per round {ideal['pipelined_s']:.1f} s -> {ideal['bound']:.2f}x")
+        for i, x in enumerate(ideal["rounds"], 1):
+            lines.append(f"  round {i}: rollout {x['rollout_s']:6.2f} s   credit+update+sync {x['train_s']:6.2f} s")
+        summary["ideal_bound"] = ideal["bound"]
+    if "sync" in runs and "async" in runs:
+        s, a = runs["sync"]["throughput"], runs["async"]["throughput"]
+        ratios = {k: (a[k] / s[k] if s[k] > 0 else math.nan) for k in ("episodes_per_s", "trained_tokens_per_s")}
+        summary["ratios"] = ratios
+        applies = args.max_staleness <= TARGET_MAX_STALENESS
+        met = min(ratios.values()) >= TARGET_RATIO
+        ok = met or not applies
+        verdict = ("met" if met else "MISSED") if applies else f"not applied (max_staleness > {TARGET_MAX_STALENESS})"
+        lines.append(f"async / sync at max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}: "
+                     f"episodes/s {ratios['episodes_per_s']:.2f}x, trained tokens/s {ratios['trained_tokens_per_s']:.2f}x "
+                     f"(ideal pipelined bound {runs['sync']['ideal']['bound']:.2f}x); target >= {TARGET_RATIO}x: {verdict}")
+        lines.append("  (the bound prices overlapping rollout with the update only; async mode also keeps up to "
+                     f"{args.max_staleness + 1} x {args.tasks} groups in flight, so waiting on slow steps overlaps too)")
+    if "async" in runs:
+        r = runs["async"]
+        lines.append(f"staleness histogram, async run (trained rows per policy-version lag); "
+                     f"stale rows dropped: {r['stale_dropped']:.0f}")
+        lines.extend(rep.format_histogram(r["staleness_hist"]))
+    lines.append("learning curve (reward and success against cumulative rollout tokens):")
+    n_tail = max(1, args.iterations // 2)
+    for mode, r in runs.items():
+        lines.extend(_fmt_curve(r))
+    for mode, r in runs.items():
+        lines.append(f"  {mode}: last {n_tail} iterations: reward_mean {_mean_tail(r['curve'], 'reward_mean', n_tail):.3f}, "
+                     f"success_rate {_mean_tail(r['curve'], 'success_rate', n_tail):.3f}")
+    summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
+    summary["history"] = {m: r["history"] for m, r in runs.items()}
+    summary["target_met"] = ok
+    return lines, summary, ok
+
+
+def write_timelines(out: Path, runs: dict[str, dict[str, Any]]) -> list[Path]:
+    """``timeline_<mode>.svg`` per run, each from its first iteration's start, all on the time
+    axis of the longest run."""
+    t0 = {m: min((s[2] for s in r["spans"]), default=0.0) for m, r in runs.items()}  # start-up left out
+    t_max = max(max((s[3] for s in r["spans"]), default=0.0) - t0[m] for m, r in runs.items())
+    paths = []
+    for mode, r in runs.items():
+        t = r["throughput"]
+        note = (f"{t['episodes_per_s']:.3f} episodes/s, {t['trained_tokens_per_s']:.1f} trained tokens/s"
+                + ("; async rollout lane = the update's wait for complete groups (engines generate throughout)"
+                   if mode == "async" else "")
+                + ("; reconstructed from time/* (no timeline/* metrics)" if r["timeline_reconstructed"] else ""))
+        p = out / f"timeline_{mode}.svg"
+        p.write_text(rep.timeline_svg(r["spans"], f"{mode} run ({r['run_id']})", t0_s=t0[mode], t_max_s=t_max,
+                                      note=note))
+        paths.append(p)
+    return paths
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="output folder (new or empty): runs, SVGs, results.json")
+    p.add_argument("--tiny", action="store_true", help="the tiny random model (quick check; its curve means nothing)")
+    p.add_argument("--model", help="model: an agentrl.model_zoo name or a folder (default smollm2-135m-instruct, "
+                                   "or tiny-random-smollm2 with --tiny)")
+    p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"],
+                   help="runs to make, in this order (default both; ratios need both)")
+    p.add_argument("--iterations", type=int, default=6, help="run.iterations of each run (updates)")
+    p.add_argument("--tasks", type=int, default=4, help="env.tasks_per_iteration: groups per update")
+    p.add_argument("--group-size", type=int, default=4, help="env.group_size")
+    p.add_argument("--max-staleness", type=int, default=2, help="controller.max_staleness of the async run")
+    p.add_argument("--partial-rollout", default="continue", choices=["continue", "drain", "restart"],
+                   help="controller.partial_rollout of the async run")
+    p.add_argument("--fast-step-s", type=float, default=0.2, help="seconds of an ordinary environment step")
+    p.add_argument("--slow-step-s", type=float, default=5.0, help="seconds of a slow environment step")
+    p.add_argument("--slow-prob", type=float, default=0.1, help="probability that a step is slow")
+    p.add_argument("--latency-seed", type=int, default=0, help="seed of the per-step latency draw")
+    p.add_argument("--max-guesses", type=int, default=5, help="GuessNumber's guesses (also rollout.max_turns)")
+    p.add_argument("--max-new-tokens", type=int, default=24, help="rollout.max_new_tokens per turn")
+    p.add_argument("--advantage", default="grpo", help="algorithm.advantage")
+    p.add_argument("--lr", type=float, default=1e-6, help="trainer.lr")
+    p.add_argument("--seed", type=int, default=0, help="run.seed (task order, sampling, init)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, both runs")
+    args = p.parse_args(argv)
+    from agentrl.errors import ConfigError
+    from longtail_env import check_latency_profile
+
+    for name in ("iterations", "tasks", "group_size", "max_guesses", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    if args.max_staleness < 0:
+        raise ConfigError(f"--max-staleness={args.max_staleness} must be >= 0")
+    check_latency_profile(args.fast_step_s, args.slow_step_s, args.slow_prob)
+    if args.out.exists() and any(args.out.iterdir()):
+        raise ConfigError(f"--out={args.out} is not empty; give a new folder")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agentrl.errors import AgentRLError
+
+    try:
+        args = parse_args(argv)
+    except AgentRLError as exc:
+        print(f"bench_async: error: {exc}", file=sys.stderr)
+        return 2
+    from agentrl.cluster.ray_setup import connect
+    from agentrl.config import load_config
+    from agentrl.model_zoo import prepare_model
+
+    import ray
+
+    model_name = args.model or ("tiny-random-smollm2" if args.tiny else "smollm2-135m-instruct")
+    model = str(prepare_model(model_name)) if not Path(model_name).is_dir() else model_name
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"model: {model}; CPU ({os.cpu_count()} cores); {args.tasks} tasks x {args.group_size} per update, "
+          f"{args.iterations} updates; steps {args.fast_step_s} s, {args.slow_step_s} s with p={args.slow_prob}; "
+          f"async: max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}; "
+          f"load average {_load_avg()}", flush=True)
+    runs: dict[str, dict[str, Any]] = {}
+    started = connect(load_config(None, [f"run.dir={args.out / 'ray'}"]))
+    try:
+        for mode in args.modes:
+            print(f"{mode} run ...", flush=True)
+            runs[mode] = run_mode(args, mode, model)
+    finally:
+        if started:
+            ray.shutdown()
+    lines, summary, ok = report(args, runs, model)
+    print("\n".join(lines))
+    for p in write_timelines(args.out, runs):
+        print(f"wrote {p}")
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"wrote {args.out / 'results.json'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,176 @@
+"""The async benchmark's pure parts (``tests/benchmarks/async_report.py`` and the report of
+``bench_async.py``): spans from ``timeline/*`` (or rebuilt from ``time/*``), throughput over
+the training loop, the ideal pipelined bound, the staleness histogram, the learning curve and
+the SVG timeline, on hand-made metrics whose answers are known."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import async_report as rep  # noqa: E402
+import bench_async  # noqa: E402
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _it(i, rollout, credit, update, sync, start, **extra):
+    """Iteration ``i`` whose phases follow one another from ``start`` seconds."""
+    m = {"iteration": float(i), "time/rollout_s": rollout, "time/credit_s": credit, "time/update_s": update,
+         "time/sync_s": sync, "time/iteration_s": rollout + credit + update + sync}
+    t = start
+    for p, d in (("rollout", rollout), ("credit", credit), ("update", update), ("sync", sync)):
+        m[f"timeline/{p}_start_s"], m[f"timeline/{p}_end_s"] = t, t + d
+        t += d
+    m.update(extra)
+    return m
+
+
+def _sync_history():
+    return [
+        _it(1, 4.0, 0.5, 0.5, 0.0, 10.0, **{"rollout/episodes": 16.0, "tokens/trained": 100.0,
+                                            "rollout/generated_tokens": 120.0, "rollout/reward_mean": 0.25,
+                                            "rollout/success_rate": 0.25}),
+        _it(2, 2.0, 0.5, 2.0, 0.5, 15.0, **{"rollout/episodes": 17.0, "rollout/aborted_episodes": 1.0,
+                                            "tokens/trained": 60.0, "rollout/generated_tokens": 80.0,
+                                            "rollout/reward_mean": 0.5, "rollout/success_rate": 0.5,
+                                            "timeline/checkpoint_start_s": 20.0, "timeline/checkpoint_end_s": 29.0}),
+    ]
+
+
+def test_spans_come_from_the_timeline_metrics():
+    spans, rebuilt = rep.phase_spans(_sync_history())
+    assert not rebuilt
+    assert (1, "rollout", 10.0, 14.0) in spans and (2, "sync", 19.5, 20.0) in spans
+    assert (2, "checkpoint", 20.0, 29.0) in spans and len(spans) == 9
+
+
+def test_spans_are_rebuilt_end_to_end_without_a_timeline():
+    h = [{k: v for k, v in m.items() if not k.startswith("timeline/")} for m in _sync_history()]
+    h[0]["time/iteration_s"] = 6.0  # one second of replay writes and metrics after the sync
+    spans, rebuilt = rep.phase_spans(h)
+    assert rebuilt
+    assert spans[:4] == [(1, "rollout", 0.0, 4.0), (1, "credit", 4.0, 4.5), (1, "update", 4.5, 5.0), (1, "sync", 5.0, 5.0)]
+    assert spans[4] == (2, "rollout", 6.0, 8.0)
+
+
+def test_a_span_ending_before_it_starts_is_an_error():
+    h = _sync_history()
+    h[1]["timeline/update_end_s"] = 1.0
+    with pytest.raises(ValueError, match=r"iteration 2: timeline/update_end_s=1.0 is before"):
+        rep.phase_spans(h)
+
+
+def test_throughput_counts_the_loop_without_start_up_or_the_final_checkpoint():
+    h = _sync_history()
+    t = rep.throughput(h, rep.phase_spans(h)[0])
+    assert t["wall_s"] == 10.0  # 10 s (first rollout start) to 20 s (last sync end); the checkpoint to 29 s left out
+    assert t["episodes"] == 32.0  # the aborted attempt is not an episode
+    assert t["episodes_per_s"] == 3.2 and t["trained_tokens_per_s"] == 16.0 and t["rollout_tokens_per_s"] == 20.0
+    with pytest.raises(ValueError, match="no timeline spans"):
+        rep.throughput(h, [])
+
+
+def test_ideal_pipelined_bound_is_sum_over_slowest_stage():
+    b = rep.ideal_pipelined_bound(_sync_history())
+    # round 1: rollout 4 vs train 1; round 2: rollout 2 vs train 3. Lock-step 5 + 5, pipelined 4 + 3.
+    assert [r["slowest_s"] for r in b["rounds"]] == [4.0, 3.0]
+    assert b["lockstep_s"] == 10.0 and b["pipelined_s"] == 7.0 and b["bound"] == pytest.approx(10 / 7)
+    with pytest.raises(ValueError, match="no rounds"):
+        rep.ideal_pipelined_bound([])
+
+
+def test_staleness_histogram_sums_over_updates_and_formats_every_lag():
+    h = [{"async/staleness_hist/0": 6.0, "async/staleness_hist/2": 2.0, "async/staleness_mean": 0.5},
+         {"async/staleness_hist/0": 2.0, "async/staleness_hist/1": 4.0, "async/staleness_hist/2": None}]
+    hist = rep.staleness_histogram(h)
+    assert hist == {0: 8, 1: 4, 2: 2} and list(hist) == [0, 1, 2]
+    lines = rep.format_histogram(hist, width=8)
+    assert len(lines) == 3 and lines[0].endswith(" " + "#" * 8) and lines[1].endswith(" " + "#" * 4)
+    assert "57.1%" in lines[0] and "d=2" in lines[2]
+    assert rep.format_histogram({0: 3, 2: 1}, width=3)[1].split()[1] == "0"  # a lag with no rows is shown as 0
+    assert rep.staleness_histogram([{"rollout/episodes": 4.0}]) == {}
+    with pytest.raises(ValueError, match="'async/staleness_hist/x'"):
+        rep.staleness_histogram([{"async/staleness_hist/x": 1.0}])
+
+
+def test_learning_curve_is_against_cumulative_rollout_tokens():
+    h = _sync_history() + [{"iteration": 3.0, "rollout/generated_tokens": 5.0, "rollout/reward_mean": None}]
+    c = rep.learning_curve(h)
+    assert [p["rollout_tokens"] for p in c] == [120.0, 200.0, 205.0]
+    assert [p["reward_mean"] for p in c[:2]] == [0.25, 0.5] and math.isnan(c[2]["reward_mean"])
+
+
+@pytest.mark.parametrize("span, step", [(100.0, 10.0), (23.0, 5.0), (0.7, 0.1), (0.0, 1.0), (1999.0, 200.0)])
+def test_tick_steps_are_one_two_five(span, step):
+    assert rep.nice_tick_step(span) == pytest.approx(step)
+
+
+def test_timeline_svg_draws_one_bar_per_span_to_scale():
+    h = _sync_history()
+    spans, _ = rep.phase_spans(h)
+    text = rep.timeline_svg(spans, "sync <run>", t0_s=10.0, t_max_s=20.0, width=1000)
+    root = ET.fromstring(text)  # well-formed; the title's "<run>" is escaped
+    bars = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "span"]
+    assert len(bars) == len(spans)
+    px_per_s = (1000 - 90 - 20) / 20.0
+    first = next(b for b in bars if b.get("data-phase") == "rollout" and b.get("data-iteration") == "1")
+    assert float(first.get("x")) == pytest.approx(90.0)  # t0 (the first iteration's start) at the axis' origin
+    assert float(first.get("width")) == pytest.approx(4.0 * px_per_s)
+    assert "10.00 s to 14.00 s" in first.find(f"{SVG}title").text  # hover shows seconds since train() started
+    upd2 = next(b for b in bars if b.get("data-phase") == "update" and b.get("data-iteration") == "2")
+    assert float(upd2.get("x")) == pytest.approx(90.0 + 7.5 * px_per_s) and float(upd2.get("width")) == pytest.approx(2 * px_per_s)
+    lanes = [t.text for t in root.iter(f"{SVG}text") if t.get("text-anchor") == "end" and t.text in rep.PHASES]
+    assert lanes == ["rollout", "credit", "update", "sync", "checkpoint"]
+    assert any(t.text == "sync <run>" for t in root.iter(f"{SVG}text"))
+    # the same span on a twice longer shared axis is half as wide
+    wide = ET.fromstring(rep.timeline_svg(spans, "x", t0_s=10.0, t_max_s=40.0))
+    w2 = next(r for r in wide.iter(f"{SVG}rect") if r.get("data-phase") == "rollout" and r.get("data-iteration") == "1")
+    assert float(w2.get("width")) == pytest.approx(2.0 * px_per_s)
+    with pytest.raises(ValueError, match="width=100"):
+        rep.timeline_svg(spans, "x", width=100)
+
+
+def _args(**kw):
+    base = dict(max_staleness=2, partial_rollout="continue", tasks=4, iterations=2, out=Path("/tmp/x"))
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def _async_history(speed):
+    """The sync history's work done ``speed`` times faster, with a staleness histogram."""
+    h = json.loads(json.dumps(_sync_history()))
+    for m in h:
+        for k in list(m):
+            if k.startswith("timeline/"):
+                m[k] = 10.0 + (m[k] - 10.0) / speed
+        m["async/staleness_hist/0"], m["async/staleness_hist/1"] = 3.0, 1.0
+    return h
+
+
+@pytest.mark.parametrize("speed, met", [(2.5, True), (1.5, False)])
+def test_report_gives_ratios_against_the_target_and_the_bound(speed, met):
+    meta = dict(run_id="r", train_call_s=1.0, load="0/0/0")
+    runs = {"sync": bench_async.summarise("sync", _sync_history(), **meta),
+            "async": bench_async.summarise("async", _async_history(speed), **meta)}
+    lines, summary, ok = bench_async.report(_args(), runs, "tiny")
+    assert ok is met and summary["target_met"] is met
+    assert summary["ratios"]["episodes_per_s"] == pytest.approx(speed)
+    assert summary["ratios"]["trained_tokens_per_s"] == pytest.approx(speed)
+    assert summary["ideal_bound"] == pytest.approx(10 / 7)
+    text = "\n".join(lines)
+    assert f"episodes/s {speed:.2f}x" in text and "ideal pipelined bound 1.43x" in text
+    assert ("met" if met else "MISSED") in text
+    assert "d=0" in text and "d=1" in text  # the async run's histogram
+    json.dumps(summary, default=str)  # results.json can hold it
+    # above the target's staleness the target does not apply
+    assert bench_async.report(_args(max_staleness=3), runs, "tiny")[2] is True
