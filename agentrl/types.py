@@ -168,7 +168,12 @@ class Turn:
             sampling distribution (``sampling`` transform applied). ``len ==
             len(completion_ids)``.
         sampling: the transform used (temperature, top_p, top_k).
-        policy_version: weight version that sampled this turn (0 = initial weights).
+        policy_version: weight version that sampled the turn's first token (0 = initial
+            weights); ``== min(policy_versions)``.
+        policy_versions: ``[len(completion_ids)]`` the weight version that sampled each
+            completion id (design.md: a turn spans versions when a rollout continues across
+            a weight update); never decreasing. Left empty when built by hand, it is filled
+            with ``policy_version`` for every completion id.
         finish_reason: ``stop`` (a stop id or stop string), ``length`` (max new tokens)
             or ``abort``.
         reward: environment reward after this turn's action; ``None`` until known or when
@@ -194,6 +199,11 @@ class Turn:
     observation_text: str = ""
     invalid_action: bool = False
     exec_results: list[ExecResult] = field(default_factory=list)
+    policy_versions: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.policy_versions and self.completion_ids:
+            self.policy_versions = [int(self.policy_version)] * len(self.completion_ids)
 
     def validate(self) -> None:
         """Raise ``ContractError`` if this turn breaks the token contract."""
@@ -202,6 +212,17 @@ class Turn:
                 f"turn has {len(self.completion_ids)} completion ids but "
                 f"{len(self.behavior_log_probs)} behavior_log_probs; expected equal counts"
             )
+        if len(self.policy_versions) != len(self.completion_ids):
+            raise ContractError(
+                f"turn has {len(self.completion_ids)} completion ids but {len(self.policy_versions)} "
+                "policy_versions; expected one version per sampled id"
+            )
+        if any(b < a for a, b in zip(self.policy_versions, self.policy_versions[1:])):
+            raise ContractError(f"turn policy_versions={self.policy_versions[:20]} decrease; a later token "
+                                "cannot come from older weights")
+        if self.policy_versions and self.policy_versions[0] != self.policy_version:
+            raise ContractError(f"turn policy_version={self.policy_version} but its first token's version is "
+                                f"{self.policy_versions[0]}; expected the version of the first sampled token")
         for lp in self.behavior_log_probs:
             if not (math.isfinite(lp) and lp <= 1e-4):
                 raise ContractError(
@@ -383,8 +404,9 @@ class Episode:
 
         Args:
             per_turn_advantages: ``[K]`` one value per turn.
-            policy_version: every row's version; ``None``: the lowest version of the row's
-                turns.
+            policy_version: every row's (and every token's) version; ``None``: each token
+                keeps its ``Turn.policy_versions`` entry and the row's version is the
+                lowest over its sampled tokens (its staleness is ``trainer_version - that``).
 
         Raises:
             ContractError: ``len(per_turn_advantages) != len(turns)``.
@@ -399,6 +421,7 @@ class Episode:
             mask: list[int] = []
             lps: list[float] = []
             adv: list[float] = []
+            tok_versions: list[int] = []
             for span in row.turns:
                 t, a = self.turns[span.turn], float(per_turn_advantages[span.turn])
                 ids.extend(t.prompt_ids)
@@ -406,13 +429,32 @@ class Episode:
                 mask.extend([0] * len(t.prompt_ids) + [1] * len(t.completion_ids))
                 lps.extend(t.behavior_log_probs)
                 adv.extend([0.0] * len(t.prompt_ids) + [a] * len(t.completion_ids))
-            version = (min(self.turns[s.turn].policy_version for s in row.turns)
+                tok_versions.extend([0] * len(t.prompt_ids))
+                tok_versions.extend(t.policy_versions if policy_version is None else [policy_version] * len(t.completion_ids))
+            sampled = [v for s in row.turns for v in self.turns[s.turn].policy_versions]
+            version = ((min(sampled) if sampled else min(self.turns[s.turn].policy_version for s in row.turns))
                        if policy_version is None else policy_version)
-            rows.append(TokenSequence(ids, mask, lps, adv, self.group_id, version, row.key))
+            rows.append(TokenSequence(ids, mask, lps, adv, self.group_id, version, row.key, tok_versions))
         return rows
 
     def num_generated_tokens(self) -> int:
         return sum(len(t.completion_ids) for t in self.turns)
+
+    def policy_version_range(self) -> tuple[int, int] | None:
+        """``(oldest, newest)`` weight version over the episode's sampled tokens
+        (``Turn.policy_versions``); ``None`` when it has no sampled token. A sample's
+        staleness is ``trainer_version - oldest``."""
+        versions = [v for t in self.turns for v in t.policy_versions]
+        return (min(versions), max(versions)) if versions else None
+
+    def token_policy_versions(self) -> list[int]:
+        """``[L]`` aligned with ``token_ids()``: each sampled id's weight version, 0 on
+        prompt/observation ids."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend([0] * len(t.prompt_ids))
+            out.extend(t.policy_versions)
+        return out
 
     def validate(self) -> None:
         """Raise ``ContractError`` if the episode breaks invariants 2–3 of design.md."""
@@ -464,7 +506,10 @@ class TokenSequence:
         loss_mask: ``[L]`` 0/1.
         behavior_log_probs: ``[sum(loss_mask)]`` engine log-probs of the masked tokens.
         advantages: ``[L]`` per-token advantages (0 where ``loss_mask`` is 0).
-        group_id, policy_version, episode_id: metadata.
+        group_id, policy_version, episode_id: metadata; ``policy_version`` is the row's
+            OLDEST sampled-token version.
+        token_policy_versions: ``[L]`` weight version of each sampled token (0 where
+            ``loss_mask`` is 0), or ``None``: every sampled token is ``policy_version``.
     """
 
     input_ids: Sequence[int]
@@ -474,6 +519,7 @@ class TokenSequence:
     group_id: str
     policy_version: int
     episode_id: str = ""
+    token_policy_versions: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -490,7 +536,11 @@ class TokenBatch:
         behavior_log_probs: ``[T]`` float32, engine log-probs on masked tokens, 0 elsewhere.
         advantages: ``[T]`` float32, 0 where ``loss_mask`` is 0.
         seq_lens: ``[B]`` int64 row lengths, ``sum(seq_lens) == T``.
-        group_ids: ``B`` strings. policy_versions: ``[B]`` int64. episode_ids: ``B``.
+        group_ids: ``B`` strings. episode_ids: ``B``.
+        policy_versions: ``[B]`` int64, each row's OLDEST sampled-token version (the
+            sample's staleness is ``trainer_version - policy_versions[b]``).
+        token_policy_versions: ``[T]`` int64, the weight version that sampled each token,
+            0 where ``loss_mask`` is 0 (a row's tokens may span versions: partial rollouts).
         sampling: the transform every row was sampled with (must be uniform).
         proximal_log_probs: ``[T]`` float32 or ``None``: the trainer's log-probs (nats) at
             the weights the update starts from (design.md, "Three log-probs"), finite on
@@ -511,6 +561,7 @@ class TokenBatch:
     episode_ids: tuple[str, ...]
     sampling: SamplingRecord
     proximal_log_probs: Any = None
+    token_policy_versions: Any = None
 
     @property
     def num_rows(self) -> int:
@@ -554,6 +605,7 @@ class TokenBatch:
             episode_ids=tuple(self.episode_ids[r] for r in rows),
             sampling=self.sampling,
             proximal_log_probs=take(self.proximal_log_probs),
+            token_policy_versions=take(self.token_policy_versions),
         )
 
     def with_proximal_log_probs(self, proximal_log_probs: Any) -> "TokenBatch":
@@ -584,14 +636,15 @@ class TokenBatch:
         Raises:
             ContractError: empty input, mismatched lengths, ``sum(loss_mask) !=
                 len(behavior_log_probs)``, a non-finite advantage, a non-zero
-                advantage on an unmasked token, or ``proximal_log_probs`` not ``[T]`` or
-                not finite on a loss token.
+                advantage on an unmasked token, ``proximal_log_probs`` not ``[T]`` or
+                not finite on a loss token, or ``token_policy_versions`` not ``[L]``, below
+                the row's ``policy_version`` on a loss token, or decreasing along the row.
         """
         import torch
 
         if not rows:
             raise ContractError("TokenBatch.pack got no rows")
-        ids, pos, mask, blp, adv, lens = [], [], [], [], [], []
+        ids, pos, mask, blp, adv, lens, tpv = [], [], [], [], [], [], []
         for i, r in enumerate(rows):
             n = len(r.input_ids)
             if n == 0:
@@ -623,6 +676,7 @@ class TokenBatch:
                         f"row {i} ({r.episode_id}): advantage {x} on unmasked token {k}; "
                         "observation tokens never get an advantage"
                     )
+            tpv.extend(_checked_token_versions(r, i, m))
             full_lp = [0.0] * n
             it = iter(r.behavior_log_probs)
             for k in range(n):
@@ -645,7 +699,31 @@ class TokenBatch:
             group_ids=tuple(r.group_id for r in rows),
             episode_ids=tuple(r.episode_id for r in rows),
             sampling=sampling,
+            token_policy_versions=torch.tensor(tpv, dtype=torch.long),
         ).with_proximal_log_probs(proximal_log_probs)
+
+
+def _checked_token_versions(r: TokenSequence, i: int, m: Sequence[int]) -> list[int]:
+    """Row ``i``'s per-token versions ``[L]`` (0 off the loss tokens); ``None`` means every
+    sampled token is the row's ``policy_version``.
+
+    Raises:
+        ContractError: not one per token, a sampled token older than the row's version, or
+            versions decreasing along the row's sampled tokens.
+    """
+    if r.token_policy_versions is None:
+        return [int(r.policy_version) if mk else 0 for mk in m]
+    if len(r.token_policy_versions) != len(m):
+        raise ContractError(f"row {i} ({r.episode_id}): token_policy_versions has {len(r.token_policy_versions)} "
+                            f"entries for {len(m)} tokens; expected one per token")
+    out = [int(v) if mk else 0 for v, mk in zip(r.token_policy_versions, m)]
+    sampled = [v for v, mk in zip(out, m) if mk]
+    if sampled and min(sampled) < r.policy_version:
+        raise ContractError(f"row {i} ({r.episode_id}): a sampled token has version {min(sampled)}, below the row's "
+                            f"policy_version={r.policy_version} (expected the row's oldest token version)")
+    if any(b < a for a, b in zip(sampled, sampled[1:])):
+        raise ContractError(f"row {i} ({r.episode_id}): token_policy_versions decrease along the row's sampled tokens")
+    return out
 
 
 def _checked_proximal(values: Any, loss_mask: Any) -> Any:

@@ -191,9 +191,20 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
     return factory
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"stream": 4})
 class RolloutActor:
     """Holds the vLLM engine and runs the agent loop with its sandboxes.
+
+    Two ways to roll out: ``rollout(requests, v)`` (synchronous: runs a batch to the end) or
+    a stream (asynchronous training, ``agentrl.rollout.stream``): ``stream_start``, then
+    ``stream_submit`` / ``stream_collect`` at any time, weight loads between engine steps
+    while episodes are in flight (``update_weights`` / ``receive_weights`` with
+    ``policy_version`` and ``mode``), ``stream_stop``. The actor is threaded: the
+    ``stream_*`` methods and ``last_weight_load`` run in the concurrency group ``stream``
+    (4 threads), everything else in the default group (one thread, in call order), so a
+    weight load and a waiting ``stream_collect`` run side by side. While a stream runs
+    only its loop thread touches the engine: ``rollout``, ``sample`` and
+    ``prompt_log_probs`` raise ``ClusterError`` then.
 
     ``engine_index``: this engine's place in the pool (``agentrl.cluster.engine_pool``),
     for logs and error messages only. Every engine starts with the same seed
@@ -236,6 +247,10 @@ class RolloutActor:
                           history_length=cfg.rollout.history_length),
             sampling_of(cfg), env_workers=cfg.rollout.env_workers,
         )
+        from agentrl.rollout.stream import StreamRunner
+
+        self.stream = StreamRunner(self.worker, policy_version=0)
+        self._load_extra: dict = {}
 
     def ready(self) -> float:
         return self.engine_start_s
@@ -255,9 +270,53 @@ class RolloutActor:
         return None if pool is None else asdict(pool.stats())
 
     def rollout(self, requests: Sequence[Any], policy_version: int) -> tuple[list[Episode], float]:
+        self._not_streaming("rollout")
         t0 = time.perf_counter()
         episodes = self.worker.run(requests, policy_version)
         return episodes, time.perf_counter() - t0
+
+    def _not_streaming(self, what: str) -> None:
+        if self.stream.running:
+            raise ClusterError(f"engine {self.engine_index}: {what}() while the rollout stream runs; "
+                               "stream_stop() first (the stream's thread owns the engine)")
+
+    # -- streaming (agentrl.rollout.stream; asynchronous training) --
+    def set_policy_version(self, version: int) -> None:
+        """The engine's weight version (resume: the checkpoint's); only while no stream runs.
+
+        Raises:
+            ConfigError: ``version`` < 0. ClusterError: a stream runs.
+        """
+        self.stream.set_policy_version(version)
+
+    @ray.method(concurrency_group="stream")
+    def stream_start(self) -> None:
+        """Start the stream's loop thread (idempotent). Episodes start under the engine's
+        current version: the last load's, ``set_policy_version``'s, or 0."""
+        self.stream.start()
+
+    @ray.method(concurrency_group="stream")
+    def stream_submit(self, requests: Sequence[Any]) -> None:
+        """Enqueue ``EpisodeRequest``s (non-blocking). Raises ClusterError without a stream."""
+        self.stream.submit(requests)
+
+    @ray.method(concurrency_group="stream")
+    def stream_collect(self, wait_s: float) -> list[Episode]:
+        """Episodes finished since the last call, waiting up to ``wait_s`` seconds for at
+        least one (``[]`` on timeout); raises the loop thread's error if it died."""
+        return self.stream.collect(wait_s)
+
+    @ray.method(concurrency_group="stream")
+    def stream_in_flight(self) -> int:
+        """Episodes submitted and not yet collected."""
+        return self.stream.in_flight()
+
+    @ray.method(concurrency_group="stream")
+    def stream_stop(self) -> list[Any]:
+        """Stop the loop thread, abort everything in flight, close the sandboxes; returns
+        the ``EpisodeRequest``s whose episodes had not finished. Finished, uncollected
+        episodes stay collectable."""
+        return self.stream.stop()
 
     # -- weight sync (agentrl.cluster.weight_sync) --
     def _weight_receiver(self) -> Any:
@@ -267,29 +326,74 @@ class RolloutActor:
             self._weights_in = WeightReceiver()
         return self._weights_in
 
-    def update_weights(self, payload: list) -> float:
+    def _load_target(self, policy_version: int | None, mode: str) -> Any:
+        """The engine (no stream: load now, nothing is in flight) or a proxy that hands the
+        load to the stream's loop thread (applied between engine steps per ``mode``)."""
+        from agentrl.rollout.session import LOAD_MODES
+        from agentrl.rollout.stream import _LoadProxy
+
+        if mode not in LOAD_MODES:
+            raise ConfigError(f"weight load mode={mode!r} is not one of {list(LOAD_MODES)} (controller.partial_rollout)")
+        if policy_version is not None and int(policy_version) < 0:
+            raise ConfigError(f"policy_version={policy_version} must be >= 0")
+        if self.stream.running:
+            return _LoadProxy(self.stream, policy_version, mode)
+        return self.engine
+
+    def _loaded(self, target: Any, policy_version: int | None) -> None:
+        stats = getattr(target, "stats", None)
+        if stats is None:  # loaded directly: nothing was in flight
+            if policy_version is not None:
+                self.stream.set_policy_version(policy_version)
+            stats = {"preempted_requests": 0, "restarted_episodes": 0, "drain_s": 0.0, "prefix_reset_ok": True,
+                     "policy_version": self.stream.policy_version}
+        self._load_extra = {k: stats[k] for k in ("preempted_requests", "restarted_episodes", "drain_s",
+                                                   "prefix_reset_ok", "policy_version")}
+
+    def update_weights(self, payload: list, policy_version: int | None = None, mode: str = "continue") -> float:
         """Load the weights ``TrainerActor.state_dict_ref`` put in the object store
-        (``payload``: its ``[ref, stats]``); seconds taken (get, load, prefix-cache reset)."""
-        return self._weight_receiver().load_from_store(self.engine, payload[0])
+        (``payload``: its ``[ref, stats]``); seconds taken (get, load, prefix-cache reset).
+        While a stream runs, the get happens here and the load in the loop thread between
+        engine steps, per ``mode`` (``continue`` | ``drain`` | ``restart``,
+        ``agentrl.rollout.session``); returns when the new weights are live.
+        ``policy_version``: the engine's version from then on (``None`` keeps it).
+
+        Raises:
+            ConfigError: an unknown ``mode``. EngineError: the prefix cache could not be reset.
+        """
+        target = self._load_target(policy_version, mode)
+        seconds = self._weight_receiver().load_from_store(target, payload[0])
+        self._loaded(target, policy_version)
+        return seconds
 
     def join_weight_group(self, spec: Any, rank: int) -> None:
         """Join the collective path's weight-sync group ``spec`` (a ``GroupSpec``) as ``rank``."""
         self._weight_receiver().join(spec, rank)
 
-    def receive_weights(self, key: str, layout: Any) -> float:
-        """Receive group ``key``'s broadcast (a ``FlatLayout`` buffer) and load it; seconds taken."""
-        return self._weight_receiver().receive(self.engine, key, layout)
+    def receive_weights(self, key: str, layout: Any, policy_version: int | None = None, mode: str = "continue") -> float:
+        """Receive group ``key``'s broadcast (a ``FlatLayout`` buffer) and load it; seconds
+        taken. With a stream running: received here, loaded as ``update_weights`` says."""
+        target = self._load_target(policy_version, mode)
+        seconds = self._weight_receiver().receive(target, key, layout)
+        self._loaded(target, policy_version)
+        return seconds
 
+    @ray.method(concurrency_group="stream")
     def last_weight_load(self) -> dict:
-        """The last weight load: seconds per phase and ``method`` (``in_place`` | ``reload_weights``)."""
-        return dict(self._weight_receiver().last)
+        """The last weight load: seconds per phase, ``method`` (``in_place`` |
+        ``reload_weights``), ``preempted_requests``, ``restarted_episodes``, ``drain_s``
+        (seconds waiting for in-flight generations, ``drain`` mode), ``prefix_reset_ok``
+        and the engine's ``policy_version`` after it."""
+        return {**self._weight_receiver().last, **self._load_extra}
 
     def prompt_log_probs(self, token_ids: list[int]) -> list[float]:
+        self._not_streaming("prompt_log_probs")
         return self.engine.prompt_log_probs(token_ids)
 
     def sample(self, prompt_ids: list[int], temperature: float, max_tokens: int, seed: int) -> tuple[list[int], list[float]]:
         """Sample one completion of ``prompt_ids`` (for evaluation and checks): ``(ids,
         behavior_log_probs)`` at ``temperature``."""
+        self._not_streaming("sample")
         rid = f"sample-{uuid.uuid4().hex}"
         self.engine.add(rid, prompt_ids, sampling=SamplingRecord(temperature=temperature), max_tokens=max_tokens,
                         stop_token_ids=self.worker.chat.stop_token_ids, seed=seed)

@@ -355,7 +355,8 @@ def group_key(trainer_rank0: Any, engine_actors: Sequence[Any]) -> str:
 
 
 def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
-                 method: WeightSyncMethod = "object_store", timeout_s: float = 120.0) -> dict[str, float]:
+                 method: WeightSyncMethod = "object_store", timeout_s: float = 120.0,
+                 policy_version: int | None = None, mode: str = "continue") -> dict[str, float]:
     """Push the trainer's current weights to every engine; the engines load in parallel.
 
     Args:
@@ -365,6 +366,10 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
         method: ``cluster.weight_sync`` (see the module docstring).
         timeout_s: how long the members of a new weight-sync group may take to meet
             (``"collective"`` only).
+        policy_version: each engine's weight version after the load (``None`` keeps it).
+        mode: what an engine whose rollout stream runs does with requests in flight:
+            ``continue`` | ``drain`` | ``restart`` (``agentrl.rollout.session``); without a
+            stream nothing is in flight and the load is immediate, as before.
 
     Returns:
         ``sync/gather_s`` (trainer side: gather and pack, plus the put on the object-store
@@ -395,7 +400,7 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
         m["sync/gather_s"] = stats["gather_s"] + stats["pack_s"] + stats["put_s"]
         m["sync/pack_s"], m["sync/put_s"] = stats["pack_s"], stats["put_s"]
         m["sync/mb"] = stats["mb"]
-        seconds = ray.get([e.update_weights.remote(payload) for e in engine_actors])
+        seconds = ray.get([e.update_weights.remote(payload, policy_version, mode) for e in engine_actors])
     else:
         rank0 = trainer_actors[0]
         key = group_key(rank0, engine_actors)
@@ -411,7 +416,7 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
             log.info("weight-sync group %s (%s, %d engines) formed at %s:%d in %.2f s", key, backend,
                      len(engine_actors), host, port, m["sync/group_setup_s"])
         res = ray.get([rank0.broadcast_weights.remote(key),
-                       *(e.receive_weights.remote(key, layout) for e in engine_actors)])
+                       *(e.receive_weights.remote(key, layout, policy_version, mode) for e in engine_actors)])
         m["sync/gather_s"] = stats["gather_s"] + stats["pack_s"]
         m["sync/pack_s"], m["sync/broadcast_s"] = stats["pack_s"], res[0]
         m["sync/mb"] = layout.nbytes / 1e6

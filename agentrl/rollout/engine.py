@@ -4,6 +4,13 @@
 one at a time (``add``) and ``step`` returns those that finished, so an episode's next turn
 can be queued while others still generate.
 
+Preemption (partial rollouts across a weight update): vLLM's ``engine.step()`` returns
+cumulative outputs (``RequestOutputKind.CUMULATIVE``, the default) for unfinished requests
+too; ``step`` keeps the latest one per request, so ``preempt`` can abort requests and hand
+back what each had sampled so far. ``update_weights`` then resets the prefix cache and
+checks the result: vLLM returns False (and keeps every cached block) while any request
+holds KV blocks, which is an ``EngineError`` here, never ignored.
+
 Log-probs: vLLM is started with ``logprobs_mode="processed_logprobs"`` so the log-prob of
 each sampled token is taken from the distribution it was *sampled* from (after
 temperature), which is what ``behavior_log_probs`` means and what the trainer recomputes
@@ -95,6 +102,7 @@ class VLLMEngine:
             raise EngineError(f"vLLM failed to start on model {model_path!r}: {type(exc).__name__}: {exc}") from exc
         self.engine = self.llm.llm_engine
         self.max_model_len = max_model_len
+        self._partial: dict[str, Any] = {}  # request id -> its latest cumulative CompletionOutput (None: none yet)
         self._reload_reason: str | None = None  # why update_weights last fell back to reload_weights
 
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
@@ -119,6 +127,7 @@ class VLLMEngine:
             skip_special_tokens=False,
         )
         self.engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
+        self._partial[request_id] = None
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished_requests()
@@ -128,15 +137,11 @@ class VLLMEngine:
         done: list[Completion] = []
         for out in self.engine.step():
             if not out.finished:
+                self._partial[out.request_id] = out.outputs[0]  # cumulative: read at preemption only
                 continue
+            self._partial.pop(out.request_id, None)
             o = out.outputs[0]
-            ids = tuple(int(t) for t in o.token_ids)
-            if o.logprobs is None or len(o.logprobs) != len(ids):
-                raise EngineError(
-                    f"request {out.request_id}: engine returned {len(ids)} ids but "
-                    f"{0 if o.logprobs is None else len(o.logprobs)} log-prob entries"
-                )
-            lps = tuple(float(step_lp[tid].logprob) for step_lp, tid in zip(o.logprobs, ids))
+            ids, lps = _ids_and_log_probs(out.request_id, o)
             reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
             stop_id = o.stop_reason if isinstance(o.stop_reason, int) else None
             if reason == "stop" and stop_id is None and ids:
@@ -145,7 +150,49 @@ class VLLMEngine:
         return done
 
     def abort(self, request_ids: Iterable[str]) -> None:
-        self.engine.abort_request(list(request_ids))
+        ids = list(request_ids)
+        self.engine.abort_request(ids)
+        for rid in ids:
+            self._partial.pop(rid, None)
+
+    def unfinished_ids(self) -> list[str]:
+        """Ids of the requests added and not yet finished or aborted, in the order added."""
+        return list(self._partial)
+
+    def preempt(self, request_ids: Iterable[str]) -> list[Completion]:
+        """Abort unfinished requests and return what each had sampled so far: ``Completion``
+        with ``finish_reason="abort"``, ``token_ids`` ``[n]`` and ``log_probs`` ``[n]`` (nats,
+        under the weights that sampled them; ``n`` may be 0 for a request not yet
+        scheduled). Their KV blocks are freed.
+
+        Raises:
+            EngineError: an id that is not an unfinished request of this engine.
+        """
+        ids = list(request_ids)
+        unknown = [r for r in ids if r not in self._partial]
+        if unknown:
+            raise EngineError(f"preempt: requests {unknown[:5]} are not unfinished requests of this engine")
+        out = []
+        for rid in ids:
+            o = self._partial[rid]
+            tok, lps = ((), ()) if o is None else _ids_and_log_probs(rid, o)
+            out.append(Completion(rid, tok, lps, "abort", None))
+        self.abort(ids)
+        return out
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached KV block (they were computed with the weights before a load).
+
+        Raises:
+            EngineError: vLLM refused (it does while a request holds blocks); names the
+                requests still in the engine.
+        """
+        if not self.llm.reset_prefix_cache():
+            raise EngineError(
+                f"vLLM refused to reset the prefix cache: {self.engine.get_num_unfinished_requests()} requests still "
+                f"hold KV blocks ({self.unfinished_ids()[:5]}); blocks computed under the old weights would be "
+                "reused. Preempt, drain or abort them before loading weights"
+            )
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]] | Mapping[str, Any]) -> str:
         """Load new weights in place and drop the prefix cache, whose KV entries were
@@ -160,6 +207,11 @@ class VLLMEngine:
             How they were loaded: ``"in_place"`` (``agentrl.rollout.weight_load``, vLLM's
             CPU build) or ``"reload_weights"`` (vLLM's generic reload, used wherever the
             in-place loader does not apply; the first such call logs why).
+
+        Raises:
+            EngineError: the prefix cache could not be reset (``reset_prefix_cache``): a
+                request was still in flight. The weights are loaded by then; no block of
+                the old weights is reused only once nothing holds blocks.
         """
         from agentrl.rollout.weight_load import load_in_place
 
@@ -176,7 +228,7 @@ class VLLMEngine:
             self._reload_reason = why_not
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(weights.items())})
             method = "reload_weights"
-        self.llm.reset_prefix_cache()
+        self.reset_prefix_cache()
         return method
 
     def prompt_log_probs(self, token_ids: Sequence[int]) -> list[float]:
@@ -188,3 +240,18 @@ class VLLMEngine:
         out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
         plp = out.prompt_logprobs
         return [float(plp[i][token_ids[i]].logprob) for i in range(1, len(token_ids))]
+
+
+def _ids_and_log_probs(request_id: str, o: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Sampled ids and their log-probs from a vLLM ``CompletionOutput`` (cumulative).
+
+    Raises:
+        EngineError: a different number of log-prob entries than ids.
+    """
+    ids = tuple(int(t) for t in o.token_ids)
+    if o.logprobs is None or len(o.logprobs) != len(ids):
+        raise EngineError(
+            f"request {request_id}: engine returned {len(ids)} ids but "
+            f"{0 if o.logprobs is None else len(o.logprobs)} log-prob entries"
+        )
+    return ids, tuple(float(step_lp[tid].logprob) for step_lp, tid in zip(o.logprobs, ids))

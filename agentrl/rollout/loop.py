@@ -34,7 +34,7 @@ import logging
 import math
 import threading
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
@@ -52,6 +52,7 @@ class EngineLike(Protocol):
     def has_unfinished(self) -> bool: ...
     def step(self) -> list[Completion]: ...
     def abort(self, request_ids: Any) -> None: ...
+    def preempt(self, request_ids: Any) -> list[Completion]: ...  # weight loads in flight only (session)
 
 
 EnvHandle = tuple[Any, Any]  # (gymnasium env, sandbox or None)
@@ -88,6 +89,12 @@ class _Active:
     system_prompt: str | None = None
     tools: Any = None
     describes_tools: bool = False
+    # the engine request of the pending turn (agentrl.rollout.session preempts and re-adds it)
+    request_id: str = ""
+    engine_prompt: list[int] = field(default_factory=list)  # the ids the turn's first segment was prompted with
+    seed: int | None = None
+    version: int = 0  # weight version of the pending turn's current segment
+    segments: list[tuple[list[int], list[float], int]] = field(default_factory=list)  # (ids, log-probs, version) before a preemption
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, StepInfo]:
@@ -147,68 +154,28 @@ class RolloutWorker:
         episode's fault: an exception from its env reset or step, from parsing its ``info``
         or from building its next prompt ends that episode alone with ``infra_error`` (or
         ``reward_error``), carrying the error's type, message and traceback. Each episode's
-        id is its request's ``episode_id``.
+        id is its request's ``episode_id``. A thin loop over ``RolloutSession``
+        (``agentrl.rollout.session``): submit everything, step until done.
 
         Raises:
             ContractError: two requests of the batch have the same ``episode_id``.
         """
-        ids = [r.episode_id for r in requests]
-        if len(set(ids)) != len(ids):
-            dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise ContractError(f"requests with episode_ids {dup[:5]} appear more than once in one rollout batch; "
-                                "expected distinct (group_id, index, attempt) per request")
-        states = [
-            _Active(req=r, episode=Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
-                                           prompt_mode=self.limits.prompt_mode, episode_id=r.episode_id))
-            for r in requests
-        ]
-        by_request: dict[str, _Active] = {}
-        futures: dict[Future, tuple[str, _Active]] = {}
-        remaining = len(states)
-        pool = ThreadPoolExecutor(max_workers=self.env_workers, thread_name_prefix="agentrl-env")
+        from agentrl.rollout.session import RolloutSession
+
+        session = RolloutSession(self, policy_version)
+        done: dict[str, Episode] = {}
         try:
-            for st in states:
-                futures[pool.submit(self._reset, st)] = ("reset", st)
-            while remaining:
-                # Harvest environment work that is done.
-                ready = [f for f in futures if f.done()]
-                if not ready and not self.engine.has_unfinished():
-                    if not futures:
-                        raise RuntimeError(f"rollout stalled: {remaining} episodes neither generating nor stepping")
-                    ready = list(wait(list(futures), return_when=FIRST_COMPLETED)[0])
-                for fut in ready:
-                    kind, st = futures.pop(fut)
-                    if kind == "close":
-                        continue
-                    finished = self._after_env(kind, fut, st, policy_version, by_request)
-                    if finished:
-                        remaining -= 1
-                        futures[pool.submit(self._close, st)] = ("close", st)
-                if self.engine.has_unfinished():
-                    for comp in self.engine.step():
-                        st = by_request.pop(comp.request_id)
-                        finished = self._after_completion(comp, st, policy_version)
-                        if finished:
-                            remaining -= 1
-                            futures[pool.submit(self._close, st)] = ("close", st)
-                        else:
-                            futures[pool.submit(self._step, st)] = ("step", st)
-            wait(list(futures))
+            session.submit(requests)
+            while session.in_flight():
+                for ep in session.step_once(wait_s=None):
+                    done[ep.episode_id] = ep
+            session.wait_closed()
         except BaseException:
-            # Cancelled or crashed: abort engine requests and release every sandbox.
-            if by_request:
-                try:
-                    self.engine.abort(list(by_request))
-                except Exception:  # pragma: no cover - best effort
-                    log.exception("abort failed")
-            for st in states:
-                self._close(st)
+            session.abort_all()  # cancelled or crashed: abort engine requests and release every sandbox
             raise
         finally:
-            pool.shutdown(wait=True)
-        for st in states:
-            st.episode.validate()
-        return [st.episode for st in states]
+            session.shutdown()
+        return [done[r.episode_id] for r in requests]
 
     # --- environment side (thread pool) ------------------------------------------------
     def _reset(self, st: _Active) -> tuple[str, StepInfo]:
@@ -268,7 +235,10 @@ class RolloutWorker:
         ep.truncated = not ep.terminated
         return True
 
-    def _queue_turn(self, st: _Active, prompt: list[int], policy_version: int, by_request: dict[str, _Active]) -> bool:
+    def _queue_turn(self, st: _Active, prompt: list[int], queue: list[_Active]) -> bool:
+        """Prepare the episode's next turn (request id, prompt, token budget, seed) and put
+        it on ``queue``; the session adds it to the engine (``_add_turn``). Returns True when
+        no turn fits the context (the episode ends, ``context_limit``)."""
         per_step = self.limits.prompt_mode == "per_step"
         prefix = [] if per_step else st.episode.token_ids()
         room = self.limits.max_context_tokens - len(prefix) - len(prompt)
@@ -277,13 +247,20 @@ class RolloutWorker:
         st.pending_prompt = prompt
         st.max_tokens = min(self.limits.max_new_tokens, room)
         turn_idx = len(st.episode.turns)
-        rid = f"{st.episode.episode_id}:{turn_idx}"
-        by_request[rid] = st
-        self.engine.add(rid, prefix + prompt, sampling=self.sampling, max_tokens=st.max_tokens,
-                        stop_token_ids=self.chat.stop_token_ids, seed=st.req.sample_seed * 1009 + turn_idx)
+        st.request_id = f"{st.episode.episode_id}:{turn_idx}"
+        st.engine_prompt = prefix + prompt
+        st.seed = st.req.sample_seed * 1009 + turn_idx
+        st.segments = []
+        queue.append(st)
         return False
 
-    def _after_env(self, kind: str, fut: Future, st: _Active, policy_version: int, by_request: dict[str, _Active]) -> bool:
+    def _add_turn(self, st: _Active, version: int) -> None:
+        """Add ``st``'s prepared turn to the engine, sampled under weight version ``version``."""
+        st.version = version
+        self.engine.add(st.request_id, st.engine_prompt, sampling=self.sampling, max_tokens=st.max_tokens,
+                        stop_token_ids=self.chat.stop_token_ids, seed=st.seed)
+
+    def _after_env(self, kind: str, fut: Future, st: _Active, queue: list[_Active]) -> bool:
         try:
             result = fut.result()
         except RewardError as exc:
@@ -299,7 +276,7 @@ class RolloutWorker:
                 st.task_text, st.system_prompt = obs, info.system_prompt
                 st.tools = [dict(t) for t in info.tools] if info.tools else None
                 st.describes_tools = info.system_prompt_describes_tools
-                return self._queue_turn(st, self._first_prompt(st, obs), policy_version, by_request)
+                return self._queue_turn(st, self._first_prompt(st, obs), queue)
             obs, reward, terminated, truncated, info = result
             turn = st.episode.turns[-1]
             turn.reward = reward
@@ -325,9 +302,9 @@ class RolloutWorker:
                 return self._finish(st, TerminationReason.MAX_TURNS)
             st.anchor = info.anchor_or(obs)
             if self.limits.prompt_mode == "per_step":
-                return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), policy_version, by_request)
+                return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), queue)
             delta = self.chat.delta_ids(_observation_messages(obs, info))
-            return self._queue_turn(st, delta, policy_version, by_request)
+            return self._queue_turn(st, delta, queue)
         except RewardError as exc:
             return self._fail(st, TerminationReason.REWARD_ERROR, exc)
         except Exception as exc:
@@ -356,16 +333,23 @@ class RolloutWorker:
         parts.append(f"Current observation (after step {len(turns)}):\n{turns[-1].observation_text}")
         return "\n\n".join(parts)
 
-    def _after_completion(self, comp: Completion, st: _Active, policy_version: int) -> bool:
+    def _after_completion(self, comp: Completion, st: _Active) -> bool:
+        """Record the finished turn: its segments before any preemption, then ``comp``
+        (sampled under ``st.version``), each token tagged with the version that sampled it."""
+        ids = [t for seg in st.segments for t in seg[0]] + list(comp.token_ids)
+        lps = [lp for seg in st.segments for lp in seg[1]] + list(comp.log_probs)
+        versions = [seg[2] for seg in st.segments for _ in seg[0]] + [st.version] * len(comp.token_ids)
+        st.segments = []
         turn = Turn(
             prompt_ids=st.pending_prompt,
-            completion_ids=list(comp.token_ids),
-            behavior_log_probs=list(comp.log_probs),
+            completion_ids=ids,
+            behavior_log_probs=lps,
             sampling=self.sampling,
-            policy_version=policy_version,
+            policy_version=versions[0] if versions else st.version,
             finish_reason=comp.finish_reason,
             anchor=st.anchor,
-            action_text=self.tokenizer.decode(list(comp.token_ids), skip_special_tokens=True),
+            action_text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            policy_versions=versions,
         )
         st.episode.turns.append(turn)
         st.pending_prompt = []

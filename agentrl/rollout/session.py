@@ -1,0 +1,332 @@
+"""A rollout session: the agent loop's episode state machine, stepped one engine step at a
+time, taking requests at any time and loading weights between engine steps.
+
+``RolloutWorker.run`` (``agentrl.rollout.loop``) is a thin loop over it: submit the batch,
+``step_once`` until nothing is in flight. The streaming actor (``agentrl.rollout.stream``)
+keeps one session open, submits as requests arrive and loads new weights while episodes
+are in flight, in one of three modes (issue 12, items 2 and 4):
+
+* ``continue`` (partial rollout across the update): every in-flight engine request is
+  preempted (``VLLMEngine.preempt``: aborted, its sampled ids and behavior log-probs kept),
+  the weights load, the prefix cache is reset (checked: nothing holds blocks any more),
+  and each request is added again as its prompt + the ids sampled so far, with
+  ``max_tokens`` reduced by them and a new seed (``segment_seed``). The finished turn's
+  ``completion_ids`` / ``behavior_log_probs`` are the concatenation and
+  ``Turn.policy_versions`` says which tokens came from which version. Sandboxes stay alive.
+  The continuation's prompt is prefilled again under the new weights, so no KV block of the
+  old weights is reused (the design of AReaL's interruptible generation, Fu et al. 2025 §4.1).
+* ``drain``: no new turn enters the engine; in-flight generations finish on the old
+  weights; then the weights load and the held turns start under the new ones (turns never
+  span versions; episodes may).
+* ``restart``: every episode with a turn in the engine or sampled tokens is abandoned (its
+  engine request aborted, env and sandbox closed) and started again from ``env.reset``
+  under the new weights, with the same episode id (``restarted_episodes`` counts them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+from agentrl.errors import ConfigError, ContractError
+from agentrl.rollout.engine import Completion
+from agentrl.types import Episode, EpisodeRequest
+
+log = logging.getLogger(__name__)
+
+LoadMode = Literal["continue", "drain", "restart"]
+LOAD_MODES: tuple[str, ...] = ("continue", "drain", "restart")
+_SEED_MOD = 2**63 - 1
+
+
+def segment_seed(sample_seed: int, turn: int, segment: int) -> int:
+    """Sampling seed of segment ``segment`` of turn ``turn`` (segment 0 is the turn's first
+    engine request, seeded ``sample_seed * 1009 + turn`` as before partial rollouts existed;
+    segment ``s >= 1`` is its continuation after the ``s``-th preemption). Deterministic, so
+    a resumed run samples the same continuation."""
+    base = sample_seed * 1009 + turn
+    return base if segment == 0 else (base * 1_000_003 + segment) % _SEED_MOD
+
+
+@dataclass
+class WeightLoad:
+    """One weight load handed to a session (``RolloutSession.request_load``).
+
+    Attributes:
+        apply: loads the weights into the engine and resets its prefix cache (e.g.
+            ``lambda: engine.update_weights(views)``); returns the load method.
+        policy_version: the engine's version after the load; ``None`` keeps it.
+        mode: ``continue`` | ``drain`` | ``restart`` (module docstring).
+        stats: filled when applied: ``method``, ``preempted_requests``,
+            ``restarted_episodes``, ``drain_s`` (seconds from the request until in-flight
+            generations had finished; 0 outside ``drain``), ``apply_s``, ``prefix_reset_ok``.
+    """
+
+    apply: Callable[[], Any]
+    policy_version: int | None = None
+    mode: str = "continue"
+    stats: dict[str, Any] = field(default_factory=dict)
+    requested_at: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        if self.mode not in LOAD_MODES:
+            raise ConfigError(f"weight load mode={self.mode!r} is not one of {list(LOAD_MODES)} "
+                              "(controller.partial_rollout)")
+
+
+class RolloutSession:
+    """The episode state machine of one ``RolloutWorker`` (its engine, env factory, limits).
+
+    Not thread-safe: one thread calls every method (the streaming actor's loop thread).
+
+    Args:
+        worker: the ``RolloutWorker`` whose helpers run the episodes.
+        policy_version: the engine's weight version; turns queued from now on are tagged
+            with it until a load changes it.
+    """
+
+    def __init__(self, worker: Any, policy_version: int) -> None:
+        self.worker = worker
+        self.engine = worker.engine
+        self.policy_version = int(policy_version)
+        self._active: dict[str, Any] = {}  # episode id -> _Active, submitted and not finished
+        self._by_request: dict[str, Any] = {}  # engine request id -> _Active
+        self._futures: dict[Future, tuple[str, Any]] = {}
+        self._queue: list[Any] = []  # turns prepared, not yet added to the engine
+        self._held: list[Any] = []  # drain: turns held back until the load
+        self._restart_pending: set[str] = set()  # episode ids restarted once their env call returns
+        self._load: WeightLoad | None = None
+        self._all: list[Any] = []  # every state of this session (run's error path closes them all)
+        self._pool = ThreadPoolExecutor(max_workers=worker.env_workers, thread_name_prefix="agentrl-env")
+        self._done_early: list[Any] = []  # turns a load ended (their budget was used up), returned by step_once
+        self.restarted_episodes = 0
+
+    # ------------------------------------------------------------------ requests in
+    def submit(self, requests: Sequence[EpisodeRequest]) -> None:
+        """Start episodes for ``requests`` (their env resets go to the thread pool now).
+
+        Raises:
+            ContractError: an ``episode_id`` repeated in ``requests`` or already in flight.
+        """
+        from agentrl.rollout.loop import _Active
+
+        ids = [r.episode_id for r in requests]
+        dup = sorted({i for i in ids if ids.count(i) > 1} | (set(ids) & set(self._active)))
+        if dup:
+            raise ContractError(f"requests with episode_ids {dup[:5]} appear more than once in one rollout batch; "
+                                "expected distinct (group_id, index, attempt) per request")
+        for r in requests:
+            st = _Active(req=r, episode=self._new_episode(r))
+            self._active[r.episode_id] = st
+            self._all.append(st)
+            self._futures[self._pool.submit(self.worker._reset, st)] = ("reset", st)
+
+    def _new_episode(self, r: EpisodeRequest) -> Episode:
+        return Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
+                       prompt_mode=self.worker.limits.prompt_mode, episode_id=r.episode_id)
+
+    def in_flight(self) -> int:
+        """Episodes submitted and not finished."""
+        return len(self._active)
+
+    def idle(self) -> bool:
+        """Nothing to do: no episode in flight, no env call or close pending, no load waiting."""
+        return not self._active and not self._futures and self._load is None
+
+    # ------------------------------------------------------------------ one step
+    def step_once(self, wait_s: float | None = None) -> list[Episode]:
+        """Harvest finished env calls, apply a pending weight load when its mode allows,
+        run one engine step; return the episodes that finished (validated).
+
+        Args:
+            wait_s: with no engine work and no env call done, wait up to this many seconds
+                for one (``None``: until one is done).
+
+        Raises:
+            RuntimeError: episodes in flight but nothing generating, stepping or held.
+            ContractError: a finished episode breaks the data contract.
+        """
+        self._maybe_apply_load()
+        finished, self._done_early = self._done_early, []
+        ready = [f for f in self._futures if f.done()]
+        if not ready and not self.engine.has_unfinished() and not self._queue:
+            if not self._futures:
+                if self._active and not self._held:
+                    raise RuntimeError(f"rollout stalled: {len(self._active)} episodes neither generating nor stepping")
+                return []
+            ready = list(wait(list(self._futures), timeout=wait_s, return_when=FIRST_COMPLETED)[0])
+        for fut in ready:
+            kind, st = self._futures.pop(fut)
+            if kind == "close":
+                continue
+            if st.episode.episode_id in self._restart_pending:
+                self._restart(st)
+                continue
+            if self.worker._after_env(kind, fut, st, self._queue):
+                finished.append(st)
+        self._flush_queue()
+        if self.engine.has_unfinished():
+            for comp in self.engine.step():
+                st = self._by_request.pop(comp.request_id)
+                if self.worker._after_completion(comp, st):
+                    finished.append(st)
+                else:
+                    self._futures[self._pool.submit(self.worker._step, st)] = ("step", st)
+        out = []
+        for st in finished:
+            self._active.pop(st.episode.episode_id, None)
+            self._futures[self._pool.submit(self.worker._close, st)] = ("close", st)
+            st.episode.validate()
+            out.append(st.episode)
+        return out
+
+    def _flush_queue(self) -> None:
+        queue, self._queue = self._queue, []
+        if self._load is not None and self._load.mode == "drain":
+            self._held.extend(queue)
+            return
+        for st in queue:
+            self._by_request[st.request_id] = st
+            self.worker._add_turn(st, self.policy_version)
+
+    # ------------------------------------------------------------------ weight loads
+    def request_load(self, load: WeightLoad) -> None:
+        """Apply ``load`` between engine steps (at the next ``step_once``; in ``drain``
+        mode once the engine's in-flight generations have finished). ``load.stats`` is
+        filled when it is applied.
+
+        Raises:
+            ContractError: another load is still pending.
+        """
+        if self._load is not None:
+            raise ContractError("a weight load is already pending in this rollout session")
+        self._load = load
+
+    def load_pending(self) -> bool:
+        return self._load is not None
+
+    def _maybe_apply_load(self) -> WeightLoad | None:
+        load = self._load
+        if load is None:
+            return None
+        if load.mode == "drain" and self._by_request:
+            return None
+        drain_s = time.perf_counter() - load.requested_at if load.mode == "drain" else 0.0
+        preempted: list[Completion] = []
+        restarted = 0
+        if load.mode == "continue" and self._by_request:
+            preempted = self.engine.preempt(list(self._by_request))
+        elif load.mode == "restart":
+            restarted = self._abandon_for_restart()
+        t0 = time.perf_counter()
+        method = load.apply()  # loads and resets the prefix cache: an EngineError if anything still holds blocks
+        apply_s = time.perf_counter() - t0
+        if load.policy_version is not None:
+            self.policy_version = int(load.policy_version)
+        for comp in preempted:
+            self._continue(comp)
+        held, self._held = self._held, []
+        for st in held:
+            self._by_request[st.request_id] = st
+            self.worker._add_turn(st, self.policy_version)
+        load.stats.update({"method": method, "preempted_requests": len(preempted), "restarted_episodes": restarted,
+                           "drain_s": drain_s, "apply_s": apply_s, "prefix_reset_ok": True,
+                           "policy_version": self.policy_version})
+        self._load = None
+        return load
+
+    def _continue(self, comp: Completion) -> None:
+        """Re-add a preempted request as prompt + its partial ids under the new weights."""
+        st = self._by_request.pop(comp.request_id)
+        if comp.token_ids:
+            st.segments.append((list(comp.token_ids), list(comp.log_probs), st.version))
+        sampled = sum(len(seg[0]) for seg in st.segments)
+        remaining = st.max_tokens - sampled
+        if remaining < 1:  # every token of the budget was sampled: the turn ended by length
+            self._finish_preempted(st)
+            return
+        turn = len(st.episode.turns)
+        n_seg = len(st.segments)
+        st.request_id = f"{st.episode.episode_id}:{turn}" + (f".{n_seg}" if n_seg else "")
+        partial = [t for seg in st.segments for t in seg[0]]
+        st.version = self.policy_version
+        self._by_request[st.request_id] = st
+        self.engine.add(st.request_id, st.engine_prompt + partial, sampling=self.worker.sampling, max_tokens=remaining,
+                        stop_token_ids=self.worker.chat.stop_token_ids,
+                        seed=segment_seed(st.req.sample_seed, turn, n_seg) if n_seg else st.seed)
+
+    def _finish_preempted(self, st: Any) -> None:
+        last = st.segments.pop()
+        st.version = last[2]
+        comp = Completion(st.request_id, tuple(last[0]), tuple(last[1]), "length", None)
+        if self.worker._after_completion(comp, st):
+            self._done_early.append(st)
+        else:
+            self._futures[self._pool.submit(self.worker._step, st)] = ("step", st)
+
+    def _abandon_for_restart(self) -> int:
+        """``restart`` mode: abort every episode that has a turn in the engine or sampled
+        tokens; each starts again from ``env.reset`` (now, or when its env call returns)."""
+        if self._by_request:
+            self.engine.abort(list(self._by_request))
+        in_engine = list(self._by_request.values())
+        self._by_request.clear()
+        stepping = {st.episode.episode_id for kind, st in self._futures.values() if kind == "step"}
+        n = 0
+        for st in in_engine:
+            self._restart(st)
+            n += 1
+        for eid in stepping:
+            self._restart_pending.add(eid)
+            n += 1
+        self.restarted_episodes += n
+        return n
+
+    def _restart(self, st: Any) -> None:
+        """Close ``st``'s env and sandbox and reset it from scratch, same episode id."""
+        from agentrl.rollout.loop import _Active
+
+        self._restart_pending.discard(st.episode.episode_id)
+        fresh = _Active(req=st.req, episode=self._new_episode(st.req))
+        self._active[st.req.episode_id] = fresh
+        self._all.append(fresh)
+
+        def close_then_reset(old: Any = st, new: Any = fresh) -> Any:
+            self.worker._close(old)
+            return self.worker._reset(new)
+
+        self._futures[self._pool.submit(close_then_reset)] = ("reset", fresh)
+
+    # ------------------------------------------------------------------ the end
+    def abort_all(self) -> list[EpisodeRequest]:
+        """Abort every engine request, close every episode's env and sandbox, and return
+        the requests whose episodes had not finished (in submission order)."""
+        if self._by_request:
+            try:
+                self.engine.abort(list(self._by_request))
+            except Exception:  # pragma: no cover - best effort
+                log.exception("abort failed")
+        unfinished = [st.req for st in self._active.values()]
+        # env calls still running may be opening a sandbox (a reset): let them return first
+        wait([f for f, (kind, _) in self._futures.items() if kind != "close"])
+        for st in self._all:
+            self.worker._close(st)
+        self._active.clear()
+        self._by_request.clear()
+        self._queue.clear()
+        self._held.clear()
+        self._restart_pending.clear()
+        self._futures = {f: v for f, v in self._futures.items() if v[0] == "close"}
+        return unfinished
+
+    def wait_closed(self) -> None:
+        """Wait for every pending env call and close."""
+        wait(list(self._futures))
+        self._futures.clear()
+
+    def shutdown(self) -> None:
+        """Stop the env thread pool (waits for running env calls)."""
+        self._pool.shutdown(wait=True)
