@@ -479,6 +479,44 @@ class ClusterConfig(_Section):
         return None if address.strip() == "local" else address.strip()
 
 
+class ControllerConfig(_Section):
+    """How rollout and training interleave (``agentrl.cluster.controller`` and
+    ``agentrl.cluster.async_controller``)."""
+
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: each iteration rolls out, then trains, then syncs weights; engines idle through the "
+                    "update and the trainer through the rollout, and every row is on-policy (staleness 0). "
+                    "async: engines keep generating while the trainer updates; each update takes "
+                    "env.tasks_per_iteration complete groups from a buffer, trading staleness (at most "
+                    "controller.max_staleness policy versions) for throughput.",
+    )
+    max_staleness: int = Field(
+        1,
+        description="async only: k, the most policy versions a trained row's oldest token may lag the "
+                    "trainer's version (AReaL's bound: at most (k+1) * env.tasks_per_iteration groups admitted "
+                    "and not yet trained; a row older than k is dropped and its task re-issued, never trained). "
+                    "0 is the synchronous schedule on the streaming engines; larger k keeps engines busier but "
+                    "trains on older samples (the decoupled objective corrects for it).",
+    )
+    partial_rollout: Literal["continue", "drain", "restart"] = Field(
+        "continue",
+        description="async only: what episodes in flight do at a weight update. continue: in-flight generations "
+                    "are preempted and resumed on the new weights (each token keeps the version that sampled it; "
+                    "sandboxes stay alive): no wasted tokens, mixed-version turns. drain: in-flight generations "
+                    "finish on the old weights before the load (turns never span versions; the load waits for "
+                    "the longest generation). restart: in-flight episodes start again from env.reset under the "
+                    "new weights (single-version episodes; the work done so far is thrown away).",
+    )
+
+    @field_validator("max_staleness")
+    @classmethod
+    def _max_staleness(cls, k: int) -> int:
+        if k < 0:
+            raise ValueError(f"got {k}; expected an integer >= 0 (policy versions a trained row may lag the trainer)")
+        return k
+
+
 class ReplayConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL of the replay store (None: sqlite file replay.db in the run directory).")
 
@@ -494,6 +532,7 @@ class Config(_Section):
     critic: CriticSection = Field(default_factory=CriticSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -542,6 +581,16 @@ class Config(_Section):
                 f"algorithm.overlong_buffer_tokens={self.algorithm.overlong_buffer_tokens} must not exceed "
                 f"rollout.max_new_tokens={self.rollout.max_new_tokens}"
             )
+        if self.controller.mode == "async":
+            slots = self.rollout.num_engines * self.rollout.max_num_seqs
+            if self.env.group_size > slots:
+                raise ValueError(
+                    f"controller.mode='async' with env.group_size={self.env.group_size} larger than "
+                    f"rollout.num_engines * rollout.max_num_seqs = {self.rollout.num_engines} * "
+                    f"{self.rollout.max_num_seqs} = {slots}: a group cannot run at once, so its first members "
+                    f"wait on its last and the group ages past controller.max_staleness="
+                    f"{self.controller.max_staleness}; use a smaller group or more engines / sequences"
+                )
         if self.trainer.device == "cpu" and self.trainer.backend == "nccl":
             raise ValueError("trainer.backend='nccl' needs trainer.device='cuda'")
         t = self.trainer

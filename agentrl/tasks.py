@@ -12,16 +12,23 @@ Episode ids: every request carries the run id, the iteration the controller set
 ``EpisodeRequest.episode_id`` is ``"{run_id}/it{iteration}/{task_id}@{position}/{index}/a0"``.
 A resumed run re-issues the same requests for a re-run iteration (same cursor), so the re-run
 episodes keep their ids; dynamic-sampling refills take new positions, so their ids differ.
+
+Pending requests (``controller.mode: async``). The asynchronous controller has requests
+admitted but not yet trained (in flight, or finished and buffered) at a checkpoint; the
+cursor has already moved past them. ``requests_state`` / ``requests_from_state`` write them
+into the checkpoint and read them back, so a resume re-issues exactly those requests (same
+episode ids) before the cursor's next ones; ``retry_requests`` re-issues a task instance
+whose rows were dropped (``attempt + 1``: new episode ids, same sampling seeds).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Sequence
 
 import numpy as np
 
-from agentrl.errors import ConfigError
+from agentrl.errors import CheckpointError, ConfigError
 from agentrl.types import EpisodeRequest
 
 
@@ -100,3 +107,34 @@ class TaskSource:
                 f"match this run (seed={self.seed}, {len(self.task_ids)} tasks)"
             )
         self.cursor = int(state["cursor"])
+
+
+_REQUEST_FIELDS = tuple(f.name for f in fields(EpisodeRequest))
+
+
+def requests_state(requests: Sequence[EpisodeRequest]) -> list[dict[str, Any]]:
+    """``requests`` as JSON-serializable dicts (one per request, every ``EpisodeRequest``
+    field), for a checkpoint's controller state."""
+    return [asdict(r) for r in requests]
+
+
+def requests_from_state(state: Sequence[Any]) -> list[EpisodeRequest]:
+    """The requests ``requests_state`` wrote, in order.
+
+    Raises:
+        CheckpointError: an entry that is not a dict of exactly the ``EpisodeRequest`` fields.
+    """
+    out = []
+    for k, d in enumerate(state):
+        if not isinstance(d, dict) or set(d) != set(_REQUEST_FIELDS):
+            got = sorted(d) if isinstance(d, dict) else type(d).__name__
+            raise CheckpointError(f"checkpoint's pending request {k}: got {got}; expected the fields {list(_REQUEST_FIELDS)}")
+        out.append(EpisodeRequest(**d))
+    return out
+
+
+def retry_requests(requests: Sequence[EpisodeRequest], iteration: int | None = None) -> list[EpisodeRequest]:
+    """The same task instance again: each request with ``attempt + 1`` (a new episode id, the
+    same group id and sampling seed), and ``iteration`` when given (the iteration that
+    re-issues it)."""
+    return [replace(r, attempt=r.attempt + 1, **({} if iteration is None else {"iteration": iteration})) for r in requests]

@@ -21,10 +21,15 @@ Test hook. ``kill_point(phase, iteration)`` SIGKILLs the process when the enviro
 ``AGENTRL_TEST_KILL_AT`` is ``"{phase}:it={N}"``, N the 1-based iteration (metrics.jsonl's
 ``iteration``, the checkpoint ``iter_N``; the replay store's 0-based iteration is N - 1). It
 does nothing unless the variable is set; only the resume tests set it. The phases, in the
-order a checkpointed iteration passes them: ``after_replay_write`` (episodes stored),
-``after_metrics`` (metrics.jsonl line and store metrics written), ``mid_checkpoint`` (the
-checkpoint directory ``iter_N`` complete, ``latest`` not yet naming it), ``after_checkpoint``
-(``latest`` names it, the store's completion marks not yet written).
+order a checkpointed iteration passes them: ``mid_rollout`` (the iteration's episodes
+collected, its update not started; in async mode other episodes are still running),
+``mid_update`` (the trainer step called, not returned), ``mid_sync`` (the new weights are in
+the engines, the controller has not recorded the new policy version),
+``after_replay_write`` (episodes stored), ``after_metrics`` (metrics.jsonl line and store
+metrics written), ``mid_checkpoint_state`` (the trainers' state written into
+``.iter_N.tmp``, the controller state not yet), ``mid_checkpoint`` (the checkpoint directory
+``iter_N`` complete, ``latest`` not yet naming it), ``after_checkpoint`` (``latest`` names
+it, the store's completion marks not yet written).
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ CONTROLLER_STATE = "controller.json"
 """File of a checkpoint holding the controller's state (run id, iteration, task cursor, history)."""
 KILL_AT_ENV = "AGENTRL_TEST_KILL_AT"
 """Test hook (see the module docstring): ``"{phase}:it={N}"`` SIGKILLs the run there."""
-KILL_PHASES = ("after_replay_write", "after_metrics", "mid_checkpoint", "after_checkpoint")
+KILL_PHASES = ("mid_rollout", "mid_update", "mid_sync", "after_replay_write", "after_metrics",
+               "mid_checkpoint_state", "mid_checkpoint", "after_checkpoint")
 KEEP_CHECKPOINTS = 2
 """Checkpoints kept on disk: the newest two."""
 
@@ -179,6 +185,7 @@ class RunDir:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         save_trainers(tmp)
+        kill_point("mid_checkpoint_state", iteration)  # trainers written, controller state not yet
         (tmp / CONTROLLER_STATE).write_text(json.dumps(state, indent=2))
         if final.exists():
             shutil.rmtree(final)

@@ -1,9 +1,12 @@
 """The controller: the Ray driver that runs rounds of rollout → credit → update → sync.
 
-Synchronous mode (the only mode so far): one iteration's rollouts all use the same
-``policy_version``; the update starts when they are done, and the next iteration starts
-after the new weights are in every engine. There are therefore no in-flight rollouts at a
-checkpoint.
+Synchronous mode (``controller.mode: sync``, the default): one iteration's rollouts all use
+the same ``policy_version``; the update starts when they are done, and the next iteration
+starts after the new weights are in every engine. There are therefore no in-flight rollouts
+at a checkpoint. Asynchronous mode (``controller.mode: async``): ``train`` sets up the same
+parts and hands over to ``agentrl.cluster.async_controller.run_async``. Both modes run the
+same per-update steps after their rollouts (credit, trainer step, replay and metrics writes,
+checkpoint: ``agentrl.cluster.iteration``).
 
 Rollout runs on ``rollout.num_engines`` engines (``agentrl.cluster.engine_pool.EnginePool``).
 An engine lost mid-rollout (node removed, actor killed) turns its in-flight episodes into
@@ -33,7 +36,6 @@ Run directory layout and checkpoints: ``agentrl.cluster.checkpoint``.
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import time
 import uuid
@@ -42,11 +44,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
+from agentrl.cluster.iteration import RunContext, checkpoint_if_due, compute_credit, end_iteration, record_iteration, span, train_on
 from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect, role_options
 from agentrl.config import Config, trainer_configs
-from agentrl.credit import assign_credit, critic_step_metrics, missing_groups, reference_batch, turn_penalties
+from agentrl.credit import missing_groups
 from agentrl.errors import CheckpointError, ConfigError
-from agentrl.rollout.loop import rollout_metrics
 from agentrl.tasks import TaskSource
 
 log = logging.getLogger(__name__)
@@ -64,23 +66,6 @@ class RunSummary:
     status: str = "finished"
 
 
-def _kl_reward_penalties(cfg: Config, episodes: list, sampling: Any, group: Any
-                         ) -> tuple[dict[str, list[float]] | None, dict[str, float]]:
-    """The KL-to-reference reward penalty of ``trainer.kl.mode: reward`` (``coef > 0``):
-    the trainer ranks (``group``: the run's ``TrainerGroup``) score the iteration's rows with
-    the reference model (``kl_to_reference``), and ``agentrl.credit.kl_reward.turn_penalties`` turns the
-    per-token estimates into per-turn penalties for ``assign_credit``. ``(None, {})``
-    otherwise: the default path makes no extra actor call."""
-    kl = cfg.trainer.kl
-    if not (kl.coef > 0 and kl.mode == "reward"):
-        return None, {}
-    scored, batch = reference_batch(episodes, sampling)
-    if batch is None:
-        return None, {}
-    per_token, metrics = group.kl_to_reference(batch)
-    return turn_penalties(scored, batch, per_token, kl.coef), dict(metrics)
-
-
 def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dict], None] | None = None,
           progress: Any = None) -> RunSummary:
     """Run ``cfg.run.iterations`` iterations (or continue a run up to that number).
@@ -91,8 +76,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     """
     import ray
 
+    t_train = time.perf_counter()  # the timeline's origin (timeline/* metrics)
     from agentrl.cluster.actors import env_task_ids, sampling_of
-    from agentrl.cluster.engine_pool import EnginePool, merge_rollout_metrics
+    from agentrl.cluster.engine_pool import EnginePool
+    from agentrl.cluster.engine_stream import StreamingEnginePool
     from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
     from agentrl.cluster.trainer_group import TrainerGroup
     from agentrl.model_zoo import resolve_model_path
@@ -166,7 +153,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         # The engines' actors start now (their constructors run on their own), so their process
         # start and imports overlap the trainer ranks' start and meeting below: a run's start-up
         # is the longer of the two, not their sum (about 8 s less per run on 2 cores).
-        pool = EnginePool(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)  # rollout.num_engines engines
+        pool_cls = StreamingEnginePool if cfg.controller.mode == "async" else EnginePool
+        pool = pool_cls(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)  # rollout.num_engines engines
         # the ranks meet at rank 0's node within cluster.rendezvous_timeout_s (else a ClusterError);
         # their trainers build while the engines start
         group = TrainerGroup(cfg, cfg_dict, model_path, role_options(cfg, "trainer"))
@@ -186,101 +174,19 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             pool.update_weights(group.actors)  # every engine gets the checkpoint's weights
 
         sampling = sampling_of(cfg)
+        run = RunContext(cfg, rd, store, run_id, pool, group, tasks, sampling, t_train, history=history,
+                         policy_version=policy_version, progress=progress, on_iteration=on_iteration)
         if progress is not None:
             progress.start(total=cfg.run.iterations, completed=start_iter)
-        for it in range(start_iter, cfg.run.iterations):
-            tasks.iteration = it  # every request of this iteration (refills too) carries it in its episode id
-            t_iter = time.perf_counter()
-            requests = tasks.next_requests(cfg.env.tasks_per_iteration)
-            if progress is not None:
-                progress.phase(it, "rollout")
-            # aborted episodes (an engine lost) come back too: stored, never scored, already rolled out again
-            episodes, rollout_s, pool_metrics = pool.rollout(requests, policy_version)
-            refills = 0
-            shaped: dict[str, list[float]] = {}  # each episode's rewards shaped once this iteration
-            while refills < cfg.algorithm.max_refill_rounds:  # DAPO dynamic sampling's refill
-                missing = missing_groups(episodes, cfg.algorithm, groups_wanted=cfg.env.tasks_per_iteration,
-                                         max_new_tokens=cfg.rollout.max_new_tokens, shaped_cache=shaped)
-                if missing <= 0:
-                    break
-                more, more_s, more_m = pool.rollout(tasks.next_requests(missing), policy_version)
-                episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
-                pool_metrics = merge_rollout_metrics(pool_metrics, more_m)
+        if cfg.controller.mode == "async":
+            from agentrl.cluster.async_controller import run_async
 
-            if progress is not None:
-                progress.phase(it, "credit")
-            t0 = time.perf_counter()
-            penalties, kl_metrics = _kl_reward_penalties(cfg, episodes, sampling, group)
-            credit = assign_credit(episodes, cfg.algorithm, sampling, max_new_tokens=cfg.rollout.max_new_tokens,
-                                   values_fn=group.critic_values,
-                                   shaped_cache=shaped, reward_penalties=penalties)
-            credit.metrics["filter/refill_rounds"] = float(refills)
-            credit.metrics.update(kl_metrics)
-            credit_s = time.perf_counter() - t0
-
-            if progress is not None:
-                progress.phase(it, "update")
-            t0 = time.perf_counter()
-            train_metrics: dict[str, float] = {}
-            if credit.batch is not None:
-                train_metrics = group.step(credit.batch)
-            if credit.value_batch is not None:
-                train_metrics.update(critic_step_metrics(
-                    group.critic_step(credit.value_batch)))
-            update_s = time.perf_counter() - t0
-
-            if progress is not None:
-                progress.phase(it, "sync")
-            t0 = time.perf_counter()
-            sync_metrics: dict[str, float] = {}
-            if credit.batch is not None:
-                sync_metrics = pool.update_weights(group.actors)  # sync/engine_{i}_s per engine
-                policy_version += 1
-            sync_s = time.perf_counter() - t0
-
-            t0 = time.perf_counter()
-            store.add_episodes(run_id, it, episodes, credit.turn_advantages)  # not complete until checkpointed
-            replay_s = time.perf_counter() - t0
-            kill_point("after_replay_write", it + 1)
-
-            m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(policy_version)}
-            m.update(rollout_metrics(episodes))
-            m.update(pool_metrics)  # cluster/engines, cluster/engines_lost, rollout/engine_{i}_*
-            m.update(sync_metrics)
-            ps = pool.pool_stats() if cfg.sandbox.pool_size > 0 else None  # None: no engine keeps a pool
-            if ps is not None:
-                m.update({"sandbox/acquire_p50_ms": 1e3 * ps["acquire_p50_s"], "sandbox/acquire_p95_ms": 1e3 * ps["acquire_p95_s"],
-                          "sandbox/startup_p50_ms": 1e3 * ps["startup_p50_s"], "sandbox/started": float(ps["started"]),
-                          "sandbox/replaced": float(ps["replaced"])})
-            m.update(credit.metrics)
-            m.update(train_metrics)
-            m.update({
-                "time/rollout_s": rollout_s, "time/credit_s": credit_s, "time/update_s": update_s,
-                "time/sync_s": sync_s, "time/replay_s": replay_s,
-                "time/iteration_s": time.perf_counter() - t_iter,
-            })
-            clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None) for k, v in m.items()}
-            rd.append_metrics(clean)
-            store.add_metrics(run_id, it, {k: v for k, v in clean.items() if v is not None})
-            history.append(clean)
-            kill_point("after_metrics", it + 1)
-
-            if (it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.run.iterations:
-                if progress is not None:
-                    progress.phase(it, "checkpoint")
-                rd.save_checkpoint(it + 1, {
-                    "run_id": run_id, "iteration": it + 1, "policy_version": policy_version,
-                    "tasks": tasks.state_dict(), "history": history,
-                    "in_flight_rollouts": "none (synchronous mode: each iteration completes before a checkpoint)",
-                }, save_trainers=lambda d: group.save_checkpoint(str(d / "trainer")))
-                kill_point("after_checkpoint", it + 1)
-                store.mark_complete(run_id, it + 1)  # only now does the store call these iterations complete
-            if on_iteration is not None:
-                on_iteration(it, clean)
-            if progress is not None:
-                progress.advance(it, clean)
+            run_async(run, start_iter, state)
+        else:
+            _run_sync(run, start_iter)
+        policy_version = run.policy_version
         status = "finished"
-        return RunSummary(run_dir, run_id, cfg.run.iterations, policy_version, history, status)
+        return RunSummary(run_dir, run_id, cfg.run.iterations, policy_version, run.history, status)
     except KeyboardInterrupt:
         status = "interrupted"
         raise
@@ -306,3 +212,60 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         left = reap_orphans(run_id, include_live_owners=True)
         if left:
             log.warning("removed %d sandbox processes of run %s at exit", left, run_id)
+
+
+def _run_sync(run: RunContext, start_iter: int) -> None:
+    """Synchronous iterations ``start_iter .. run.iterations - 1`` (module docstring)."""
+    from agentrl.cluster.engine_pool import merge_rollout_metrics
+
+    cfg, pool, group, tasks = run.cfg, run.pool, run.group, run.tasks
+    for it in range(start_iter, cfg.run.iterations):
+        tasks.iteration = it  # every request of this iteration (refills too) carries it in its episode id
+        t_iter = time.perf_counter()
+        requests = tasks.next_requests(cfg.env.tasks_per_iteration)
+        run.phase(it, "rollout")
+        timeline_rollout = run.now_s()
+        # aborted episodes (an engine lost) come back too: stored, never scored, already rolled out again
+        episodes, rollout_s, pool_metrics = pool.rollout(requests, run.policy_version)
+        refills = 0
+        shaped: dict[str, list[float]] = {}  # each episode's rewards shaped once this iteration
+        while refills < cfg.algorithm.max_refill_rounds:  # DAPO dynamic sampling's refill
+            missing = missing_groups(episodes, cfg.algorithm, groups_wanted=cfg.env.tasks_per_iteration,
+                                     max_new_tokens=cfg.rollout.max_new_tokens, shaped_cache=shaped)
+            if missing <= 0:
+                break
+            more, more_s, more_m = pool.rollout(tasks.next_requests(missing), run.policy_version)
+            episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
+            pool_metrics = merge_rollout_metrics(pool_metrics, more_m)
+        timeline = span("rollout", timeline_rollout, run.now_s())
+        kill_point("mid_rollout", it + 1)
+
+        run.phase(it, "credit")
+        t0 = time.perf_counter()
+        credit = compute_credit(run, episodes, shaped, refills)
+        credit_s = time.perf_counter() - t0
+        timeline.update(span("credit", t0 - run.t0, run.now_s()))
+
+        run.phase(it, "update")
+        t0 = time.perf_counter()
+        kill_point("mid_update", it + 1)
+        train_metrics = train_on(group, credit)
+        update_s = time.perf_counter() - t0
+        timeline.update(span("update", t0 - run.t0, run.now_s()))
+
+        run.phase(it, "sync")
+        t0 = time.perf_counter()
+        sync_metrics: dict[str, float] = {}
+        if credit.batch is not None:
+            sync_metrics = pool.update_weights(group.actors)  # sync/engine_{i}_s per engine
+            kill_point("mid_sync", it + 1)
+            run.policy_version += 1
+        sync_s = time.perf_counter() - t0
+        timeline.update(span("sync", t0 - run.t0, run.now_s()))
+
+        clean = record_iteration(run, it, episodes, credit, pool_metrics=pool_metrics, sync_metrics=sync_metrics,
+                                 train_metrics=train_metrics, t_iter=t_iter, extra=timeline,
+                                 times={"time/rollout_s": rollout_s, "time/credit_s": credit_s,
+                                        "time/update_s": update_s, "time/sync_s": sync_s})
+        checkpoint_if_due(run, it, "none (synchronous mode: each iteration completes before a checkpoint)")
+        end_iteration(run, it, clean)

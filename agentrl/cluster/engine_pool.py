@@ -156,14 +156,15 @@ def merge_rollout_metrics(total: Mapping[str, float], new: Mapping[str, float]) 
     return out
 
 
-def _sync_fn(cfg: Config) -> Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]:
+def _sync_fn(cfg: Config, **load: Any) -> Callable[[Sequence[Any], Sequence[Any]], dict[str, float]]:
     """``weight_sync.sync_weights`` with the run's method (``cluster.weight_sync``); a new
-    collective group's members meet within ``cluster.rendezvous_timeout_s``."""
+    collective group's members meet within ``cluster.rendezvous_timeout_s``. ``load``: the
+    streaming engines' ``policy_version`` and ``mode`` (async mode only; none in sync mode)."""
     from agentrl.cluster.weight_sync import sync_weights
 
     def sync(trainer_actors: Sequence[Any], engine_actors: Sequence[Any]) -> dict[str, float]:
         return sync_weights(trainer_actors, engine_actors, method=cfg.cluster.weight_sync,
-                            timeout_s=cfg.cluster.rendezvous_timeout_s)
+                            timeout_s=cfg.cluster.rendezvous_timeout_s, **load)
 
     return sync
 
@@ -441,11 +442,15 @@ class EnginePool:
                 "The run stops here; the last checkpoint is intact (--resume continues from it).")
 
     # -- weights, stats, shutdown ------------------------------------------------------
-    def update_weights(self, trainer_actors: Sequence[Any]) -> dict[str, float]:
+    def update_weights(self, trainer_actors: Sequence[Any], *, policy_version: int | None = None,
+                       mode: str | None = None) -> dict[str, float]:
         """Push the trainers' current weights to every live engine.
 
         ``trainer_actors``: every trainer rank (the gather is collective). They are kept,
         so that a replacement engine gets the same weights before its first rollout.
+        ``policy_version`` / ``mode`` (async mode, engines streaming): the engines' version
+        becomes ``policy_version`` and episodes in flight continue, drain or restart per
+        ``mode`` (``controller.partial_rollout``); both None (sync mode): the plain load.
 
         Returns:
             ``time/sync_s`` (the whole push), ``sync/engine_{i}_s`` per engine index ``i``,
@@ -464,7 +469,9 @@ class EnginePool:
                 raise ClusterError(self._none_left_message())
             engines = list(self._engines)
             try:
-                raw = _sync_fn(self.cfg)(self._trainer_actors, [e.actor for e in engines])
+                load = {} if policy_version is None and mode is None else {"policy_version": policy_version,
+                                                                           "mode": mode or "continue"}
+                raw = _sync_fn(self.cfg, **load)(self._trainer_actors, [e.actor for e in engines])
                 break
             except ENGINE_LOST_ERRORS as exc:
                 dead = self._dead_engines(engines)

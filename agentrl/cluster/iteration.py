@@ -1,0 +1,180 @@
+"""What every update does after its rollouts, in both controller modes: credit, the trainer
+step, the replay and metrics writes, the checkpoint and the completion marks
+(``agentrl.cluster.controller`` runs them in sync mode, ``agentrl.cluster.async_controller``
+in async mode; one copy, so both keep invariant 7 the same way).
+
+Order of writes per iteration (crash safety, ``agentrl.cluster.checkpoint``): episodes
+(``after_replay_write``), metrics (``after_metrics``), then every ``run.checkpoint_every``
+iterations the checkpoint (``mid_checkpoint_state``, ``mid_checkpoint``,
+``after_checkpoint``) and only then ``ReplayStore.mark_complete``.
+
+Timeline metrics (for the benchmark's per-phase picture): ``timeline/<phase>_start_s`` and
+``timeline/<phase>_end_s``, wall seconds since ``train()`` started in this process, for
+``rollout``, ``credit``, ``update``, ``sync`` of the iteration itself; a checkpoint is written
+after its iteration's metrics (which it stores), so ``timeline/checkpoint_*`` of a checkpoint
+are in the *next* iteration's line (the run's last checkpoint is in none).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from agentrl.cluster.checkpoint import RunDir, kill_point
+from agentrl.config import Config
+from agentrl.credit import CreditResult, assign_credit, critic_step_metrics, reference_batch, turn_penalties
+from agentrl.rollout.loop import rollout_metrics
+
+
+@dataclass
+class RunContext:
+    """The live parts of one ``train()`` call that the per-iteration steps share.
+
+    ``t0``: ``time.perf_counter()`` when ``train()`` started (timeline origin);
+    ``history``: the metrics lines so far (the checkpoint stores them);
+    ``policy_version``: the trainer's version (updates done).
+    """
+
+    cfg: Config
+    rd: RunDir
+    store: Any
+    run_id: str
+    pool: Any
+    group: Any
+    tasks: Any
+    sampling: Any
+    t0: float
+    history: list[dict[str, float | None]] = field(default_factory=list)
+    policy_version: int = 0
+    progress: Any = None
+    on_iteration: Callable[[int, dict], None] | None = None
+    carried: dict[str, float] = field(default_factory=dict)  # timeline of the last checkpoint, for the next line
+
+    def now_s(self) -> float:
+        """Seconds since ``train()`` started (the timeline's clock)."""
+        return time.perf_counter() - self.t0
+
+    def phase(self, it: int, name: str) -> None:
+        if self.progress is not None:
+            self.progress.phase(it, name)
+
+
+def kl_reward_penalties(cfg: Config, episodes: list, sampling: Any, group: Any
+                        ) -> tuple[dict[str, list[float]] | None, dict[str, float]]:
+    """The KL-to-reference reward penalty of ``trainer.kl.mode: reward`` (``coef > 0``):
+    the trainer ranks (``group``: the run's ``TrainerGroup``) score the iteration's rows with
+    the reference model (``kl_to_reference``), and ``agentrl.credit.kl_reward.turn_penalties`` turns the
+    per-token estimates into per-turn penalties for ``assign_credit``. ``(None, {})``
+    otherwise: the default path makes no extra actor call."""
+    kl = cfg.trainer.kl
+    if not (kl.coef > 0 and kl.mode == "reward"):
+        return None, {}
+    scored, batch = reference_batch(episodes, sampling)
+    if batch is None:
+        return None, {}
+    per_token, metrics = group.kl_to_reference(batch)
+    return turn_penalties(scored, batch, per_token, kl.coef), dict(metrics)
+
+
+def compute_credit(run: RunContext, episodes: list, shaped: dict, refills: int) -> CreditResult:
+    """``assign_credit`` on an update's episodes (with the KL reward penalty and the critic's
+    values where configured); ``filter/refill_rounds`` = ``refills``."""
+    cfg = run.cfg
+    penalties, kl_metrics = kl_reward_penalties(cfg, episodes, run.sampling, run.group)
+    credit = assign_credit(episodes, cfg.algorithm, run.sampling, max_new_tokens=cfg.rollout.max_new_tokens,
+                           values_fn=run.group.critic_values,
+                           shaped_cache=shaped, reward_penalties=penalties)
+    credit.metrics["filter/refill_rounds"] = float(refills)
+    credit.metrics.update(kl_metrics)
+    return credit
+
+
+def train_on(group: Any, credit: CreditResult) -> dict[str, float]:
+    """The policy step on ``credit.batch`` and the critic step on ``credit.value_batch``
+    (each only when there is one); their metrics."""
+    train_metrics: dict[str, float] = {}
+    if credit.batch is not None:
+        train_metrics = group.step(credit.batch)
+    if credit.value_batch is not None:
+        train_metrics.update(critic_step_metrics(group.critic_step(credit.value_batch)))
+    return train_metrics
+
+
+def record_iteration(run: RunContext, it: int, episodes: list, credit: CreditResult, *,
+                     pool_metrics: dict[str, float], sync_metrics: dict[str, float],
+                     train_metrics: dict[str, float], times: dict[str, float], t_iter: float,
+                     extra: dict[str, float] | None = None) -> dict[str, float | None]:
+    """Store iteration ``it``'s episodes (not complete until checkpointed), then its metrics
+    line (``metrics.jsonl``, the store, ``run.history``); returns the line.
+
+    ``times``: ``time/rollout_s``, ``time/credit_s``, ``time/update_s``, ``time/sync_s``
+    (``time/replay_s`` and ``time/iteration_s`` are added here); ``extra``: further keys
+    (timeline, ``async/*``), after the usual ones. Non-finite values become null.
+    """
+    cfg, store = run.cfg, run.store
+    t0 = time.perf_counter()
+    store.add_episodes(run.run_id, it, episodes, credit.turn_advantages)  # not complete until checkpointed
+    replay_s = time.perf_counter() - t0
+    kill_point("after_replay_write", it + 1)
+
+    m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(run.policy_version)}
+    m.update(rollout_metrics(episodes))
+    m.update(pool_metrics)  # cluster/engines, cluster/engines_lost, rollout/engine_{i}_*
+    m.update(sync_metrics)
+    ps = run.pool.pool_stats() if cfg.sandbox.pool_size > 0 else None  # None: no engine keeps a pool
+    if ps is not None:
+        m.update({"sandbox/acquire_p50_ms": 1e3 * ps["acquire_p50_s"], "sandbox/acquire_p95_ms": 1e3 * ps["acquire_p95_s"],
+                  "sandbox/startup_p50_ms": 1e3 * ps["startup_p50_s"], "sandbox/started": float(ps["started"]),
+                  "sandbox/replaced": float(ps["replaced"])})
+    m.update(credit.metrics)
+    m.update(train_metrics)
+    m.update(times)
+    m.update({"time/replay_s": replay_s, "time/iteration_s": time.perf_counter() - t_iter})
+    m.update(run.carried)
+    run.carried = {}
+    m.update(extra or {})
+    clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None) for k, v in m.items()}
+    run.rd.append_metrics(clean)
+    store.add_metrics(run.run_id, it, {k: v for k, v in clean.items() if v is not None})
+    run.history.append(clean)
+    kill_point("after_metrics", it + 1)
+    return clean
+
+
+def checkpoint_if_due(run: RunContext, it: int, in_flight: Any, extra_state: dict[str, Any] | None = None) -> bool:
+    """Every ``run.checkpoint_every`` iterations and at the last: write the checkpoint after
+    iteration ``it`` (trainers, then the controller state: run id, iterations done, policy
+    version, task cursor, history, ``in_flight_rollouts`` and ``extra_state``), then mark the
+    iterations it covers complete in the store. Returns whether it wrote one."""
+    cfg = run.cfg
+    if not ((it + 1) % cfg.run.checkpoint_every == 0 or it + 1 == cfg.run.iterations):
+        return False
+    run.phase(it, "checkpoint")
+    start = run.now_s()
+    state = {"run_id": run.run_id, "iteration": it + 1, "policy_version": run.policy_version,
+             "tasks": run.tasks.state_dict(), "history": run.history, "in_flight_rollouts": in_flight}
+    state.update(extra_state or {})
+    run.rd.save_checkpoint(it + 1, state, save_trainers=lambda d: run.group.save_checkpoint(str(d / "trainer")))
+    kill_point("after_checkpoint", it + 1)
+    run.store.mark_complete(run.run_id, it + 1)  # only now does the store call these iterations complete
+    run.carried = {"timeline/checkpoint_start_s": start, "timeline/checkpoint_end_s": run.now_s()}
+    return True
+
+
+def end_iteration(run: RunContext, it: int, clean: dict[str, float | None]) -> None:
+    """The caller's callback and the progress display, after the iteration is written."""
+    if run.on_iteration is not None:
+        run.on_iteration(it, clean)
+    if run.progress is not None:
+        run.progress.advance(it, clean)
+
+
+def span(name: str, start_s: float, end_s: float) -> dict[str, float]:
+    """``{"timeline/<name>_start_s": start_s, "timeline/<name>_end_s": end_s}``."""
+    return {f"timeline/{name}_start_s": start_s, f"timeline/{name}_end_s": end_s}
+
+
+__all__ = ["RunContext", "checkpoint_if_due", "compute_credit", "end_iteration", "kl_reward_penalties",
+           "record_iteration", "span", "train_on"]
