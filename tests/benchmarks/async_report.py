@@ -12,7 +12,8 @@ Metric names read (written by ``agentrl.cluster.controller`` in both modes):
   12) gets spans laid end to end from ``time/<phase>_s`` and ``time/iteration_s``, marked
   ``reconstructed``.
 * ``rollout/episodes``, ``rollout/aborted_episodes``, ``rollout/generated_tokens``,
-  ``rollout/reward_mean``, ``rollout/success_rate``, ``tokens/trained``.
+  ``rollout/reward_mean``, ``rollout/success_rate``, ``rollout/scored_episodes``,
+  ``rollout/successes``, ``tokens/trained``.
 * ``async/staleness_hist/<d>``: trained rows of staleness ``d`` (policy versions) per update.
 """
 
@@ -25,7 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from xml.sax.saxutils import escape
 
 __all__ = ["PHASES", "PHASE_COLORS", "Span", "load_metrics", "phase_spans", "throughput", "ideal_pipelined_bound",
-           "staleness_histogram", "format_histogram", "learning_curve", "nice_tick_step", "timeline_svg"]
+           "staleness_histogram", "format_histogram", "learning_curve", "success_within_budget", "nice_tick_step",
+           "timeline_svg"]
 
 PHASES = ("rollout", "credit", "update", "sync", "checkpoint")
 PHASE_COLORS = {"rollout": "#4e79a7", "credit": "#f28e2b", "update": "#e15759", "sync": "#76b7b2",
@@ -196,6 +198,32 @@ def learning_curve(history: Sequence[Mapping[str, Any]]) -> list[dict[str, float
                     "reward_mean": _num(m, "rollout/reward_mean", math.nan),
                     "success_rate": _num(m, "rollout/success_rate", math.nan)})
     return out
+
+
+def success_within_budget(history: Sequence[Mapping[str, Any]], budget_tokens: float) -> dict[str, float]:
+    """Success rate over the scored episodes of the iterations whose cumulative
+    ``rollout/generated_tokens`` stays within ``budget_tokens`` (whole iterations; at least
+    the first), ± one binomial standard error (episodes treated as independent; the rollouts
+    of a group share a task, so the true error is somewhat larger). Two runs compared at the
+    same budget (the smaller of their totals) compare learning per rollout token.
+
+    Returns:
+        ``{"success_rate", "se", "episodes", "rollout_tokens", "iterations"}``; NaN rate
+        when no episode was scored.
+    """
+    succ = eps = cum = 0.0
+    n = 0
+    for m in history:
+        tokens = _num(m, "rollout/generated_tokens")
+        if n and cum + tokens > budget_tokens:
+            break
+        cum += tokens
+        eps += _num(m, "rollout/scored_episodes")
+        succ += _num(m, "rollout/successes")
+        n += 1
+    rate = succ / eps if eps else math.nan
+    se = math.sqrt(max(rate * (1.0 - rate), 0.0) / eps) if eps else math.nan
+    return {"success_rate": rate, "se": se, "episodes": eps, "rollout_tokens": cum, "iterations": float(n)}
 
 
 def nice_tick_step(span_s: float, target_ticks: int = 10) -> float:

@@ -31,7 +31,9 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
 * the async run's staleness histogram (trained rows per policy-version lag) and
   ``async/stale_dropped``;
 * the learning curve of both runs: reward and success rate per iteration against cumulative
-  rollout tokens.
+  rollout tokens, and each run's success rate (+- one binomial standard error) over its first
+  B rollout tokens, B the smaller run's total (``async_report.success_within_budget``), for
+  "not worse beyond noise".
 
 Written to ``--out``: ``timeline_sync.svg`` and ``timeline_async.svg`` (one lane per phase,
 one bar per iteration, on the same time axis), ``results.json``, and each run's directory
@@ -183,6 +185,14 @@ def report(args: argparse.Namespace, runs: dict[str, dict[str, Any]], model: str
     for mode, r in runs.items():
         lines.append(f"  {mode}: last {n_tail} iterations: reward_mean {_mean_tail(r['curve'], 'reward_mean', n_tail):.3f}, "
                      f"success_rate {_mean_tail(r['curve'], 'success_rate', n_tail):.3f}")
+    budget = min(r["throughput"]["rollout_tokens"] for r in runs.values())
+    summary["success_within_budget"] = {}
+    for mode, r in runs.items():
+        b = rep.success_within_budget(r["history"], budget)
+        summary["success_within_budget"][mode] = b
+        lines.append(f"  {mode}: success rate within the first {budget:.0f} rollout tokens (whole iterations: "
+                     f"{b['iterations']:.0f}, {b['rollout_tokens']:.0f} tokens, {b['episodes']:.0f} episodes): "
+                     f"{b['success_rate']:.3f} +- {b['se']:.3f}")
     summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
     summary["history"] = {m: r["history"] for m, r in runs.items()}
     summary["target_met"] = ok
@@ -227,9 +237,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-prob", type=float, default=0.1, help="probability that a step is slow")
     p.add_argument("--latency-seed", type=int, default=0, help="seed of the per-step latency draw")
     p.add_argument("--max-guesses", type=int, default=5, help="GuessNumber's guesses (also rollout.max_turns)")
-    p.add_argument("--max-new-tokens", type=int, default=24, help="rollout.max_new_tokens per turn")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="rollout.max_new_tokens per turn (bench_credit.py's)")
     p.add_argument("--advantage", default="grpo", help="algorithm.advantage")
-    p.add_argument("--lr", type=float, default=1e-6, help="trainer.lr")
+    p.add_argument("--lr", type=float, default=1e-5, help="trainer.lr (bench_credit.py's: 1e-6 barely moves in a few updates)")
     p.add_argument("--seed", type=int, default=0, help="run.seed (task order, sampling, init)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, both runs")
     args = p.parse_args(argv)

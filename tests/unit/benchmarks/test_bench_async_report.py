@@ -171,6 +171,18 @@ def test_report_gives_ratios_against_the_target_and_the_bound(speed, met):
     assert f"episodes/s {speed:.2f}x" in text and "ideal pipelined bound 1.43x" in text
     assert ("met" if met else "MISSED") in text
     assert "d=0" in text and "d=1" in text  # the async run's histogram
+    assert summary["success_within_budget"]["async"]["iterations"] == 2
     json.dumps(summary, default=str)  # results.json can hold it
     # above the target's staleness the target does not apply
     assert bench_async.report(_args(max_staleness=3), runs, "tiny")[2] is True
+
+
+def test_success_within_a_token_budget_takes_whole_iterations():
+    h = [{"rollout/generated_tokens": 100.0, "rollout/scored_episodes": 16.0, "rollout/successes": 4.0},
+         {"rollout/generated_tokens": 50.0, "rollout/scored_episodes": 16.0, "rollout/successes": 12.0},
+         {"rollout/generated_tokens": 80.0, "rollout/scored_episodes": 16.0, "rollout/successes": 16.0}]
+    b = rep.success_within_budget(h, 200.0)  # the third iteration would pass 200 tokens
+    assert b["iterations"] == 2 and b["rollout_tokens"] == 150.0 and b["episodes"] == 32.0
+    assert b["success_rate"] == 0.5 and b["se"] == pytest.approx(math.sqrt(0.25 / 32))
+    assert rep.success_within_budget(h, 10.0)["iterations"] == 1  # at least the first
+    assert math.isnan(rep.success_within_budget([{"rollout/generated_tokens": 5.0}], 5.0)["success_rate"])
