@@ -203,3 +203,29 @@ def test_simulated_run_never_trains_a_row_older_than_k_and_each_group_once(k):
         run.policy_version += 1
         buf.release()
     assert len(trained) == len(set(trained))
+
+
+def test_a_stale_group_is_dropped_at_consumption_and_its_retry_trained_instead():
+    from types import SimpleNamespace
+
+    from agentrl.cluster.async_controller import _Streamer
+
+    run = SimpleNamespace(policy_version=5, tasks=_source(), cfg=load_default_config(["controller.max_staleness=1"]))
+    run.pool = _FakeStream(run, random.Random(0))
+    run.pool.rng = SimpleNamespace(choice=lambda xs: 2)  # every request finishes at its second collect
+    buf = GroupBuffer(groups_per_update=1, max_staleness=1)
+    streamer = _Streamer(run, buf)
+    streamer.pump(0.0)  # admits 2 groups at version 5
+    old = next(iter(buf.groups.values()))
+    for eid, item in run.pool.running.items():  # the first group's engine reports tokens of version 3
+        if item[0].group_id == old.group_id:
+            item[2] = 3
+    dropped: list = []
+    (trained,) = streamer.take_fresh(1, dropped)
+    assert [g.group_id for g in dropped] == [old.group_id] and trained.group_id != old.group_id
+    assert [r.attempt for r in buf.pending[0]] == [1, 1] and buf.pending[0][0].group_id == old.group_id
+    buf.release()
+    streamer.pump(0.0)
+    streamer.pump(0.0)
+    (again,) = streamer.take_fresh(1, dropped)
+    assert again.group_id == old.group_id and {e.episode_id.endswith("/a1") for e in again.episodes()} == {True}
