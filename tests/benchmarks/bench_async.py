@@ -226,7 +226,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                    "or tiny-random-smollm2 with --tiny)")
     p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"],
                    help="runs to make, in this order (default both; ratios need both)")
-    p.add_argument("--iterations", type=int, default=6, help="run.iterations of each run (updates)")
+    p.add_argument("--iterations", type=int, default=10,
+                   help="run.iterations of each run (updates; the first one's start-up costs weigh less with more)")
     p.add_argument("--tasks", type=int, default=4, help="env.tasks_per_iteration: groups per update")
     p.add_argument("--group-size", type=int, default=4, help="env.group_size")
     p.add_argument("--max-staleness", type=int, default=2, help="controller.max_staleness of the async run")
