@@ -123,9 +123,33 @@ class _Streamer:
                 log.warning("group %s: a row is more than controller.max_staleness=%d versions behind the trainer's "
                             "version %d; dropped and re-issued", g.group_id, k, self.run.policy_version)
                 self.buf.queue(retry_requests(g.requests), front=True)
+            self.buf.unhold(len(stale))  # never trained: the re-issue may take their slots
             dropped.extend(stale)
             out.extend(fresh)
         return out
+
+
+    def groups_for_update(self, shaped: dict) -> tuple[list[AdmittedGroup], list[AdmittedGroup], int]:
+        """The groups of one update: ``B`` fresh complete groups, then (DAPO dynamic sampling,
+        as in sync mode) as many more as ``missing_groups`` asks for, at most
+        ``algorithm.max_refill_rounds`` times. Returns ``(groups, dropped, refills)``:
+        ``dropped`` the stale groups set aside (stored, never scored)."""
+        cfg = self.run.cfg
+        B = cfg.env.tasks_per_iteration
+        dropped: list[AdmittedGroup] = []
+        groups = self.take_fresh(B, dropped)
+        refills = freed = 0
+        while refills < cfg.algorithm.max_refill_rounds:
+            missing = missing_groups([e for g in groups for e in g.episodes()], cfg.algorithm, groups_wanted=B,
+                                     max_new_tokens=cfg.rollout.max_new_tokens, shaped_cache=shaped)
+            if missing <= 0:
+                break
+            filtered = len(groups) - (B - missing)  # missing > 0: exactly B - missing groups survive selection
+            self.buf.unhold(filtered - freed)  # not trained: their replacements may take their slots
+            freed = filtered
+            groups += self.take_fresh(missing, dropped)
+            refills += 1
+        return groups, dropped, refills
 
 
 def _rows(groups: list[AdmittedGroup]) -> int:
@@ -155,18 +179,8 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) ->
                 t_iter = time.perf_counter()
                 run.phase(it, "rollout")
                 t_wait = run.now_s()
-                dropped: list[AdmittedGroup] = []
-                groups = streamer.take_fresh(B, dropped)
-                refills = 0
                 shaped: dict[str, list[float]] = {}
-                while refills < cfg.algorithm.max_refill_rounds:  # DAPO dynamic sampling, as in sync mode
-                    missing = missing_groups([e for g in groups for e in g.episodes()], cfg.algorithm,
-                                             groups_wanted=B, max_new_tokens=cfg.rollout.max_new_tokens,
-                                             shaped_cache=shaped)
-                    if missing <= 0:
-                        break
-                    groups += streamer.take_fresh(missing, dropped)
-                    refills += 1
+                groups, dropped, refills = streamer.groups_for_update(shaped)
                 rollout_s = run.now_s() - t_wait
                 timeline = span("rollout", t_wait, run.now_s())
                 in_flight, buffered = buf.in_flight(), len(buf.complete_groups())

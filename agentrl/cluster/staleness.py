@@ -12,7 +12,9 @@ Learning System for Language Reasoning", section 4): at most ``(k + 1) * B`` gro
 admitted and not yet trained, ``B`` = ``env.tasks_per_iteration``; the groups an update
 consumes (trained, filtered out or dropped) keep their slots until that update's weights are
 live (``release``), since a group admitted while the update at ``v`` runs is admitted at
-``v`` but trained at ``v + 1`` at the earliest. With ``k = 0`` nothing is admitted during an
+``v`` but trained at ``v + 1`` at the earliest; groups it consumes without training them
+(stale, or filtered out by dynamic sampling) free theirs at once (``unhold``), so that their
+replacements can come. With ``k = 0`` nothing is admitted during an
 update (the synchronous schedule); with ``k = 1`` one update's worth is. A group admitted at
 version ``a`` samples nothing older than ``a``. A group that would be older than ``k`` at the
 next update (admitted at ``a <= v - k``) *must* be in the update at ``v``, which waits for it
@@ -115,6 +117,12 @@ class GroupBuffer:
         """Groups that may still be admitted now: ``(k + 1) * B`` minus those held and those
         the running update took."""
         return max(0, self.capacity - len(self.groups) - self.in_update)
+
+    def unhold(self, n: int) -> None:
+        """``n`` of the groups the running update took will not be trained (dropped as stale,
+        or filtered out by dynamic sampling): their slots free up now, so their replacements
+        (and a stale group's re-issue) can be admitted."""
+        self.in_update = max(0, self.in_update - int(n))
 
     def release(self) -> None:
         """The update's weights are live (or it trained nothing): the slots of the groups it

@@ -229,3 +229,39 @@ def test_a_stale_group_is_dropped_at_consumption_and_its_retry_trained_instead()
     streamer.pump(0.0)
     (again,) = streamer.take_fresh(1, dropped)
     assert again.group_id == old.group_id and {e.episode_id.endswith("/a1") for e in again.episodes()} == {True}
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_dynamic_sampling_refills_with_further_groups_within_the_bound(k):
+    """Every group of the stand-in stream has equal rewards, so dynamic sampling filters all
+    of them: each update takes B groups and refills max_refill_rounds times; the filtered
+    groups free their slots at once, so the refills do not wait for ever (k = 0 too)."""
+    from types import SimpleNamespace
+
+    from agentrl.cluster.async_controller import _Streamer
+
+    B, rounds = 2, 2
+    cfg = load_default_config([f"controller.max_staleness={k}", "algorithm.dynamic_sampling=true",
+                               f"algorithm.max_refill_rounds={rounds}", f"env.tasks_per_iteration={B}"])
+    run = SimpleNamespace(policy_version=0, tasks=_source(), cfg=cfg)
+    run.pool = _FakeStream(run, random.Random(1))
+    buf = GroupBuffer(B, k)
+    streamer = _Streamer(run, buf)
+    calls = {"n": 0}
+    pump = streamer.pump
+
+    def bounded_pump(wait_s):
+        calls["n"] += 1
+        assert calls["n"] < 2000, "the update waits for groups that can never be admitted"
+        pump(wait_s)
+
+    streamer.pump = bounded_pump
+    seen: list[str] = []
+    for _ in range(3):
+        groups, dropped, refills = streamer.groups_for_update({})
+        assert refills == rounds and len(groups) == B * (1 + rounds) and not dropped
+        assert all(g.complete and run.policy_version - g.oldest_version() <= k for g in groups)
+        seen += [g.group_id for g in groups]
+        run.policy_version += 1
+        buf.release()
+    assert len(seen) == len(set(seen))
