@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from agentrl.errors import ClusterError, ConfigError
+from agentrl.errors import ClusterError, ConfigError, ContractError
 from agentrl.rollout.session import LOAD_MODES, RolloutSession, WeightLoad
 from agentrl.types import Episode, EpisodeRequest
 
@@ -59,6 +59,7 @@ class StreamRunner:
         self._submitted = 0
         self._collected = 0
         self._unfinished: list[EpisodeRequest] = []
+        self._live_ids: set[str] = set()  # episode ids submitted and not finished
 
     # ------------------------------------------------------------------ control
     @property
@@ -97,10 +98,17 @@ class StreamRunner:
 
         Raises:
             ClusterError: the stream is not running (or died: its error is the cause).
+            ContractError: an ``episode_id`` repeated in ``requests`` or still in flight.
         """
         self._check_alive()
         reqs = list(requests)
+        ids = [r.episode_id for r in reqs]
         with self._cv:
+            dup = sorted({i for i in ids if ids.count(i) > 1} | (set(ids) & self._live_ids))
+            if dup:
+                raise ContractError(f"stream_submit: episode_ids {dup[:5]} are repeated or still in flight; "
+                                    "expected distinct (group_id, index, attempt) per request")
+            self._live_ids.update(ids)
             self._submitted += len(reqs)
         self._inbox.put(("submit", reqs))
 
@@ -164,6 +172,7 @@ class StreamRunner:
         out, self._unfinished = self._unfinished, []
         with self._cv:
             self._submitted -= len(out)
+            self._live_ids.difference_update(r.episode_id for r in out)
         return out
 
     def _check_alive(self) -> None:
@@ -196,6 +205,7 @@ class StreamRunner:
                 if finished:
                     with self._cv:
                         self._done.extend(finished)
+                        self._live_ids.difference_update(ep.episode_id for ep in finished)
                         self._cv.notify_all()
         except BaseException as exc:  # the caller sees it at its next collect / submit / load
             log.exception("the rollout stream died")

@@ -10,6 +10,8 @@ stops (id ``STOP``) after ``answer_len`` tokens."""
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import pytest
 
@@ -45,6 +47,7 @@ class ScriptedEngine:
         self.adds: list[tuple[str, list[int], int, int]] = []
         self.steps = 0
         self.resets = 0
+        self.step_sleep_s = 0.0
 
     def add(self, request_id, prompt_ids, *, sampling, max_tokens, stop_token_ids, seed=None):
         assert request_id not in self.live
@@ -55,9 +58,12 @@ class ScriptedEngine:
         return bool(self.live)
 
     def step(self):
+        time.sleep(self.step_sleep_s)  # the stream tests: a step takes time, as a real one does
         self.steps += 1
         done = []
         for rid, r in list(self.live.items()):
+            if r.get("frozen"):  # holds blocks, never scheduled (the failed-reset tests)
+                continue
             n = len(r["ids"])
             r["ids"].append(STOP if n + 1 >= self.answer_len else 100 * self.weights + n + 10)
             r["lps"].append(-0.1 * (self.weights + 1))
@@ -251,7 +257,7 @@ def test_a_failed_prefix_reset_is_an_error_not_ignored():
     try:
         session.submit(reqs("a"))
         until_generating(session, engine, 1)
-        engine.live["intruder"] = {"ids": [], "lps": [], "max": 5, "prompt_len": 1}  # holds blocks, not ours
+        engine.live["intruder"] = {"ids": [], "lps": [], "max": 5, "prompt_len": 1, "frozen": True}  # holds blocks, not ours
         session.request_load(WeightLoad(apply=lambda: engine.update_weights(1), policy_version=1))
         with pytest.raises(EngineError, match="still hold KV blocks"):
             session.step_once(wait_s=0.1)
@@ -277,3 +283,70 @@ def test_a_bad_mode_is_a_config_error_naming_it():
 
     with pytest.raises(ConfigError, match="'pause' is not one of"):
         WeightLoad(apply=lambda: None, mode="pause")
+
+
+# --- the stream's loop thread (agentrl/rollout/stream.py) over the same scripted parts ---
+
+def test_the_stream_takes_requests_and_loads_at_any_time_and_stops_cleanly():
+    from agentrl.errors import ClusterError
+    from agentrl.rollout.stream import StreamRunner, _LoadProxy
+
+    session, engine, envs = make(answer_len=10, max_new_tokens=16, steps=1)
+    session.shutdown()
+    engine.step_sleep_s = 0.01
+    stream = StreamRunner(session.worker, policy_version=3)
+    with pytest.raises(ClusterError, match="not running"):
+        stream.submit(reqs("a"))
+    stream.start()
+    stream.start()  # idempotent
+    try:
+        stream.submit(reqs("a", "b"))
+        with pytest.raises(ContractError, match="still in flight"):
+            stream.submit(reqs("a"))
+        assert stream.in_flight() == 2 and stream.collect(0.0) == []
+        got = []
+        while len(engine.live) < 2:
+            got += stream.collect(0.005)
+        assert not got
+        proxy = _LoadProxy(stream, 4, "continue")
+        engine.update_weights = lambda tensors, f=engine.update_weights: f(tensors)  # the proxy passes the tensors on
+        assert proxy.update_weights(4) == "in_place"  # returns once the weights are live
+        assert proxy.stats["policy_version"] == 4 and proxy.stats["preempted_requests"] == 2
+        assert stream.policy_version == 4 and engine.weights == 4
+        while len(got) < 2:
+            got += stream.collect(5.0)
+        assert stream.in_flight() == 0
+        for ep in got:
+            assert ep.policy_version_range() == (3, 4) and ep.turns[0].policy_version == 3
+        stream.submit(reqs("c", "d"))
+        while len(engine.live) < 2:
+            assert not stream.collect(0.005)
+        back = stream.stop()
+        assert sorted(r.task_id for r in back) == ["c", "d"] and stream.in_flight() == 0 and not engine.live
+        assert all(env.closed for env in envs)
+    finally:
+        stream.stop()
+
+
+def test_a_dead_stream_raises_its_error_at_collect_and_fails_a_waiting_load():
+    from agentrl.errors import ClusterError
+    from agentrl.rollout.stream import StreamRunner
+
+    session, engine, _ = make(answer_len=10, max_new_tokens=16, steps=1)
+    session.shutdown()
+    engine.step_sleep_s = 0.01
+    stream = StreamRunner(session.worker)
+    stream.start()
+    try:
+        stream.submit(reqs("a"))
+        while not engine.live:
+            assert not stream.collect(0.005)
+        engine.live["intruder"] = {"ids": [], "lps": [], "max": 5, "prompt_len": 1, "frozen": True}
+        with pytest.raises(EngineError, match="still hold KV blocks"):
+            stream.load(WeightLoad(apply=lambda: engine.update_weights(1), policy_version=1))
+        with pytest.raises(EngineError):
+            stream.collect(1.0)
+        with pytest.raises(ClusterError, match="died"):
+            stream.submit(reqs("b"))
+    finally:
+        assert [r.task_id for r in stream.stop()] == ["a"]
