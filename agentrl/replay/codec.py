@@ -96,7 +96,7 @@ def episode_row(run_id: str, iteration: int, position: int, ep: Episode,
         for k, a in enumerate(adv):
             finite(f"episode {ep.episode_id} turn {k} advantage", a)
         adv_mean = statistics.fmean(adv) if adv else None
-    versions = [t.policy_version for t in ep.turns]
+    versions = [v for t in ep.turns for v in (t.policy_versions or [t.policy_version])]
     return {
         "episode_id": ep.episode_id,
         "run_id": run_id,
@@ -135,6 +135,8 @@ def turn_row(ep: Episode, k: int, t: Turn, advantage: float | None) -> dict[str,
         "top_p": float(t.sampling.top_p),
         "top_k": int(t.sampling.top_k),
         "policy_version": int(t.policy_version),
+        "policy_versions": (None if all(v == t.policy_version for v in t.policy_versions)
+                            else pack_token_ids(t.policy_versions, what=f"{where} policy_versions")),
         "finish_reason": t.finish_reason,
         "reward": finite(f"{where} reward", t.reward),
         "anchor": anchor,
@@ -200,6 +202,7 @@ def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequenc
                 behavior_log_probs=unpack_floats(t.behavior_log_probs),
                 sampling=SamplingRecord(temperature=t.temperature, top_p=t.top_p, top_k=t.top_k),
                 policy_version=t.policy_version,
+                policy_versions=[] if t.policy_versions is None else unpack_token_ids(t.policy_versions),
                 finish_reason=t.finish_reason,  # type: ignore[arg-type]
                 reward=t.reward,
                 anchor=decode_anchor(t.anchor, t.anchor_kind),

@@ -31,7 +31,9 @@ to any table here must bump ``SCHEMA_VERSION``, and opening a database of anothe
 fails with a ``ContractError`` naming both versions, except for the one in-place upgrade the
 store knows (``ReplayStore._open_schema``): version 3 → 4 only adds the ``iterations`` table
 (completion marks), so a version-3 database is upgraded when opened; its iterations stored
-before the upgrade carry no completion mark.
+before the upgrade carry no completion mark. Version 4 → 5 only adds the nullable column
+``turns.policy_versions``; a turn stored before it reads back with every token at the
+turn's ``policy_version`` (which is what it was: turns did not span versions then).
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the tables below. Bump it with every schema change (4: the ``iterations``
-table of completion marks)."""
+table of completion marks; 5: ``turns.policy_versions``, per-token weight versions)."""
 
 TOKEN_DTYPE = np.dtype("<i4")
 """On-disk dtype of token ids: little-endian int32."""
@@ -320,6 +322,11 @@ class TurnRow(Base):
     top_p: Mapped[float] = mapped_column(Double)
     top_k: Mapped[int] = mapped_column(Integer)
     policy_version: Mapped[int] = mapped_column(Integer)
+    """The weight version of the turn's first sampled token."""
+    policy_versions: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """Packed ``<i4`` weight version of each completion id ``[C]`` (``Turn.policy_versions``);
+    NULL when every token is ``policy_version`` (the turn did not span a weight update, and
+    every turn stored before schema version 5)."""
     finish_reason: Mapped[str] = mapped_column(String(16))
     reward: Mapped[float | None] = mapped_column(Double)
     anchor: Mapped[str] = mapped_column(SafeText)

@@ -48,7 +48,7 @@ from enum import Enum
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, event, func, inspect, select, union, update
+from sqlalchemy import delete, event, func, inspect, select, text, union, update
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, ProgrammingError
 from sqlalchemy.orm import Session
@@ -239,18 +239,22 @@ class ReplayStore:
                         Base.metadata.create_all(conn)
                         s.add(SchemaVersionRow(id=1, version=SCHEMA_VERSION, created_at=utcnow()))
                     found = s.scalar(select(SchemaVersionRow.version).where(SchemaVersionRow.id == 1))
-                    if found == 3 and SCHEMA_VERSION == 4:
+                    if found == 3:
                         # 3 -> 4 only adds the completion marks; older iterations stay unmarked.
                         IterationRow.__table__.create(conn, checkfirst=True)
-                        s.execute(update(SchemaVersionRow).where(SchemaVersionRow.id == 1)
-                                  .values(version=SCHEMA_VERSION))
-                        found = SCHEMA_VERSION
+                        found = self._set_version(s, 4)
+                    if found == 4:
+                        # 4 -> 5 only adds turns.policy_versions (NULL: every token at the turn's version).
+                        if "policy_versions" not in {c["name"] for c in inspect(conn).get_columns("turns")}:
+                            col = TurnRow.__table__.c.policy_versions.type.compile(dialect=conn.dialect)
+                            s.execute(text(f"ALTER TABLE turns ADD COLUMN policy_versions {col}"))
+                        found = self._set_version(s, 5)
                     if found != SCHEMA_VERSION:
                         raise ContractError(
                             f"database {self._url_text} has replay schema_version {found}, this "
                             f"agentrl expects schema_version {SCHEMA_VERSION}; use a new database "
-                            "(or an agentrl release with that schema version): the only upgrade "
-                            "this store knows is 3 -> 4"
+                            "(or an agentrl release with that schema version): the only upgrades "
+                            "this store knows are 3 -> 4 -> 5"
                         )
                 return
             except (IntegrityError, ProgrammingError) as exc:
@@ -264,6 +268,11 @@ class ReplayStore:
                 raise InfraError(
                     f"cannot open the replay database {self._url_text}: {exc.orig}"
                 ) from exc
+
+    @staticmethod
+    def _set_version(s: Session, version: int) -> int:
+        s.execute(update(SchemaVersionRow).where(SchemaVersionRow.id == 1).values(version=version))
+        return version
 
     @contextmanager
     def _write(self) -> Iterator[Session]:

@@ -128,7 +128,7 @@ def test_a_version_3_database_is_upgraded_in_place(db_url: str, make_episode) ->
             conn.execute(update(SchemaVersionRow).values(version=3))
     with ReplayStore(db_url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 4
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 5  # 3 -> 4 -> 5
         assert store.get_episode(ep.episode_id) == ep
         assert store.completed_iterations("run-old") == []  # stored before the upgrade: unmarked
         assert store.mark_complete("run-old", 1) == [0]
@@ -140,7 +140,7 @@ def test_a_version_2_database_is_refused_naming_both_versions(tmp_path) -> None:
     ReplayStore(url).close()
     with sqlite3.connect(tmp_path / "v2.db") as conn:
         conn.execute("UPDATE schema_version SET version = 2")
-    with pytest.raises(ContractError, match=r"schema_version 2, this agentrl expects schema_version 4.*3 -> 4"):
+    with pytest.raises(ContractError, match=r"schema_version 2, this agentrl expects schema_version 5.*3 -> 4 -> 5"):
         ReplayStore(url)
 
 
