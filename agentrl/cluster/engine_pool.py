@@ -223,7 +223,7 @@ class EnginePool:
     def _start_actor(self, index: int) -> Any:
         from agentrl.cluster.actors import RolloutActor
 
-        return RolloutActor.options(**self._options).remote(
+        return RolloutActor.options(**role_options(self.cfg, "rollout", index)).remote(
             self._cfg_dict, self._model_path, self._run_id, engine_index=index, sandbox_hosts=self._hosts or None)
 
     @property
@@ -249,25 +249,27 @@ class EnginePool:
         """Wait for every engine to start; returns each one's engine start-up seconds
         ``[num_engines]``.
 
+        Bounded (``agentrl.cluster.engine_start.wait_ready``): each engine must be placed on
+        a node within ``cluster.rendezvous_timeout_s`` (an engine the cluster could hold but
+        whose resources other actors or jobs hold would otherwise wait for ever) and start
+        within ``engine_start.ENGINE_START_S`` after that.
+
         Raises:
-            ClusterError: an engine's actor died while starting (the message says which
-                engine and why, e.g. the memory monitor's kill).
+            ClusterError: an engine was not placed in time (naming the engine, what it asks
+                for and the cluster's total and free resources), did not start in time, or
+                its actor died while starting (which engine and why, e.g. the memory
+                monitor's kill).
             RayActorError: an engine's constructor raised (its cause is that error, e.g. a
                 ``ConfigError`` or ``TemplateError``), as a single actor's did before.
         """
-        starts = [e.actor.ready.remote() for e in self._engines]
-        nodes = [e.actor.node.remote() for e in self._engines]
-        out = []
-        for e, s, n in zip(self._engines, starts, nodes):
-            try:
-                e.start_s, e.node = float(ray.get(s)), dict(ray.get(n))
-            except RayActorError as exc:
-                if as_cluster_error(exc) is None:
-                    raise  # its constructor raised (e.g. a ConfigError): that error, not the cluster's
-                raise ClusterError(f"rollout engine {e.index} did not start: "
-                                   f"{actor_failure_message(exc, f'rollout engine {e.index}')}") from None
-            out.append(e.start_s)
-        return out
+        from agentrl.cluster.engine_start import wait_ready
+
+        asked = {"CPU": self._options["num_cpus"], "GPU": self._options["num_gpus"], **self._options.get("resources", {})}
+        started = wait_ready([(e.index, e.actor) for e in self._engines], asked,
+                             place_timeout_s=self.cfg.cluster.rendezvous_timeout_s)
+        for e, s in zip(self._engines, started):
+            e.start_s, e.node = s.start_s, s.node
+        return [e.start_s for e in self._engines]
 
     # -- rollout -----------------------------------------------------------------------
     def rollout(self, requests: Sequence[EpisodeRequest], policy_version: int) -> tuple[list[Episode], float, dict[str, float]]:

@@ -168,24 +168,32 @@ def _placement(cfg: Any, role: str) -> Any:
     return getattr(cfg.cluster.placement, role)
 
 
-def role_options(cfg: Any, role: str) -> dict[str, Any]:
+def role_options(cfg: Any, role: str, index: int | None = None) -> dict[str, Any]:
     """The ``ActorClass.options(**...)`` kwargs of one actor of ``role``.
 
     Args:
         cfg: the run's ``Config``.
         role: ``"trainer"`` (one rank), ``"rollout"`` (one engine) or ``"sandbox"`` (one host).
+        index: the engine index of a ``rollout`` actor (its cores when engines share the
+            local machine, ``agentrl.cluster.cpu_threads.engine_cores``); None: not bound.
 
     Returns:
-        ``{"num_cpus": float, "num_gpus": float}`` plus ``"resources": {name: amount}`` when
-        ``cluster.placement.<role>.resources`` is not empty.
+        ``{"num_cpus": float, "num_gpus": float, "runtime_env": {"env_vars": {...}}}`` plus
+        ``"resources": {name: amount}`` when ``cluster.placement.<role>.resources`` is not
+        empty. ``env_vars``: the actor's OpenMP threads (``OMP_NUM_THREADS``, and for a bound
+        engine ``OMP_PLACES`` / ``OMP_PROC_BIND`` / ``VLLM_CPU_OMP_THREADS_BIND``), from
+        ``agentrl.cluster.cpu_threads.actor_env_vars``; Ray merges them over ``connect``'s.
 
     Raises:
         ConfigError: ``role`` is not one of ``ROLES``.
     """
+    from agentrl.cluster.cpu_threads import actor_env_vars
+
     p = _placement(cfg, role)
     opts: dict[str, Any] = {"num_cpus": float(p.num_cpus), "num_gpus": float(p.num_gpus)}
     if p.resources:
         opts["resources"] = {k: float(v) for k, v in p.resources.items()}
+    opts["runtime_env"] = {"env_vars": actor_env_vars(cfg, role, index)}
     return opts
 
 
@@ -235,6 +243,12 @@ def _shown_resources(res: dict[str, float]) -> str:
         and not k.startswith("node:") and not k.startswith("accelerator_type:")
     )
     return ", ".join(f"{k} {_num(res[k])}" for k in keys) or "nothing placeable"
+
+
+def resources_text(res: dict[str, float]) -> str:
+    """``CPU 4, GPU 1, rollout 2``: the resources of ``res`` (``ray.cluster_resources()``-
+    shaped) that placement can ask for, without memory and ``node:<ip>`` keys."""
+    return _shown_resources(res)
 
 
 def _cluster_text(nodes: Sequence[dict[str, Any]]) -> str:

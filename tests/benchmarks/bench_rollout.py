@@ -198,7 +198,7 @@ def run_one(n: int, args, model_path: str, run_dir: Path) -> dict:
             group.kill()
         pool.kill()
 
-    raws = [RawEngine.options(**role_options(cfg, "rollout")).remote(d, model_path) for _ in range(n)]
+    raws = [RawEngine.options(**role_options(cfg, "rollout", i)).remote(d, model_path) for i in range(n)]
     try:
         ray.get([r.__ray_ready__.remote() for r in raws])
         ray.get([r.generate.remote([[1, 2, 3, 4]], [4], 0) for r in raws])  # warm-up, as for the loop

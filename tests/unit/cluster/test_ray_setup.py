@@ -24,9 +24,14 @@ def _cfg(*overrides):
 
 def test_role_options_defaults_and_resources():
     cfg = _cfg("cluster.placement.rollout.resources={rollout: 1}", "cluster.placement.trainer.num_gpus=0.5")
-    assert role_options(cfg, "trainer") == {"num_cpus": 1.0, "num_gpus": 0.5}
-    assert role_options(cfg, "rollout") == {"num_cpus": 1.0, "num_gpus": 0.0, "resources": {"rollout": 1.0}}
-    assert role_options(cfg, "sandbox") == {"num_cpus": 0.5, "num_gpus": 0.0}
+    opts = {r: role_options(cfg, r) for r in ("trainer", "rollout", "sandbox")}
+    envs = {r: o.pop("runtime_env") for r, o in opts.items()}
+    assert opts["trainer"] == {"num_cpus": 1.0, "num_gpus": 0.5}
+    assert opts["rollout"] == {"num_cpus": 1.0, "num_gpus": 0.0, "resources": {"rollout": 1.0}}
+    assert opts["sandbox"] == {"num_cpus": 0.5, "num_gpus": 0.0}
+    # every actor gets its own OpenMP thread count (tests/unit/cluster/test_cpu_threads.py)
+    assert envs["sandbox"] == {"env_vars": {"OMP_NUM_THREADS": "1"}}
+    assert set(envs["rollout"]["env_vars"]) == {"OMP_NUM_THREADS"}
     with pytest.raises(ConfigError, match="role='critic'"):
         role_options(cfg, "critic")
 
