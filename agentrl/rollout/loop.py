@@ -95,6 +95,7 @@ class _Active:
     seed: int | None = None
     version: int = 0  # weight version of the pending turn's current segment
     segments: list[tuple[list[int], list[float], int]] = field(default_factory=list)  # (ids, log-probs, version) before a preemption
+    preemptions: int = 0  # of the pending turn (its engine request ids are "{episode_id}:{turn}.{n}" after the n-th)
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, StepInfo]:
@@ -251,6 +252,7 @@ class RolloutWorker:
         st.engine_prompt = prefix + prompt
         st.seed = st.req.sample_seed * 1009 + turn_idx
         st.segments = []
+        st.preemptions = 0
         queue.append(st)
         return False
 

@@ -249,8 +249,9 @@ class RolloutSession:
             self._finish_preempted(st)
             return
         turn = len(st.episode.turns)
-        n_seg = len(st.segments)
-        st.request_id = f"{st.episode.episode_id}:{turn}" + (f".{n_seg}" if n_seg else "")
+        n_seg = len(st.segments)  # segments with tokens: a preemption before the first token keeps the seed
+        st.preemptions += 1
+        st.request_id = f"{st.episode.episode_id}:{turn}.{st.preemptions}"  # a fresh engine request id
         partial = [t for seg in st.segments for t in seg[0]]
         st.version = self.policy_version
         self._by_request[st.request_id] = st
