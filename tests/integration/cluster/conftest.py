@@ -1,11 +1,79 @@
+"""``ray_session``: one local Ray instance (4 logical CPUs) for the cluster tests that use it.
+
+It is started by the first test that asks for it and kept while the tests that follow ask
+for it too, also across modules (consecutive modules that each started and stopped their own
+instance paid Ray's start-up and shutdown each time, several seconds on 2 busy cores). It is
+shut down after the last test of a module when the next test does not ask for it (it may
+start a Ray instance or a multi-node ``Cluster`` of its own, or run ``agentrl train``, which
+must start its own), and at the end of the session.
+
+A module that leaves actors behind does not hand them to the next one: before the instance
+is handed over, every CPU must be free again (``ray.kill`` is asynchronous: waited for up to
+``_FREE_WAIT_S``), else it is replaced by a fresh one.
+"""
+
+from __future__ import annotations
+
+import time
+
 import pytest
+
+_FREE_WAIT_S = 10.0
+_NUM_CPUS = 4
+_state = {"ours": False}  # whether the Ray instance of this process is the one ray_session started
+
+
+def _start():
+    import ray
+
+    ray.init(address="local", num_cpus=_NUM_CPUS, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    _state["ours"] = True
+
+
+def _stop():
+    import ray
+
+    if _state["ours"] and ray.is_initialized():
+        ray.shutdown()
+    _state["ours"] = False
+
+
+def _all_free(ray) -> bool:
+    deadline = time.monotonic() + _FREE_WAIT_S
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0.0) >= _NUM_CPUS - 1e-6:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 @pytest.fixture(scope="module")
 def ray_session():
     import ray
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    if _state["ours"] and ray.is_initialized():
+        if not _all_free(ray):  # the previous module left actors holding CPUs: start clean
+            _stop()
+            _start()
+    else:
+        _start()
     yield ray
-    ray.shutdown()
+
+
+def _uses_ray_session(item) -> bool:
+    return item is not None and "ray_session" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)  # after the module's own fixtures were torn down (their actors killed)
+def pytest_runtest_teardown(item, nextitem):
+    if not _state["ours"]:
+        return
+    if nextitem is not None and nextitem.module is item.module:
+        return  # a module-scoped ray_session stays as long as its module runs
+    if not _uses_ray_session(nextitem):
+        _stop()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _stop()
