@@ -117,6 +117,39 @@ def test_sync_weights_to_two_engines(actors, method):
         sync_weights([trainer], engines)  # both engines at the trainer's weights again (C04 needs equal weights)
 
 
+def test_input_embedding_gemm_is_rebuilt_at_first_use_from_the_new_weights(actors):
+    """``weight_load`` defers the input embedding's GEMM handler (unused by Llama-like models)
+    to its first use: if it is used, it is exactly the handler an eager repack builds."""
+    ray, trainer, rollout, _ = actors
+    from agentrl.cluster.weight_sync import sync_weights
+
+    def _input_embedding_gemm(actor_self):
+        """In the engine: the input embedding's GEMM (what a model multiplying by it would call)
+        after an in-place load, against the same GEMM rebuilt eagerly from the loaded weight."""
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+        def check(model):
+            emb = next(m for m in model.modules() if isinstance(m, VocabParallelEmbedding) and not isinstance(m, ParallelLMHead))
+            deferred = getattr(emb.cpu_linear, "__name__", "") == "first_use"
+            x = torch.randn(3, emb.weight.shape[1], generator=torch.Generator().manual_seed(0))
+            with torch.no_grad():
+                lazy = emb.quant_method.apply(emb, x)  # builds the handler from the current weight, then uses it
+                rebuilt_once = getattr(emb.cpu_linear, "__name__", "") != "first_use"
+                dispatch_cpu_unquantized_gemm(emb, remove_weight=False)
+                eager = emb.quant_method.apply(emb, x)
+                plain = x @ emb.weight.T
+            return deferred, rebuilt_once, torch.equal(lazy, eager), (lazy - plain).abs().max().item()
+
+        return actor_self.engine.llm.apply_model(check)[0]
+
+    sync_weights([trainer], [rollout])
+    deferred, rebuilt_once, equal, gap = ray.get(rollout.__ray_call__.remote(_input_embedding_gemm))
+    assert deferred and rebuilt_once
+    assert equal  # bitwise the eager handler's output
+    assert gap < 1e-4  # and it multiplies by the loaded weight
+
+
 def test_tied_embedding_is_sent_once(actors):
     ray, trainer, _, _ = actors
     layout, _, _ = ray.get(trainer.gather_weights.remote())
