@@ -2,7 +2,9 @@
 share a batch; an engine killed in the middle of a rollout loses its in-flight episodes as
 ``aborted`` (flagged, stored, never scored), which the survivor rolls out again; with every
 with ``cluster.node_wait_s > 0`` a replacement engine takes the lost episodes; with every
-engine lost the pool stops with a ``ClusterError``.
+engine lost the pool stops with a ``ClusterError``. Each engine runs its own OpenMP threads
+on its own cores (``agentrl.cluster.cpu_threads``, applied through the actor's runtime_env),
+and ``ready()`` is bounded when other actors hold the CPUs an engine asks for.
 
 One local Ray instance for the module. ``ray.kill`` raises the same ``ActorDiedError`` in
 the pool as a removed node does (platform notes: ``c.remove_node`` kills that node's actors)."""
@@ -151,3 +153,79 @@ def test_every_engine_lost_is_a_cluster_error_naming_them(pool, ray_session):
     with pytest.raises(ClusterError, match=r"every rollout engine is lost: rollout engine \d on node .*node_wait_s=0"):
         pool.rollout(_requests(pool.cfg, 2), policy_version=0)
     assert pool.engine_indices == []
+
+
+def test_an_engine_runs_its_own_threads_on_its_own_cores_whatever_the_job_says(ray_session, tmp_path):
+    """role_options' env_vars win over the job's (ray_session's OMP_NUM_THREADS=1), are there
+    before the worker imports torch, and OpenMP runs that many threads on the engine's cores."""
+    import os
+
+    from agentrl.cluster.cpu_threads import engine_cores
+    from agentrl.cluster.ray_setup import role_options
+
+    ray = ray_session
+
+    @ray.remote
+    class Probe:
+        def threads(self, load_torch=True):
+            import os
+            import sys
+
+            env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND")}
+            fresh = "torch" not in sys.modules  # so libgomp reads this environment when torch loads it
+            if not load_torch:
+                return env, fresh, None, None
+            import torch
+
+            torch.ones(256, 256) @ torch.ones(256, 256)  # an OpenMP parallel region
+            return env, fresh, torch.get_num_threads(), sorted(os.sched_getaffinity(0))
+
+    cores = sorted(os.sched_getaffinity(0))
+    two = _cfg(tmp_path, "unused", "rollout.num_engines=2")
+    opts = role_options(two, "rollout", 1)
+    want = opts["runtime_env"]["env_vars"]
+    env, fresh, threads, affinity = ray.get(Probe.options(**opts).remote().threads.remote())
+    assert fresh and env["OMP_NUM_THREADS"] == want["OMP_NUM_THREADS"] and threads == int(want["OMP_NUM_THREADS"])
+    if len(cores) >= 2:  # bound: engine 1's OpenMP runs on its own core(s) only
+        assert env["OMP_PLACES"] == want["OMP_PLACES"] and env["OMP_PROC_BIND"] == "true"
+        assert affinity == engine_cores(two, 1) and affinity != engine_cores(two, 0)
+    one = role_options(_cfg(tmp_path, "unused"), "trainer")  # one rank: every core, over the job's 1
+    env, _, _, _ = ray.get(Probe.options(**one).remote().threads.remote(load_torch=False))
+    assert env["OMP_NUM_THREADS"] == str(len(cores)) and env["OMP_PLACES"] is None
+
+
+def test_ready_is_bounded_when_other_actors_hold_the_cpus(ray_session, tmp_path):
+    """The cluster has the CPUs an engine asks for, but another actor holds them: ready()
+    fails within cluster.rendezvous_timeout_s, naming the engine, its ask and what is free
+    (Ray alone would keep the engine pending for ever)."""
+    from agentrl.cluster.engine_pool import EnginePool
+    from agentrl.errors import ClusterError
+
+    ray = ray_session
+    total = ray.cluster_resources()["CPU"]
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0.0) < total and time.monotonic() < deadline:
+        time.sleep(0.2)  # the engines killed above give their CPUs back asynchronously
+
+    @ray.remote(num_cpus=total)
+    class Hog:
+        def ping(self):
+            return 1
+
+    hog = Hog.remote()
+    ray.get(hog.ping.remote())
+    cfg = _cfg(tmp_path, str(tmp_path / "never-loaded"), "cluster.rendezvous_timeout_s=1.5")
+    pool = EnginePool(cfg, cfg.model_dump(mode="json"), str(tmp_path / "never-loaded"), "bounded-ready")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ClusterError) as e:
+            pool.ready()
+    finally:
+        waited = time.monotonic() - t0
+        pool.kill()
+        ray.kill(hog)
+    msg = str(e.value)
+    assert waited < 10, waited
+    assert msg.startswith("rollout engine 0 was not placed on any node within cluster.rendezvous_timeout_s=1.5 s"), msg
+    assert "it asks for CPU 1 (cluster.placement.rollout)" in msg
+    assert f"the cluster has CPU {total:g} in all, nothing free" in msg

@@ -1,16 +1,12 @@
-"""Per-actor OpenMP threads and engine cores (agentrl.cluster.cpu_threads), then on a real
-small Ray instance: that an actor's runtime_env env_vars win over the job's, reach the
-worker before torch is imported, and that OpenMP runs the given threads on the given cores;
-and that EnginePool.ready is bounded when other actors hold the resources."""
+"""Per-actor OpenMP threads and engine cores (agentrl.cluster.cpu_threads). On real Ray (that
+an actor's env_vars win over the job's, reach the worker before torch is imported, and bind
+OpenMP): tests/integration/cluster/test_engine_pool.py."""
 
 from __future__ import annotations
-
-import pytest
 
 from agentrl.cluster.cpu_threads import actor_env_vars, engine_cores, role_threads
 from agentrl.cluster.ray_setup import role_options
 from agentrl.config import load_config
-from agentrl.errors import ClusterError
 
 
 def _cfg(*overrides):
@@ -68,81 +64,3 @@ def test_role_options_carries_the_env_per_engine_index():
 
     if len(os.sched_getaffinity(0)) >= 2:
         assert a["OMP_PLACES"] != b["OMP_PLACES"]
-
-
-# --------------------------------------------------------------------------- real Ray
-
-
-@pytest.fixture(scope="module")
-def small_ray():
-    import ray
-
-    # As connect() starts it: the job's runtime_env says every core; the actors' must win.
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "7", "TOKENIZERS_PARALLELISM": "false"}})
-    yield ray
-    ray.shutdown()
-
-
-def test_actor_env_wins_over_the_job_env_and_binds_openmp(small_ray):
-    ray = small_ray
-    import os
-
-    cores = sorted(os.sched_getaffinity(0))
-    cfg = _cfg("rollout.num_engines=2")
-
-    @ray.remote
-    class Probe:
-        def threads(self):
-            import os
-
-            before = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_PLACES", "OMP_PROC_BIND")}
-            import sys
-
-            fresh = "torch" not in sys.modules  # the env was there before torch (libgomp) was loaded
-            import torch
-
-            torch.ones(256, 256) @ torch.ones(256, 256)  # an OpenMP parallel region
-            return before, fresh, torch.get_num_threads(), sorted(os.sched_getaffinity(0))
-
-    opts = role_options(cfg, "rollout", 1)
-    want = opts["runtime_env"]["env_vars"]
-    before, fresh, threads, affinity = ray.get(Probe.options(**opts).remote().threads.remote())
-    assert before["OMP_NUM_THREADS"] == want["OMP_NUM_THREADS"] != "7"
-    assert fresh
-    assert threads == int(want["OMP_NUM_THREADS"])
-    if len(cores) >= 2:  # bound: OpenMP's initial thread runs on this engine's core(s) only
-        assert before["OMP_PLACES"] == want["OMP_PLACES"]
-        assert affinity == engine_cores(cfg, 1)
-    plain = ray.get(Probe.remote().threads.remote())  # an actor without role options keeps the job's
-    assert plain[0]["OMP_NUM_THREADS"] == "7"
-
-
-def test_engine_pool_ready_is_bounded_when_other_actors_hold_the_cpus(small_ray, tmp_path):
-    ray = small_ray
-    from agentrl.cluster.engine_pool import EnginePool
-
-    @ray.remote(num_cpus=2)
-    class Hog:
-        def ping(self):
-            return 1
-
-    hog = Hog.remote()
-    ray.get(hog.ping.remote())  # holds both CPUs: the cluster has them in total, none free
-    cfg = _cfg(f"run.dir={tmp_path}", "cluster.rendezvous_timeout_s=1.5")
-    pool = EnginePool(cfg, cfg.model_dump(mode="json"), str(tmp_path / "never-loaded"), "bounded-ready")
-    try:
-        import time
-
-        t0 = time.monotonic()
-        with pytest.raises(ClusterError) as e:
-            pool.ready()
-        waited = time.monotonic() - t0
-    finally:
-        pool.kill()
-        ray.kill(hog)
-    msg = str(e.value)
-    assert waited < 10, waited
-    assert msg.startswith("rollout engine 0 was not placed on any node within cluster.rendezvous_timeout_s=1.5 s")
-    assert "it asks for CPU 1 (cluster.placement.rollout)" in msg
-    assert "the cluster has CPU 2 in all, nothing free" in msg
