@@ -587,9 +587,10 @@ class Config(_Section):
                 raise ValueError(
                     f"controller.mode='async' with env.group_size={self.env.group_size} larger than "
                     f"rollout.num_engines * rollout.max_num_seqs = {self.rollout.num_engines} * "
-                    f"{self.rollout.max_num_seqs} = {slots}: a group cannot run at once, so its first members "
-                    f"wait on its last and the group ages past controller.max_staleness="
-                    f"{self.controller.max_staleness}; use a smaller group or more engines / sequences"
+                    f"{self.rollout.max_num_seqs} = {slots}: the engines cannot hold one group at once, so its "
+                    f"members run one after another while the group ages toward controller.max_staleness="
+                    f"{self.controller.max_staleness} and every update waits for it; use a smaller group or "
+                    "more engines / sequences"
                 )
         if self.trainer.device == "cpu" and self.trainer.backend == "nccl":
             raise ValueError("trainer.backend='nccl' needs trainer.device='cuda'")
