@@ -9,7 +9,8 @@ Run on demand (pytest does not collect this file)::
 
 One invocation, one Ray instance started here, two runs one after the other with
 ``agentrl.cluster.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
-with ``--max-staleness`` and ``--partial-rollout``. The two configs differ in ``controller.*``
+with ``--max-staleness`` and ``--partial-rollout`` (``--repeats N``: N such pairs, interleaved;
+every run and each pair's ratio are printed, and each mode's best run is the one reported). The two configs differ in ``controller.*``
 and ``run.dir`` only: same model, seed, tasks (the same task order), group size, iterations,
 sampling, trainer, and ``rollout.env_workers`` large enough that no environment step waits
 for a thread in either mode ((k + 1) x tasks x group size).
@@ -94,19 +95,43 @@ def overrides(args: argparse.Namespace, mode: str, model_path: str, run_dir: Pat
     ]
 
 
-def run_mode(args: argparse.Namespace, mode: str, model_path: str) -> dict[str, Any]:
-    """Train one run of ``mode`` into ``--out``/``mode`` and summarise it from its metrics.jsonl."""
+def run_mode(args: argparse.Namespace, mode: str, model_path: str, repeat: int = 1) -> dict[str, Any]:
+    """Train one run of ``mode`` into ``--out``/``mode`` (``mode-<repeat>`` after the first
+    repeat) and summarise it from its metrics.jsonl."""
     from agentrl.cluster.controller import train
     from agentrl.config import load_config
 
-    run_dir = args.out / mode
+    run_dir = args.out / (mode if repeat == 1 else f"{mode}-{repeat}")
     cfg = load_config(None, overrides(args, mode, model_path, run_dir))
     load0 = _load_avg()
     t0 = time.perf_counter()
     summary = train(cfg)
     total_s = time.perf_counter() - t0
     return summarise(mode, rep.load_metrics(run_dir / "metrics.jsonl"), run_id=summary.run_id, run_dir=str(run_dir),
-                     policy_version=summary.policy_version, train_call_s=total_s, load=f"{load0} -> {_load_avg()}")
+                     policy_version=summary.policy_version, train_call_s=total_s, load=f"{load0} -> {_load_avg()}",
+                     repeat=repeat)
+
+
+def best_runs(all_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per mode, the run with the most trained tokens/s: the least disturbed by other jobs on
+    a shared machine (others' load only ever slows a run down), as bench_trainer.py keeps each
+    variant's best of ``--rounds``."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in all_runs:
+        cur = best.get(r["mode"])
+        if cur is None or r["throughput"]["trained_tokens_per_s"] > cur["throughput"]["trained_tokens_per_s"]:
+            best[r["mode"]] = r
+    return best
+
+
+def _run_line(r: dict[str, Any]) -> str:
+    t = r["throughput"]
+    return (f"{r['mode']:5s}: {t['iterations']:.0f} iterations, {t['wall_s']:7.1f} s training loop "
+            f"({r['train_call_s']:.1f} s in train() with start-up), {t['episodes']:.0f} episodes "
+            f"{t['episodes_per_s']:.3f}/s, {t['trained_tokens']:.0f} trained tokens "
+            f"{t['trained_tokens_per_s']:.1f}/s, {t['rollout_tokens']:.0f} rollout tokens "
+            f"{t['rollout_tokens_per_s']:.1f}/s   (load {r['load']})"
+            + ("   [timeline reconstructed from time/*]" if r["timeline_reconstructed"] else ""))
 
 
 def summarise(mode: str, history: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
@@ -139,19 +164,28 @@ def _mean_tail(curve: list[dict[str, float]], key: str, n: int) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
-def report(args: argparse.Namespace, runs: dict[str, dict[str, Any]], model: str) -> tuple[list[str], dict[str, Any], bool]:
+def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
+           ) -> tuple[list[str], dict[str, Any], bool]:
     """The printed lines, the JSON summary and whether the target was met (True when it does
-    not apply: one mode only, or ``max_staleness`` above the target's)."""
+    not apply: one mode only, or ``max_staleness`` above the target's). With several repeats
+    every run and each repeat's ratio are listed, and the rest is about each mode's best run
+    (``best_runs``)."""
     lines: list[str] = []
-    for mode, r in runs.items():
-        t = r["throughput"]
-        lines.append(f"{mode:5s}: {t['iterations']:.0f} iterations, {t['wall_s']:7.1f} s training loop "
-                     f"({r['train_call_s']:.1f} s in train() with start-up), {t['episodes']:.0f} episodes "
-                     f"{t['episodes_per_s']:.3f}/s, {t['trained_tokens']:.0f} trained tokens "
-                     f"{t['trained_tokens_per_s']:.1f}/s, {t['rollout_tokens']:.0f} rollout tokens "
-                     f"{t['rollout_tokens_per_s']:.1f}/s   (load {r['load']})"
-                     + ("   [timeline reconstructed from time/*]" if r["timeline_reconstructed"] else ""))
+    runs = best_runs(all_runs)
     summary: dict[str, Any] = {"model": model, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    if len(all_runs) > len(runs):
+        lines.append("every run, in the order run:")
+        lines.extend(f"  repeat {r.get('repeat', 1)}: " + _run_line(r) for r in all_runs)
+        pairs = {}
+        for r in all_runs:
+            pairs.setdefault(r.get("repeat", 1), {})[r["mode"]] = r["throughput"]["trained_tokens_per_s"]
+        each = {k: p["async"] / p["sync"] for k, p in pairs.items() if "sync" in p and "async" in p and p["sync"] > 0}
+        if each:
+            lines.append("  async / sync trained tokens/s per repeat: "
+                         + ", ".join(f"{v:.2f}x" for v in each.values()))
+            summary["ratio_per_repeat"] = list(each.values())
+        lines.append("best run of each mode (the least disturbed by the machine's other jobs):")
+    lines.extend(_run_line(r) for r in runs.values())
     ok = True
     if "sync" in runs:
         ideal = runs["sync"]["ideal"]
@@ -195,6 +229,7 @@ def report(args: argparse.Namespace, runs: dict[str, dict[str, Any]], model: str
                      f"{b['success_rate']:.3f} +- {b['se']:.3f}")
     summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
     summary["history"] = {m: r["history"] for m, r in runs.items()}
+    summary["all_runs"] = [{k: v for k, v in r.items() if k not in ("history", "spans")} for r in all_runs]
     summary["target_met"] = ok
     return lines, summary, ok
 
@@ -230,6 +265,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run.iterations of each run (updates; the first one's start-up costs weigh less with more)")
     p.add_argument("--tasks", type=int, default=4, help="env.tasks_per_iteration: groups per update")
     p.add_argument("--group-size", type=int, default=4, help="env.group_size")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the modes this many times, interleaved; each mode's best run is reported (a shared "
+                        "machine's other jobs only slow a run down)")
     p.add_argument("--max-staleness", type=int, default=2, help="controller.max_staleness of the async run")
     p.add_argument("--partial-rollout", default="continue", choices=["continue", "drain", "restart"],
                    help="controller.partial_rollout of the async run")
@@ -247,7 +285,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from agentrl.errors import ConfigError
     from longtail_env import check_latency_profile
 
-    for name in ("iterations", "tasks", "group_size", "max_guesses", "max_new_tokens"):
+    for name in ("iterations", "repeats", "tasks", "group_size", "max_guesses", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
     if args.max_staleness < 0:
@@ -279,18 +317,19 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.iterations} updates; steps {args.fast_step_s} s, {args.slow_step_s} s with p={args.slow_prob}; "
           f"async: max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}; "
           f"load average {_load_avg()}", flush=True)
-    runs: dict[str, dict[str, Any]] = {}
+    all_runs: list[dict[str, Any]] = []
     started = connect(load_config(None, [f"run.dir={args.out / 'ray'}"]))
     try:
-        for mode in args.modes:
-            print(f"{mode} run ...", flush=True)
-            runs[mode] = run_mode(args, mode, model)
+        for k in range(1, args.repeats + 1):  # interleaved: sync, async, sync, async, ...
+            for mode in args.modes:
+                print(f"{mode} run{f' (repeat {k})' if args.repeats > 1 else ''} ...", flush=True)
+                all_runs.append(run_mode(args, mode, model, k))
     finally:
         if started:
             ray.shutdown()
-    lines, summary, ok = report(args, runs, model)
+    lines, summary, ok = report(args, all_runs, model)
     print("\n".join(lines))
-    for p in write_timelines(args.out, runs):
+    for p in write_timelines(args.out, best_runs(all_runs)):
         print(f"wrote {p}")
     (args.out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"wrote {args.out / 'results.json'}")

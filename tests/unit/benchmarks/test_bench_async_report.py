@@ -160,8 +160,8 @@ def _async_history(speed):
 @pytest.mark.parametrize("speed, met", [(2.5, True), (1.5, False)])
 def test_report_gives_ratios_against_the_target_and_the_bound(speed, met):
     meta = dict(run_id="r", train_call_s=1.0, load="0/0/0")
-    runs = {"sync": bench_async.summarise("sync", _sync_history(), **meta),
-            "async": bench_async.summarise("async", _async_history(speed), **meta)}
+    runs = [bench_async.summarise("sync", _sync_history(), **meta),
+            bench_async.summarise("async", _async_history(speed), **meta)]
     lines, summary, ok = bench_async.report(_args(), runs, "tiny")
     assert ok is met and summary["target_met"] is met
     assert summary["ratios"]["episodes_per_s"] == pytest.approx(speed)
@@ -186,3 +186,17 @@ def test_success_within_a_token_budget_takes_whole_iterations():
     assert b["success_rate"] == 0.5 and b["se"] == pytest.approx(math.sqrt(0.25 / 32))
     assert rep.success_within_budget(h, 10.0)["iterations"] == 1  # at least the first
     assert math.isnan(rep.success_within_budget([{"rollout/generated_tokens": 5.0}], 5.0)["success_rate"])
+
+
+def test_repeats_report_every_run_and_the_best_of_each_mode():
+    meta = dict(run_id="r", train_call_s=1.0, load="0/0/0")
+    runs = [bench_async.summarise("sync", _sync_history(), repeat=1, **meta),
+            bench_async.summarise("async", _async_history(1.5), repeat=1, **meta),
+            bench_async.summarise("sync", _async_history(1.25), repeat=2, **meta),  # a less disturbed sync run
+            bench_async.summarise("async", _async_history(3.0), repeat=2, **meta)]
+    best = bench_async.best_runs(runs)
+    assert best["sync"] is runs[2] and best["async"] is runs[3]
+    lines, summary, ok = bench_async.report(_args(), runs, "tiny")
+    assert summary["ratio_per_repeat"] == [pytest.approx(1.5), pytest.approx(3.0 / 1.25)]
+    assert summary["ratios"]["trained_tokens_per_s"] == pytest.approx(3.0 / 1.25) and ok
+    assert sum(1 for x in lines if x.startswith("  repeat ")) == 4 and len(summary["all_runs"]) == 4
