@@ -11,11 +11,24 @@ import time
 import pytest
 import torch
 
-from tests.integration.cluster.conftest import ray_session  # noqa: F401  (the shared module-scoped Ray fixture)
-
 pytestmark = pytest.mark.slow
 
 GROUP = 4
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance for this module, shut down after it (the cluster tests' shared
+    ``ray_session`` lives in tests/integration/cluster/conftest.py and serves that folder)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+    yield ray
+    if started:
+        ray.shutdown()
 
 
 def _requests(cfg, first_position: int, n_groups: int):
@@ -43,12 +56,12 @@ def _payload(ray, model_path: str) -> list:
     return [ray.put((layout, buf.numpy().copy())), {}]
 
 
-def test_stream_with_a_weight_load_in_flight(ray_session, tmp_path, tiny_model_path):  # noqa: F811
+def test_stream_with_a_weight_load_in_flight(local_ray, tmp_path, tiny_model_path):
     from agentrl.cluster.actors import RolloutActor
     from agentrl.config import load_config
     from agentrl.errors import ClusterError
 
-    ray = ray_session
+    ray = local_ray
     cfg = load_config(None, [f"run.dir={tmp_path}", f"model.path={tiny_model_path}", "env.id=agentrl/GuessNumber-v0",
                              "rollout.max_turns=2", "rollout.max_new_tokens=32", "rollout.max_context_tokens=512",
                              "rollout.kv_cache_gb=1", "rollout.max_num_seqs=16"])
