@@ -32,11 +32,18 @@ TEMPERATURE = 0.8
 
 
 class OneTurnEnv(gym.Env):
+    """Ends after ``turns`` steps."""
+
+    def __init__(self, turns: int = 1):
+        self.turns, self.t = turns, 0
+
     def reset(self, *, seed=None, options=None):
+        self.t = 0
         return f"Task {options['task_id']}: write a long story about the number {seed}.", {}
 
     def step(self, action):
-        return "done", 1.0, True, False, {}
+        self.t += 1
+        return "go on", 1.0, self.t >= self.turns, False, {}
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +82,13 @@ def hf_log_probs(model, prompt: list[int], completion: list[int]) -> torch.Tenso
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None])[:, 0]
 
 
-def test_continue_mode_tokens_match_the_weights_that_sampled_them(models, tokenizer):
+def roll_out_with_a_load(models, tokenizer, mode: str, max_turns: int = 1, stop_ids=(2,), max_new_tokens: int = 20):
+    """Four episodes on the engine at the old weights; after 6 engine steps of sampling, a
+    load of the new weights as version 1 in ``mode``; returns ``(episodes, load)``."""
     engine, old, new, old_weights, new_weights = models
     engine.update_weights(old_weights)
-    worker = RolloutWorker(engine, ChatTokenizer(tokenizer, (2,)), lambda req: (OneTurnEnv(), None),
-                           RolloutLimits(max_turns=1, max_new_tokens=20, max_context_tokens=512),
+    worker = RolloutWorker(engine, ChatTokenizer(tokenizer, tuple(stop_ids)), lambda req: (OneTurnEnv(max_turns), None),
+                           RolloutLimits(max_turns=max_turns, max_new_tokens=max_new_tokens, max_context_tokens=512),
                            SamplingRecord(temperature=TEMPERATURE), env_workers=2)
     session = RolloutSession(worker, 0)
     requests = [EpisodeRequest("t/One", f"t{i}", seed=i, group_id="g", sample_seed=50 + i, index=i) for i in range(4)]
@@ -90,8 +99,8 @@ def test_continue_mode_tokens_match_the_weights_that_sampled_them(models, tokeni
             done += session.step_once(wait_s=1.0)
         for _ in range(6):  # every request samples a few tokens under the old weights
             done += session.step_once(wait_s=1.0)
-        assert not done and len(engine.unfinished_ids()) == 4
-        load = WeightLoad(apply=lambda: engine.update_weights(new_weights), policy_version=1, mode="continue")
+        assert not done and engine.unfinished_ids()  # nothing finished yet, requests in flight
+        load = WeightLoad(apply=lambda: engine.update_weights(new_weights), policy_version=1, mode=mode)
         session.request_load(load)
         while len(done) < 4:
             done += session.step_once(wait_s=1.0)
@@ -99,24 +108,75 @@ def test_continue_mode_tokens_match_the_weights_that_sampled_them(models, tokeni
     finally:
         session.abort_all()
         session.shutdown()
-    assert load.stats["preempted_requests"] == 4 and load.stats["prefix_reset_ok"] and load.stats["method"] == "in_place"
+    assert load.stats["prefix_reset_ok"] and load.stats["method"] == "in_place"
+    assert sorted(e.episode_id for e in done) == sorted(r.episode_id for r in requests)
+    return done, load
 
-    gaps = {"old": 0.0, "new": 0.0, "v0_vs_new": 0.0, "v1_vs_old": 0.0}
+
+def version_gaps(models, episodes) -> dict[str, float]:
+    """Max |engine - transformers| log-prob gaps over every sampled token: ``own`` against
+    the weights its version names, ``other`` against the other weights (0 where a version
+    sampled nothing)."""
+    _, old, new, _, _ = models
+    gaps = {"own": 0.0, "other_min": float("inf")}
+    for ep in episodes:
+        for turn in ep.turns:
+            v = torch.tensor(turn.policy_versions)
+            engine_lp = torch.tensor(turn.behavior_log_probs)
+            lp = {0: hf_log_probs(old, _prefix(ep, turn), turn.completion_ids),
+                  1: hf_log_probs(new, _prefix(ep, turn), turn.completion_ids)}
+            for version in (0, 1):
+                sel = v == version
+                if sel.any():
+                    gaps["own"] = max(gaps["own"], (engine_lp[sel] - lp[version][sel]).abs().max().item())
+                    other = (engine_lp[sel] - lp[1 - version][sel]).abs().max().item()
+                    gaps["other_min"] = min(gaps["other_min"], other)
+    return gaps
+
+
+def _prefix(ep, turn) -> list[int]:
+    """The full-history stream before ``turn``'s completion."""
+    out: list[int] = []
+    for t in ep.turns:
+        out += t.prompt_ids
+        if t is turn:
+            return out
+        out += t.completion_ids
+    raise AssertionError("turn not in episode")
+
+
+def test_continue_mode_tokens_match_the_weights_that_sampled_them(models, tokenizer):
+    done, load = roll_out_with_a_load(models, tokenizer, "continue")
+    assert load.stats["preempted_requests"] == 4  # the tiny model never samples id 2 this early: all 4 were generating
     for ep in done:
-        turn = ep.turns[0]
-        v = torch.tensor(turn.policy_versions)
-        k = int((v == 0).sum())
-        assert k >= 6 and (v[k:] == 1).all() and len(turn.completion_ids) > k  # both versions in one turn
-        engine_lp = torch.tensor(turn.behavior_log_probs)
-        lp_old = hf_log_probs(old, turn.prompt_ids, turn.completion_ids)
-        lp_new = hf_log_probs(new, turn.prompt_ids, turn.completion_ids)
-        gaps["old"] = max(gaps["old"], (engine_lp[:k] - lp_old[:k]).abs().max().item())
-        gaps["new"] = max(gaps["new"], (engine_lp[k:] - lp_new[k:]).abs().max().item())
-        gaps["v0_vs_new"] = max(gaps["v0_vs_new"], (engine_lp[:k] - lp_new[:k]).abs().max().item())
-        gaps["v1_vs_old"] = max(gaps["v1_vs_old"], (engine_lp[k:] - lp_old[k:]).abs().max().item())
+        v = ep.turns[0].policy_versions
+        k = v.count(0)
+        assert k >= 6 and v == [0] * k + [1] * (len(v) - k) and len(v) > k  # both versions in one turn
+    gaps = version_gaps(models, done)
     print(f"in-flight load (continue): max gaps {gaps}")
-    assert gaps["old"] < TOL and gaps["new"] < TOL  # each token matches the weights that sampled it
-    assert gaps["v0_vs_new"] > 10 * TOL and gaps["v1_vs_old"] > 10 * TOL  # and not the other weights
+    assert gaps["own"] < TOL  # each token matches the weights that sampled it
+    assert gaps["other_min"] > 10 * TOL  # and, in every turn and version, not the other weights
+
+
+# one id in 20 stops a turn (the tiny random model rarely samples its real EOS): turns of ~20
+# tokens that mostly end by "stop", so the episodes get to their second turn
+SOME_STOP = (2,) + tuple(range(3, 49152, 20))
+
+
+@pytest.mark.parametrize("mode", ["drain", "restart"])
+def test_drain_and_restart_tokens_match_the_weights_that_sampled_them(models, tokenizer, mode):
+    done, load = roll_out_with_a_load(models, tokenizer, mode, max_turns=2, stop_ids=SOME_STOP, max_new_tokens=60)
+    versions = [sorted(set(t.policy_versions)) for ep in done for t in ep.turns]
+    print(f"{mode}: turn versions {versions}, load {load.stats}")
+    assert all(len(v) == 1 for v in versions)  # in both modes a turn never spans versions
+    if mode == "drain":  # the turns in flight finished on the old weights, the later ones started on the new
+        assert [0] in versions and [1] in versions and load.stats["restarted_episodes"] == 0
+    else:  # every episode was in flight: abandoned and started again from reset under the new weights
+        assert all(v == [1] for v in versions) and load.stats["restarted_episodes"] == 4
+    assert load.stats["preempted_requests"] == 0
+    gaps = version_gaps(models, done)
+    print(f"in-flight load ({mode}): max gaps {gaps}")
+    assert gaps["own"] < TOL and gaps["other_min"] > 10 * TOL
 
 
 def test_a_load_without_the_prefix_reset_would_reuse_stale_blocks_and_the_check_sees_it(models):
