@@ -4,6 +4,11 @@ Continuous batching: every episode's next turn is queued in the engine as soon a
 environment step returns, while other episodes are still generating; environment steps
 (sandbox commands, reward checks) run in a thread pool so the engine never waits on them.
 
+The episode state machine is stepped by ``agentrl.rollout.session.RolloutSession`` (``run``
+is a thin loop over it; the streaming actor keeps one open and loads weights between engine
+steps). Each sampled token is tagged with the weight version that sampled it
+(``Turn.policy_versions``; a turn continued across a weight update spans two).
+
 Per turn the loop records exactly what design.md's ``Turn`` says. Termination:
 
 Prompt modes: ``full_history`` appends each observation to the growing conversation
@@ -38,7 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
-from agentrl.errors import ContractError, EnvError, InfraError, RewardError
+from agentrl.errors import EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
 from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, StepInfo, TerminationReason, Turn
