@@ -28,7 +28,9 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
 * async / sync ratios of episodes/s and trained tokens/s, against the target (>= 2x with
   ``max_staleness`` <= 2), beside the ideal pipelined bound from the sync run's own phase
   times (per round the slowest of rollout and credit + update + sync, against their sum;
-  ``async_report.ideal_pipelined_bound``);
+  ``async_report.ideal_pipelined_bound``), and the ceiling that the async run's own trainer
+  side sets (sync loop seconds / the async run's credit + update + sync seconds: on two shared
+  CPU cores the update slows down while the engine generates beside it);
 * the async run's staleness histogram (trained rows per policy-version lag) and
   ``async/stale_dropped``;
 * the learning curve of both runs: reward and success rate per iteration against cumulative
@@ -151,6 +153,13 @@ def summarise(mode: str, history: list[dict[str, Any]], **meta: Any) -> dict[str
     return out
 
 
+def trainer_busy_s(history: list[dict[str, Any]]) -> float:
+    """Seconds the trainer side (``time/credit_s + time/update_s + time/sync_s``) took over a
+    run: an asynchronous run cannot finish its updates faster than this, however well the
+    rollouts hide behind them."""
+    return sum(float(m.get(f"time/{p}_s") or 0.0) for m in history for p in ("credit", "update", "sync"))
+
+
 def _fmt_curve(run: dict[str, Any]) -> list[str]:
     lines = [f"  {run['mode']}: iteration  rollout tokens  reward_mean  success_rate"]
     for p in run["curve"]:
@@ -207,6 +216,12 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
                      f"(ideal pipelined bound {runs['sync']['ideal']['bound']:.2f}x); target >= {TARGET_RATIO}x: {verdict}")
         lines.append("  (the bound prices overlapping rollout with the update only; async mode also keeps up to "
                      f"{args.max_staleness + 1} x {args.tasks} groups in flight, so waiting on slow steps overlaps too)")
+        busy = trainer_busy_s(runs["async"]["history"])
+        ceiling = runs["sync"]["throughput"]["wall_s"] / busy if busy > 0 else math.nan
+        summary["async_trainer_busy_s"], summary["trainer_ceiling"] = busy, ceiling
+        lines.append(f"  async run's trainer side (credit + update + sync) busy {busy:.1f} s of its {a['wall_s']:.1f} s "
+                     f"({100 * busy / a['wall_s']:.0f}%): with its own update times async could reach at most "
+                     f"{ceiling:.2f}x (sync loop {s['wall_s']:.1f} s / {busy:.1f} s)")
     if "async" in runs:
         r = runs["async"]
         lines.append(f"staleness histogram, async run (trained rows per policy-version lag); "

@@ -170,6 +170,8 @@ def test_report_gives_ratios_against_the_target_and_the_bound(speed, met):
     text = "\n".join(lines)
     assert f"episodes/s {speed:.2f}x" in text and "ideal pipelined bound 1.43x" in text
     assert ("met" if met else "MISSED") in text
+    # the async trainer side took (0.5 + 0.5) + (0.5 + 2 + 0.5) = 4 s: ceiling = sync loop 10 s / 4 s
+    assert summary["async_trainer_busy_s"] == 4.0 and summary["trainer_ceiling"] == 2.5 and "at most 2.50x" in text
     assert "d=0" in text and "d=1" in text  # the async run's histogram
     assert summary["success_within_budget"]["async"]["iterations"] == 2
     json.dumps(summary, default=str)  # results.json can hold it
