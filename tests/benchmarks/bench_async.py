@@ -4,7 +4,7 @@ environment whose steps have long-tailed latency (issue 12, item 6).
 Run on demand (pytest does not collect this file)::
 
     .venv/bin/python tests/benchmarks/bench_async.py --tiny --out runs/bench-async-tiny     # quick check
-    .venv/bin/python tests/benchmarks/bench_async.py --out runs/bench-async                 # SmolLM2-135M fp32
+    .venv/bin/python tests/benchmarks/bench_async.py --iterations 4 --out runs/bench-async  # SmolLM2-135M fp32
     .venv/bin/python tests/benchmarks/bench_async.py --max-staleness 1 --partial-rollout drain --iterations 8
 
 One invocation, one Ray instance started here, two runs one after the other with
@@ -276,7 +276,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                    "or tiny-random-smollm2 with --tiny)")
     p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"],
                    help="runs to make, in this order (default both; ratios need both)")
-    p.add_argument("--iterations", type=int, default=10,
+    p.add_argument("--iterations", type=int, default=20,
                    help="run.iterations of each run (updates; the first one's start-up costs weigh less with more)")
     p.add_argument("--tasks", type=int, default=4, help="env.tasks_per_iteration: groups per update")
     p.add_argument("--group-size", type=int, default=4, help="env.group_size")
