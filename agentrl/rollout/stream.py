@@ -60,6 +60,7 @@ class StreamRunner:
         self._collected = 0
         self._unfinished: list[EpisodeRequest] = []
         self._live_ids: set[str] = set()  # episode ids submitted and not finished
+        self._control = threading.Lock()  # start / stop: one at a time
 
     # ------------------------------------------------------------------ control
     @property
@@ -72,13 +73,17 @@ class StreamRunner:
         Raises:
             ClusterError: a previous loop thread died (its error is the cause).
         """
-        if self.running:
-            return
-        if self._error is not None:
-            raise ClusterError(f"the rollout stream died earlier: {type(self._error).__name__}: {self._error}") from self._error
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._main, name="agentrl-rollout-stream", daemon=True)
-        self._thread.start()
+        # Under a lock: the actor serves stream_* calls on several threads, and two concurrent
+        # starts must not both start a loop thread (two threads stepping one vLLM engine
+        # corrupt its scheduler: a KeyError in update_from_output).
+        with self._control:
+            if self.running:
+                return
+            if self._error is not None:
+                raise ClusterError(f"the rollout stream died earlier: {type(self._error).__name__}: {self._error}") from self._error
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._main, name="agentrl-rollout-stream", daemon=True)
+            self._thread.start()
 
     def set_policy_version(self, version: int) -> None:
         """Set the engine's weight version (resume); only while no stream runs.
@@ -161,15 +166,16 @@ class StreamRunner:
         """Stop the loop thread: abort everything in flight, close every env and sandbox;
         returns the requests whose episodes had not finished (also those still queued).
         Finished episodes not yet collected stay collectable."""
-        if self._thread is None:
-            return []
-        self._stop.set()
-        self._inbox.put(("wake", None))
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            raise ClusterError(f"the rollout stream did not stop within {timeout_s:g} s")
-        self._thread = None
-        out, self._unfinished = self._unfinished, []
+        with self._control:
+            if self._thread is None:
+                return []
+            self._stop.set()
+            self._inbox.put(("wake", None))
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                raise ClusterError(f"the rollout stream did not stop within {timeout_s:g} s")
+            self._thread = None
+            out, self._unfinished = self._unfinished, []
         with self._cv:
             self._submitted -= len(out)
             self._live_ids.difference_update(r.episode_id for r in out)

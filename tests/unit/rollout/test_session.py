@@ -350,3 +350,33 @@ def test_a_dead_stream_raises_its_error_at_collect_and_fails_a_waiting_load():
             stream.submit(reqs("b"))
     finally:
         assert [r.task_id for r in stream.stop()] == ["a"]
+
+
+def test_concurrent_starts_run_one_loop_thread():
+    """The actor serves ``stream_start`` on several threads at once (its "stream" concurrency
+    group): two loop threads stepping one engine corrupted vLLM's scheduler (a KeyError in
+    ``update_from_output`` on a fresh clone's test run), so a start is one at a time."""
+    import threading
+
+    from agentrl.rollout.stream import StreamRunner
+
+    session, engine, _ = make(answer_len=4, max_new_tokens=8, steps=1)
+    session.shutdown()
+    stream = StreamRunner(session.worker)
+    gate = threading.Barrier(8)
+
+    def start() -> None:
+        gate.wait()
+        stream.start()
+
+    starters = [threading.Thread(target=start) for _ in range(8)]
+    try:
+        for t in starters:
+            t.start()
+        for t in starters:
+            t.join()
+        loops = [t for t in threading.enumerate() if t.name == "agentrl-rollout-stream"]
+        assert len(loops) == 1 and stream.running
+    finally:
+        stream.stop()
+    assert not [t for t in threading.enumerate() if t.name == "agentrl-rollout-stream"]
