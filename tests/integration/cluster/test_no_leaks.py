@@ -80,49 +80,59 @@ def _leftovers(name: str) -> tuple[list, list]:
     return procs, _run_dirs(name) + _containers(name)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_C10_sigint_stops_cleanly_and_leaves_no_sandbox(tmp_path, tiny_model_path, backend):
-    _need_backend(backend)
-    name = f"c10int{backend}"
-    proc = _start(tmp_path, name, tiny_model_path, backend)
+def _stop(proc: subprocess.Popen, sig: int, timeout_s: float) -> tuple[int, str]:
+    """Send ``sig`` to the driver only (Ray's own processes must notice); its exit code and output."""
     try:
-        _wait_for_sandboxes(proc, name)
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=120)
+        os.kill(proc.pid, sig)
+        rc = proc.wait(timeout=timeout_s)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    out = proc.stdout.read().decode(errors="replace")
+    return rc, proc.stdout.read().decode(errors="replace")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_C10_sigkill_then_next_start_then_sigint_leave_no_sandbox(tmp_path, tiny_model_path, backend):
+    """Both halves of case C10 in one sequence, as a user meets them: a run is SIGKILLed with
+    its sandboxes up; the next start of the program (a new run, which reaps at start-up, and
+    the clean-up command ``agentrl sandbox gc``) removes what the killed run left; that next
+    run, SIGINTed with its own sandboxes up, stops cleanly (exit 130, "interrupted"), leaves
+    none of its own, and can be resumed (its directory holds the run)."""
+    _need_backend(backend)
+    killed, second = f"c10kill{backend}", f"c10int{backend}"
+    proc = _start(tmp_path, killed, tiny_model_path, backend)
+    try:
+        _wait_for_sandboxes(proc, killed)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    _stop(proc, signal.SIGKILL, 30)
+    nxt = _start(tmp_path, second, tiny_model_path, backend)  # the next start of the program
+    try:
+        _wait_for_sandboxes(nxt, second)
+        # The killed run's leftovers are gone by now (the start-up reaper took those whose
+        # owners Ray had stopped), or go with the clean-up command once Ray notices.
+        deadline = time.monotonic() + 60
+        while True:
+            procs, dirs = _leftovers(killed)
+            if (procs == [] and dirs == []) or time.monotonic() > deadline:
+                break
+            gc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sandbox", "gc"], cwd=REPO,
+                                capture_output=True, text=True, timeout=60)
+            assert gc.returncode == 0, gc.stdout + gc.stderr
+            time.sleep(2)  # Ray takes a moment to notice its driver is gone and stop the actors
+        assert procs == [] and dirs == [], f"the SIGKILLed run left {procs} {dirs}"
+    except BaseException:
+        os.killpg(nxt.pid, signal.SIGKILL)
+        raise
+    finally:
+        try:  # Ray's head processes that the killed driver started
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    rc, out = _stop(nxt, signal.SIGINT, 120)
     assert rc == 130, out[-3000:]
     assert "interrupted" in out
-    procs, dirs = _leftovers(name)
+    procs, dirs = _leftovers(second)
     assert procs == [] and dirs == []
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_C10_sigkill_then_next_start_leaves_no_sandbox(tmp_path, tiny_model_path, backend):
-    _need_backend(backend)
-    name = f"c10kill{backend}"
-    proc = _start(tmp_path, name, tiny_model_path, backend)
-    try:
-        _wait_for_sandboxes(proc, name)
-        os.kill(proc.pid, signal.SIGKILL)  # the driver only; Ray's own processes must notice
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    # The next start of the program (here its clean-up command) removes what is left.
-    deadline = time.monotonic() + 60
-    while True:
-        gc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sandbox", "gc"], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
-        assert gc.returncode == 0, gc.stdout + gc.stderr
-        procs, dirs = _leftovers(name)
-        if (procs == [] and dirs == []) or time.monotonic() > deadline:
-            break
-        time.sleep(2)  # Ray takes a moment to notice its driver is gone and stop the actors
-    try:  # Ray's head processes that the killed driver started
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    assert procs == [] and dirs == []
+    assert (tmp_path / second / "config.yaml").is_file()  # the run's directory holds it: resumable once checkpointed
