@@ -97,7 +97,7 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
 
 
 def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import load_run_config, train
+    from agentrl.cluster.controller import train
 
     # with the KL penalty in the reward (verl's use_kl_in_reward): the reference (the
     # initial policy) scores each iteration's rows before credit, and the per-turn penalties
@@ -117,10 +117,10 @@ def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_
     # engine/trainer gap); iteration 2 from the updated policy
     assert abs(lines[0]["kl/ref_k1"]) < 1e-3
     assert lines[1]["kl/ref_k3"] > lines[0]["kl/ref_k3"]
+    # the critic is checkpointed with the policy (its resume, through the same critic trainer,
+    # is test_gae_trains_policy_and_token_critic_and_resumes': one resume of a critic run in CI)
     assert (tmp_path / "critic" / "checkpoints" / "iter_2" / "trainer_critic").is_dir()
-    # the critic is checkpointed and resumed with the policy
-    resumed = train(load_run_config(tmp_path / "critic", ["run.iterations=3"]), resume=True)
-    assert resumed.iterations_done == 3 and summary.run_id == resumed.run_id
+    assert summary.iterations_done == 2
 
 
 CRITIC_KEYS = ("critic/value_loss", "critic/value_clipfrac", "critic/values_mean", "critic/returns_mean",
