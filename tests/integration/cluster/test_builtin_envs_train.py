@@ -13,10 +13,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("env_id, mode", [
     ("agentrl/ShellTasks-v0", "full_history"),
-    ("agentrl/GuessNumber-v0", "per_step"),
     ("agentrl/Sokoban-v0", "per_step"),
     ("agentrl/TextWorld-v0", "full_history"),
-])  # each env once, both prompt modes twice: the modes live in the env-agnostic loop (unit tests)
+])  # each env once, each prompt mode twice (the modes live in the env-agnostic loop: unit tests);
+# GuessNumber trains in the resume and async tests (test_resume_no_duplicates.py, test_async_train.py)
 def test_one_iteration_on_builtin_env(ray_session, tmp_path, tiny_model_path, env_id, mode):
     from agentrl.cluster.controller import train
     from agentrl.config import load_config
