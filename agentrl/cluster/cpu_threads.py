@@ -23,6 +23,15 @@ Threads per actor (``role_threads``):
   them in proportion to their ``num_cpus``: ``max(1, cores // count)`` for ``count`` actors
   of equal ``num_cpus`` (one engine or one rank: every core, as before; two engines on two
   cores: one thread each).
+- the local instance in async mode (``controller.mode: async``): rollout and update run at the
+  same time, so instead of every role taking every core, the cores are split between the
+  actors in proportion to their ``num_cpus`` (``cluster.placement.<role>.num_cpus``): an
+  actor of ``role`` runs ``max(1, floor(cores * num_cpus[role] / total))`` threads, ``total`` =
+  ``rollout.num_engines * rollout.num_cpus + trainer.num_ranks * trainer.num_cpus`` (equal
+  shares when every ``num_cpus`` is 0). Default placement (1 CPU each), one engine and one
+  rank on 2 cores: one thread each (before, two each on two cores: four spinning OpenMP
+  threads on two cores while both roles compute). With fewer cores than actors every actor
+  gets one thread (some oversubscription is then unavoidable).
 - sandbox hosts: 1 (they wait on processes; they compute nothing).
 
 Cores per engine (``engine_cores``): on the local instance with two or more engines, engine
@@ -81,7 +90,25 @@ def role_threads(cfg: Any, role: str, cores: int | None = None) -> int:
     if cfg.cluster.address is not None:
         return max(1, math.floor(num_cpus + 1e-6))
     n = len(local_cores()) if cores is None else int(cores)
+    if _async_split(cfg):
+        return max(1, math.floor(n * _share(cfg, role) + 1e-6))
     return max(1, n // _count(cfg, role))
+
+
+def _async_split(cfg: Any) -> bool:
+    """Whether the local instance splits the cores between the roles (async mode)."""
+    controller = getattr(cfg, "controller", None)
+    return cfg.cluster.address is None and getattr(controller, "mode", "sync") == "async"
+
+
+def _share(cfg: Any, role: str) -> float:
+    """The fraction of the local cores one actor of ``role`` (``"rollout"`` or ``"trainer"``)
+    gets in async mode: its ``num_cpus`` over every engine's and rank's (module docstring)."""
+    weights = {r: float(getattr(cfg.cluster.placement, r).num_cpus) for r in ("rollout", "trainer")}
+    if weights["rollout"] <= 0 and weights["trainer"] <= 0:
+        weights = {"rollout": 1.0, "trainer": 1.0}
+    total = sum(weights[r] * _count(cfg, r) for r in weights)
+    return weights[role] / total if total > 0 else 0.0
 
 
 def engine_cores(cfg: Any, engine_index: int, cores: list[int] | None = None) -> list[int] | None:

@@ -100,6 +100,44 @@ def test_async_training_keeps_the_staleness_bound(ray_session, tmp_path, tiny_mo
     assert {int(g.split("@")[1]) for g in set(groups) | pending} == set(range(state["tasks"]["cursor"]))
 
 
+def test_async_mode_actors_get_their_share_of_the_cores(ray_session, tmp_path):
+    """On the local instance in async mode the engines and the trainer rank run at the same
+    time, so role_options gives each its share of the cores (``cpu_threads``), and a Ray
+    worker started with them sees exactly that (over the job's OMP_NUM_THREADS), and torch
+    runs that many threads; sync mode keeps every core for the rank."""
+    import os
+
+    from agentrl.cluster.cpu_threads import role_threads
+    from agentrl.cluster.ray_setup import role_options
+    from agentrl.config import load_config
+
+    @ray_session.remote(num_cpus=0)
+    class Probe:
+        def threads(self, load_torch: bool) -> tuple[str | None, int | None]:
+            import os
+
+            if not load_torch:
+                return os.environ.get("OMP_NUM_THREADS"), None
+            import torch
+
+            return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
+
+    cores = len(os.sched_getaffinity(0))
+    base = [f"run.dir={tmp_path}", "rollout.num_engines=2", "cluster.placement.rollout.num_cpus=1",
+            "cluster.placement.trainer.num_cpus=2"]
+    cfg = load_config(None, [*base, "controller.mode=async"])
+    asked = [(role_options(cfg, "rollout", i), i == 0) for i in range(2)] + [(role_options(cfg, "trainer"), True)]
+    probes = [Probe.options(runtime_env=o["runtime_env"]).remote() for o, _ in asked]
+    got = ray_session.get([p.threads.remote(torch) for p, (_, torch) in zip(probes, asked)])
+    for p in probes:
+        ray_session.kill(p)
+    want = [max(1, cores // 4), max(1, cores // 4), max(1, cores // 2)]  # num_cpus 1 + 1 + 2 of 4 shares
+    assert [int(env) for env, _ in got] == want == [role_threads(cfg, r) for r in ("rollout", "rollout", "trainer")]
+    assert got[0][1] == want[0] and got[2][1] == want[2]  # OpenMP runs that many
+    assert sum(want) <= max(cores, 3)  # no oversubscription beyond one thread per actor
+    sync = role_options(load_config(None, [*base, "controller.mode=sync"]), "trainer")
+    assert sync["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == str(cores)
+
 # -- chaos: SIGKILL the driver at the four points of issue 12 item 5, resume after each --------
 CHAOS_ITERATIONS, CHAOS_CHECKPOINT_EVERY = 4, 2
 CHAOS_KILLS = [  # (kill point, iterations whose episodes and metrics are written when it fires)

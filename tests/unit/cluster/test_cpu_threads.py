@@ -64,3 +64,21 @@ def test_role_options_carries_the_env_per_engine_index():
 
     if len(os.sched_getaffinity(0)) >= 2:
         assert a["OMP_PLACES"] != b["OMP_PLACES"]
+
+
+def test_async_mode_splits_the_local_cores_between_the_roles_by_num_cpus():
+    one = _cfg("controller.mode=async")  # one engine, one rank, 1 CPU each: half the cores each
+    assert (role_threads(one, "rollout", cores=2), role_threads(one, "trainer", cores=2)) == (1, 1)
+    assert (role_threads(one, "rollout", cores=16), role_threads(one, "trainer", cores=16)) == (8, 8)
+    assert role_threads(_cfg(), "trainer", cores=16) == 16  # sync mode: the roles take turns, every core each
+    weighted = _cfg("controller.mode=async", "rollout.num_engines=2", "cluster.placement.rollout.num_cpus=3",
+                    "cluster.placement.trainer.num_cpus=2")  # 2 x 3 + 1 x 2 = 8 shares of 16 cores
+    assert (role_threads(weighted, "rollout", cores=16), role_threads(weighted, "trainer", cores=16)) == (6, 4)
+    assert [engine_cores(weighted, i, cores=list(range(16))) for i in range(2)] == [list(range(6)), list(range(6, 12))]
+    crowded = _cfg("controller.mode=async", "rollout.num_engines=2")  # 3 actors on 2 cores: one thread each
+    assert [actor_env_vars(crowded, "rollout", i, cores=[0, 1])["OMP_PLACES"] for i in range(2)] == ["{0}", "{1}"]
+    assert actor_env_vars(crowded, "trainer", cores=[0, 1]) == {"OMP_NUM_THREADS": "1"}
+    zero = _cfg("controller.mode=async", "cluster.placement.rollout.num_cpus=0", "cluster.placement.trainer.num_cpus=0")
+    assert role_threads(zero, "rollout", cores=4) == role_threads(zero, "trainer", cores=4) == 2  # equal shares
+    joined = _cfg("controller.mode=async", "cluster.address=auto", "cluster.placement.trainer.num_cpus=4")
+    assert role_threads(joined, "trainer", cores=2) == 4  # a joined cluster: num_cpus as in sync mode
