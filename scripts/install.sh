@@ -13,7 +13,10 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
 if [ "${AGENTRL_INSTALL_TEST_DEPS:-0}" = 1 ]; then
-  command -v chromium >/dev/null 2>&1 || true   # the replay viewer's browser tests come later
+  # The viewer's browser tests (tests/integration/viewer): Debian's Chromium, driven by
+  # Playwright (the `test` extra) through its executable_path, since Playwright's own
+  # browser download is not reachable from these machines (about 30 s the first time).
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

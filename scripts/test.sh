@@ -12,6 +12,13 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 PY=.venv/bin/python
 CTL=tests/integration/sandboxes/dockerd_ctl.py
 
+# Test-only system packages (Debian's Chromium for the viewer's browser tests): install.sh
+# installs them when asked (a re-run with nothing to install takes about a second). The
+# browser tests then fail rather than skip when no browser starts.
+AGENTRL_INSTALL_TEST_DEPS=1 bash scripts/install.sh >/dev/null \
+  || { echo "scripts/test.sh: installing the test dependencies failed (scripts/install.sh)" >&2; exit 1; }
+export AGENTRL_REQUIRE_BROWSER=1
+
 if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
     echo "scripts/test.sh: dockerd missing; run scripts/install.sh first" >&2
