@@ -24,6 +24,8 @@ app.add_typer(models_app, name="models")
 sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
 app.add_typer(envs_app, name="envs")
 app.add_typer(sandbox_app, name="sandbox")
+replay_app = typer.Typer(help="The replay store of a run: rerun recorded episodes.", no_args_is_help=True)
+app.add_typer(replay_app, name="replay")
 console = Console(stderr=True)
 
 DEBUG_HELP = "Show tracebacks (and debug logs) instead of one error line."
@@ -225,6 +227,33 @@ def envs_check(
     raise typer.Exit(0 if report.ok else 1)
 
 
+@replay_app.command("rerun")
+def replay_rerun(
+    episode_id: str = typer.Argument(..., help="Stored episode id, e.g. demo-1a2b3c4d/it0/shell/count_lines@0/1/a0."),
+    db: Optional[str] = typer.Option(None, "--db", help="Run directory (its replay.db), SQLite file or database URL (postgresql+psycopg://...); default: runs/NAME, the run the episode id names."),
+    record: bool = typer.Option(True, "--record/--no-record", help="Store the result in the replay store's reruns table (the viewer shows it on the episode page)."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Replay an episode's recorded actions in a fresh environment and sandbox (same env id,
+    task, seed, env kwargs and sandbox settings as its run) and compare every turn's
+    observation, reward, state and end flags with the recorded ones; the first divergence is
+    shown as a diff. Exit 0 same, 1 different, 2 error (unknown episode, env not registered,
+    sandbox or environment fault: never reported as a divergence)."""
+    from agentrl.cluster.rerun import default_run_dir, report_renderables, rerun_stored_episode
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        with console.status(f"rerunning {episode_id}"):
+            report = rerun_stored_episode(db if db is not None else default_run_dir(episode_id), episode_id, record=record)
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    out = Console()
+    for part in report_renderables(report):
+        out.print(part)
+    raise typer.Exit(report.exit_code)
+
+
 def _export_report(report: Any) -> Table:
     """The files ``agentrl export`` wrote, then what they hold and the check's result."""
     t = Table("file", "bytes", title=f"exported {report.out_dir}",
@@ -280,6 +309,44 @@ def export(
                f"{report.temperature:g}): passed{cast}")
     typer.echo(f"load it: AutoModelForCausalLM.from_pretrained({str(report.out_dir)!r}) or vllm.LLM(model=...)"
                f"  ({report.seconds:.1f} s)")
+
+
+@app.command("eval")
+def eval_cmd(
+    target: str = typer.Argument(..., metavar="MODEL_OR_RUN_OR_CHECKPOINT", help="A run directory (its latest checkpoint), a checkpoint directory (RUN/checkpoints/iter_N), an exported folder, a local Hugging Face model folder, or a known model name (policy version 0)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. eval.max_new_tokens=128 rollout.kv_cache_gb=1."),
+    env: Optional[str] = typer.Option(None, "--env", help="Environment id (default: the run's env.id, or the packaged default config's)."),
+    split: Optional[str] = typer.Option(None, "--split", help="Held-out split to evaluate (eval.split, default test)."),
+    samples: Optional[int] = typer.Option(None, "--samples", help="Samples per task n (eval.samples, default 4): pass@1..n are reported."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of env instances, sampling and bootstrap (eval.seed, default 0): same seed, same numbers."),
+    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", help="Only the split's first N tasks (eval.num_tasks; default all)."),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Evaluate even when the split shares tasks with the training split."),
+    replay_url: Optional[str] = typer.Option(None, "--replay-url", help="Replay store for the eval episodes (default: the run's; runs/eval/replay.db for a bare model)."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Evaluate a policy on held-out tasks with a fixed sampling budget (the eval section of the
+    config: temperature 1.0, top_p 1, max_turns 3, max_new_tokens 256, max_context_tokens 2048
+    by default): unbiased pass@1..n (Chen et al. 2021) with 95 % bootstrap intervals over tasks,
+    mean reward and tokens. Errored samples are left out of n, never counted as failures. The
+    episodes go to the replay store marked as eval, tagged with the policy version."""
+    from agentrl.cluster.evaluate import evaluate
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ov = list(overrides or []) + [f"eval.{k}={v}" for k, v in (("split", split), ("samples", samples), ("seed", seed),
+                                                              ("num_tasks", num_tasks)) if v is not None]
+    try:
+        with console.status("evaluating") as status:
+            result = evaluate(target, ov, env_id=env, allow_overlap=allow_overlap, replay_url=replay_url,
+                              progress=lambda phase: status.update(phase))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    from agentrl.eval.report import format_settings, report_table
+
+    typer.echo(format_settings(result))
+    Console().print(report_table(result.report))
+    typer.echo(f"episodes: run {result.run_id} in {result.replay_url} (kind eval, policy version "
+               f"{result.target.policy_version})")
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
