@@ -1,0 +1,248 @@
+"""Read queries of the viewer's per-episode pages: one episode turn by turn with its sandbox
+commands, its tokens in pages, a group of rollouts with their anchor-state step groups, two
+runs (or iterations) aligned on the same task, and the reruns of an episode.
+
+Every function reads one snapshot through ``agentrl.replay.queries.ReadOnlyDB`` with a fixed
+number of queries (no query per turn or per episode). Token arrays are unpacked from the
+store's packed columns (``agentrl.replay.models``: ``<i4`` ids, ``<f8`` log-probs).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+
+from agentrl.replay.models import (
+    LOG_PROB_DTYPE,
+    TOKEN_DTYPE,
+    SandboxEventRow,
+    decode_anchor,
+)
+from agentrl.replay.queries import LIST_COLUMNS, E, T, ReadOnlyDB
+
+S = SandboxEventRow.__table__
+TOKEN_PAGE_SIZE = 1024
+"""Tokens per page of the token view (an episode of 32k tokens has 32 pages)."""
+
+_TURN_TEXT_COLUMNS = (T.c.turn_index, T.c.policy_version, T.c.finish_reason, T.c.reward, T.c.anchor,
+                      T.c.anchor_kind, T.c.action_text, T.c.observation_text, T.c.invalid_action,
+                      T.c.advantage, T.c.temperature, T.c.top_p, T.c.top_k)
+
+
+@dataclass
+class TurnView:
+    """One turn for display; ``events`` are its sandbox commands in order (rows of
+    ``sandbox_events``), ``num_prompt`` / ``num_completion`` its token counts."""
+
+    row: Any
+    num_prompt: int
+    num_completion: int
+    events: list[Any] = field(default_factory=list)
+
+    @property
+    def anchor(self) -> str:
+        return str(decode_anchor(self.row.anchor, self.row.anchor_kind))
+
+
+@dataclass
+class EpisodeView:
+    summary: Any
+    """The episode's row (``LIST_COLUMNS``)."""
+    turns: list[TurnView]
+
+
+def get_episode(db: ReadOnlyDB, episode_id: str) -> EpisodeView | None:
+    """The episode ``episode_id`` with every turn and sandbox command, or None (three queries)."""
+    sizes = (func.length(T.c.prompt_ids) / 4, func.length(T.c.completion_ids) / 4)  # packed <i4: 4 bytes/id
+    with db.read() as conn:
+        summary = conn.execute(select(*LIST_COLUMNS).where(E.c.episode_id == episode_id)).first()
+        if summary is None:
+            return None
+        turns = [TurnView(r, int(r.n_prompt), int(r.n_completion)) for r in conn.execute(
+            select(*_TURN_TEXT_COLUMNS, sizes[0].label("n_prompt"), sizes[1].label("n_completion"))
+            .where(T.c.episode_id == episode_id).order_by(T.c.turn_index))]
+        by_index = {t.row.turn_index: t for t in turns}
+        for ev in conn.execute(select(S.c.turn_index, S.c.seq, S.c.command, S.c.exit_code, S.c.stdout, S.c.stderr,
+                                      S.c.duration_s, S.c.timed_out, S.c.truncated_bytes)
+                               .where(S.c.episode_id == episode_id).order_by(S.c.turn_index, S.c.seq)):
+            if ev.turn_index in by_index:
+                by_index[ev.turn_index].events.append(ev)
+    return EpisodeView(summary, turns)
+
+
+# ---------------------------------------------------------------------------------------
+# Tokens
+# ---------------------------------------------------------------------------------------
+
+TOKEN_FIELDS = ("behavior_log_prob", "trainer_log_prob", "gap", "entropy", "advantage", "policy_version")
+"""Per-token values of the token view (NaN where not recorded or not sampled)."""
+
+
+@dataclass
+class TokenPage:
+    """Tokens ``[start, start + len(ids))`` of an episode, in the order the model read them.
+
+    Arrays are ``[n]``: ``ids`` int, ``loss_mask`` 0/1 (1 exactly on sampled tokens),
+    ``turn`` the turn index; float64 ``behavior_log_prob``, ``trainer_log_prob`` (nats, NaN
+    where not sampled or not recorded), ``gap`` (trainer − behavior), ``entropy`` (nats),
+    ``advantage`` (the turn's, on sampled tokens), ``policy_version`` (on sampled tokens).
+    """
+
+    start: int
+    total: int
+    ids: np.ndarray
+    loss_mask: np.ndarray
+    turn: np.ndarray
+    values: dict[str, np.ndarray]
+    has: dict[str, bool]
+    """Whether the database records the field at all (schema) and any of this page has it."""
+
+
+def token_page(db: ReadOnlyDB, episode_id: str, start: int = 0, size: int = TOKEN_PAGE_SIZE) -> TokenPage | None:
+    """One page of an episode's tokens (None: unknown episode). Reads the packed arrays of the
+    turns (one query) and slices them; a 32k-token episode's arrays are well under 1 MB."""
+    cols = [T.c.turn_index, T.c.prompt_ids, T.c.completion_ids, T.c.behavior_log_probs,
+            T.c.policy_version, T.c.policy_versions, T.c.advantage]
+    optional = {"trainer_log_prob": db.turn_col("trainer_log_probs"), "entropy": db.turn_col("entropies")}
+    cols += [c for c in optional.values() if c is not None]
+    with db.read() as conn:
+        if conn.execute(select(E.c.episode_id).where(E.c.episode_id == episode_id)).first() is None:
+            return None
+        rows = list(conn.execute(select(*cols).where(T.c.episode_id == episode_id).order_by(T.c.turn_index)))
+    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    nan = np.nan
+    for r in rows:
+        p = np.frombuffer(r.prompt_ids, dtype=TOKEN_DTYPE)
+        c = np.frombuffer(r.completion_ids, dtype=TOKEN_DTYPE)
+        n_p, n_c = len(p), len(c)
+        parts["ids"] += [p, c]
+        parts["loss_mask"] += [np.zeros(n_p, np.int8), np.ones(n_c, np.int8)]
+        parts["turn"].append(np.full(n_p + n_c, r.turn_index, np.int32))
+        pad = np.full(n_p, nan)
+        blp = np.frombuffer(r.behavior_log_probs, dtype=LOG_PROB_DTYPE)
+        parts["behavior_log_prob"] += [pad, blp]
+        for name, col in optional.items():
+            blob = None if col is None else r._mapping[col.name]
+            arr = _floats(blob, n_c)
+            parts[name] += [pad, arr]
+        versions = (np.full(n_c, r.policy_version, np.float64) if r.policy_versions is None
+                    else np.frombuffer(r.policy_versions, dtype=TOKEN_DTYPE).astype(np.float64))
+        parts["policy_version"] += [pad, versions]
+        parts["advantage"] += [pad, np.full(n_c, nan if r.advantage is None else r.advantage)]
+    full = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in parts.items()}
+    total = len(full.get("ids", ()))
+    if not full.get("ids", np.zeros(0)).size:
+        empty = np.zeros(0)
+        return TokenPage(0, 0, empty.astype(np.int64), empty.astype(np.int8), empty.astype(np.int32),
+                         {k: empty for k in TOKEN_FIELDS}, {k: False for k in TOKEN_FIELDS})
+    full["gap"] = full["trainer_log_prob"] - full["behavior_log_prob"]
+    start = max(0, min(int(start), max(0, total - 1)))
+    sl = slice(start, start + size)
+    values = {k: full[k][sl] for k in TOKEN_FIELDS}
+    has = {k: bool(np.isfinite(values[k]).any()) for k in TOKEN_FIELDS}
+    for k, col in (("trainer_log_prob", optional["trainer_log_prob"]), ("entropy", optional["entropy"])):
+        has[k] = has[k] and col is not None
+    has["gap"] = has["gap"] and has["trainer_log_prob"]
+    return TokenPage(start, total, full["ids"][sl].astype(np.int64), full["loss_mask"][sl], full["turn"][sl],
+                     values, has)
+
+
+def _floats(blob: bytes | None, n: int) -> np.ndarray:
+    """A packed per-token float column of ``n`` tokens; NaN where missing. The width (4 or 8
+    bytes) is read from the blob's length, so float32 and float64 packings both work."""
+    if blob is None or n == 0:
+        return np.full(n, np.nan)
+    width = len(blob) // n if len(blob) % n == 0 else 0
+    if width == 8:
+        return np.frombuffer(blob, dtype="<f8").astype(np.float64)
+    if width == 4:
+        return np.frombuffer(blob, dtype="<f4").astype(np.float64)
+    return np.full(n, np.nan)
+
+
+# ---------------------------------------------------------------------------------------
+# Groups, diffs, reruns
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class GroupView:
+    """The rollouts of one task instance (``episodes`` rows) and per episode its turns
+    (``turns[episode_id]``: rows with reward, advantage, anchor). ``anchor_groups``: anchor
+    text → the ``(episode_id, turn_index)`` steps that acted from it, only anchors shared by
+    two or more steps (GiGPO's step groups, by equal anchors as stored)."""
+
+    episodes: list[Any]
+    turns: dict[str, list[Any]]
+    anchor_groups: dict[str, list[tuple[str, int]]]
+
+
+def get_group(db: ReadOnlyDB, run_id: str, group_id: str, limit: int = 64) -> GroupView:
+    """Two queries: the group's episodes, then all their turns' scalars."""
+    cols = (T.c.episode_id, T.c.turn_index, T.c.reward, T.c.advantage, T.c.anchor, T.c.anchor_kind,
+            T.c.action_text, T.c.finish_reason)
+    with db.read() as conn:
+        eps = list(conn.execute(select(*LIST_COLUMNS).where(E.c.run_id == run_id, E.c.group_id == group_id)
+                                .order_by(E.c.iteration, E.c.position, E.c.episode_id).limit(limit)))
+        ids = [e.episode_id for e in eps]
+        turns: dict[str, list[Any]] = {i: [] for i in ids}
+        if ids:
+            for t in conn.execute(select(*cols).where(T.c.episode_id.in_(ids)).order_by(T.c.episode_id, T.c.turn_index)):
+                turns[t.episode_id].append(t)
+    by_anchor: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for eid in ids:
+        for t in turns[eid]:
+            by_anchor[str(decode_anchor(t.anchor, t.anchor_kind))].append((eid, t.turn_index))
+    shared = {a: steps for a, steps in by_anchor.items() if len(steps) > 1}
+    return GroupView(eps, turns, shared)
+
+
+def common_tasks(db: ReadOnlyDB, a: tuple[str, int | None], b: tuple[str, int | None], limit: int = 200) -> list[str]:
+    """Task ids that both sides ran: a side is ``(run_id, iteration or None for any)``."""
+    def tasks(run_id: str, it: int | None):
+        q = select(E.c.task_id).where(E.c.run_id == run_id)
+        return (q.where(E.c.iteration == it) if it is not None else q).distinct()
+
+    q = tasks(*a).intersect(tasks(*b)).limit(limit)
+    with db.read() as conn:
+        return sorted(conn.scalars(q))
+
+
+def first_episode(db: ReadOnlyDB, run_id: str, it: int | None, task_id: str) -> str | None:
+    """The first stored episode of ``task_id`` in the run (in that iteration, if given)."""
+    q = select(E.c.episode_id).where(E.c.run_id == run_id, E.c.task_id == task_id)
+    if it is not None:
+        q = q.where(E.c.iteration == it)
+    with db.read() as conn:
+        return conn.scalar(q.order_by(E.c.iteration, E.c.created_at, E.c.position, E.c.episode_id).limit(1))
+
+
+def align_turns(a: EpisodeView | None, b: EpisodeView | None) -> list[tuple[TurnView | None, TurnView | None, bool]]:
+    """Turn k of ``a`` beside turn k of ``b`` (None past the shorter one); the flag is True
+    when action and observation are equal."""
+    ta = a.turns if a else []
+    tb = b.turns if b else []
+    out = []
+    for k in range(max(len(ta), len(tb))):
+        x = ta[k] if k < len(ta) else None
+        y = tb[k] if k < len(tb) else None
+        same = (x is not None and y is not None and x.row.action_text == y.row.action_text
+                and x.row.observation_text == y.row.observation_text)
+        out.append((x, y, same))
+    return out
+
+
+def get_reruns(db: ReadOnlyDB, episode_id: str, limit: int = 20) -> list[Any]:
+    """The episode's reruns (``agentrl replay rerun``), newest first; [] when the database
+    has no ``reruns`` table."""
+    table = db.table("reruns")
+    if table is None:
+        return []
+    order = [table.c.created_at.desc()] if "created_at" in table.c else []
+    with db.read() as conn:
+        return list(conn.execute(select(table).where(table.c.episode_id == episode_id).order_by(*order).limit(limit)))
+

@@ -1,0 +1,420 @@
+"""Read queries of the replay viewer (``agentrl view``): read-only access to a replay store,
+listings with filters, sort and keyset pagination, chart series, episode and token pages.
+
+    db = ReadOnlyDB("sqlite:///runs/x/replay.db")     # or a postgresql+psycopg:// URL
+    page = episode_page(db, "run-1", EpisodeFilter(success=False), Sort("reward", desc=True))
+    page.rows, page.next_cursor                        # pass next_cursor back for the next page
+
+Every function is one read transaction (one snapshot) on its own connection, so the viewer
+works while a training run writes the same database (SQLite WAL; PostgreSQL MVCC).
+
+Read-only by construction: SQLite is opened through a ``mode=ro`` URI (the file cannot be
+written or created); PostgreSQL sessions start with ``default_transaction_read_only=on``, so
+a write would fail in the server. Optional columns and tables of newer schemas (trainer-side
+log-probs and entropies, episode ``kind``, ``reruns``, full-text search) are found by
+reflection when the database is opened; a page shows "not recorded" where they are missing.
+
+Keyset pagination: a page is ``ORDER BY key, episode_id LIMIT n + 1`` from the last row of
+the previous page (``WHERE (key, episode_id) > (k, id)``), never ``OFFSET``, so a deep page
+costs what the first does when the sort has an index (the index list is agreed with the
+schema's owner in ``agentrl.replay.models``). A nullable sort key (``total_reward``) pages
+its non-NULL rows first, then its NULL rows by ``episode_id``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, and_, event, exists, func, inspect, or_, select, tuple_
+from sqlalchemy.engine import Connection, Engine, create_engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+
+from agentrl.errors import ConfigError, ContractError, InfraError
+from agentrl.replay.models import Base, EpisodeRow, IterationRow, MetricRow, RunRow, TurnRow
+
+MIN_SCHEMA_VERSION = 5
+"""Oldest ``schema_version`` the viewer reads (per-token policy versions)."""
+REQUIRED_TABLES = ("runs", "episodes", "turns", "sandbox_events", "metrics")
+PAGE_SIZE_MAX = 500
+
+E = EpisodeRow.__table__
+T = TurnRow.__table__
+M = MetricRow.__table__
+R = RunRow.__table__
+I = IterationRow.__table__
+
+
+class ReadOnlyDB:
+    """A replay database opened for reading only.
+
+    Args:
+        url: SQLAlchemy URL: ``sqlite:////abs/path/replay.db`` or
+            ``postgresql+psycopg://user@host/db``.
+
+    Raises:
+        ConfigError: not a database URL, a missing SQLite file, or a driver not installed.
+        InfraError: the server cannot be reached or the file is not a database.
+        ContractError: the database is not a replay store of a schema this viewer reads
+            (missing tables, or a ``schema_version`` older than ``MIN_SCHEMA_VERSION``).
+    """
+
+    def __init__(self, url: str) -> None:
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise ConfigError(f"{url!r} is not a database URL; expected a run directory, a replay.db "
+                              "file, 'sqlite:///path/replay.db' or 'postgresql+psycopg://user@host/db'") from None
+        self.url = parsed.render_as_string(hide_password=True)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        kwargs: dict[str, Any] = {}
+        if self.is_sqlite:
+            path = parsed.database or ""
+            if path in ("", ":memory:") or not os.path.isfile(path):
+                raise ConfigError(f"SQLite database {path!r} does not exist; expected the replay.db of a run")
+            # mode=ro: the file is opened read-only and never created (sqlite.org/uri.html).
+            parsed = parsed.set(database=f"file:{os.path.abspath(path)}?mode=ro", query={"uri": "true"})
+        elif parsed.get_backend_name() == "postgresql":
+            kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
+        try:
+            self.engine: Engine = create_engine(parsed, **kwargs)
+        except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
+            raise ConfigError(f"{self.url}: database driver not available ({exc}); install it, e.g. "
+                              "`pip install psycopg[binary]` for postgresql+psycopg") from None
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_ro_connect)
+            event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+        try:
+            self._inspect()
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def _inspect(self) -> None:
+        try:
+            with self.engine.connect() as conn:
+                ins = inspect(conn)
+                tables = set(ins.get_table_names())
+                missing = [t for t in REQUIRED_TABLES if t not in tables]
+                if missing:
+                    raise ContractError(f"{self.url} is not a replay store: tables {missing} are missing "
+                                        f"(found {sorted(tables)[:8]}); expected the replay.db of an agentrl run")
+                if "schema_version" in tables:
+                    version = conn.exec_driver_sql("SELECT version FROM schema_version WHERE id = 1").scalar()
+                    if version is not None and int(version) < MIN_SCHEMA_VERSION:
+                        raise ContractError(
+                            f"{self.url} has replay schema_version {version}; the viewer reads "
+                            f"{MIN_SCHEMA_VERSION} and newer: open it once with this agentrl's ReplayStore "
+                            "(e.g. `agentrl train --resume`) to upgrade it")
+                self.turn_columns = {c["name"] for c in ins.get_columns("turns")}
+                self.episode_columns = {c["name"] for c in ins.get_columns("episodes")}
+                self.tables = tables
+        except DBAPIError as exc:
+            raise InfraError(f"cannot read {self.url}: {exc.orig}") from None
+
+    @property
+    def has_kind(self) -> bool:
+        return "kind" in self.episode_columns
+
+    def table(self, name: str) -> Table | None:
+        """The ORM table ``name`` if both the models and this database have it."""
+        return Base.metadata.tables.get(name) if name in self.tables else None
+
+    def turn_col(self, name: str):
+        """Column ``turns.name`` when this database and the models have it, else None."""
+        return T.c[name] if name in self.turn_columns and name in T.c else None
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """One read transaction (one snapshot); errors of the database become ``InfraError``."""
+        try:
+            with self.engine.connect() as conn:
+                if not self.is_sqlite:
+                    conn = conn.execution_options(isolation_level="REPEATABLE READ")
+                with conn.begin():
+                    yield conn
+        except DBAPIError as exc:
+            raise InfraError(f"reading {self.url} failed: {exc.orig}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_ro_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # our own BEGIN: one snapshot per read (see store.py)
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA query_only=ON")
+    finally:
+        cur.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------
+
+SUMMARY_LAST = ("rollout/reward_mean", "rollout/success_rate")
+SUMMARY_SUM = ("tokens/generated", "tokens/trained", "tokens/discarded", "rollout/episodes")
+
+
+@dataclass
+class RunSummary:
+    """One run with its headline numbers (from the ``metrics`` table: last reward and success
+    rate, summed token counts; iterations = highest metric iteration + 1)."""
+
+    run_id: str
+    status: str
+    created_at: datetime
+    finished_at: datetime | None
+    resume_count: int
+    config: dict[str, Any]
+    iterations: int = 0
+    completed: int = 0
+    last: dict[str, float] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def env_id(self) -> str:
+        return str((self.config.get("env") or {}).get("id", "?"))
+
+    @property
+    def model(self) -> str:
+        return str((self.config.get("model") or {}).get("path", "?"))
+
+    @property
+    def is_async(self) -> bool:
+        return (self.config.get("controller") or {}).get("mode") == "async"
+
+
+def list_runs(db: ReadOnlyDB, run_id: str | None = None) -> list[RunSummary]:
+    """Every run (or the one ``run_id``), newest first, with its headline numbers."""
+    q = select(R.c.run_id, R.c.status, R.c.created_at, R.c.finished_at, R.c.resume_count, R.c.config)
+    if run_id is not None:
+        q = q.where(R.c.run_id == run_id)
+    q = q.order_by(R.c.created_at.desc(), R.c.run_id)
+    keys = SUMMARY_LAST + SUMMARY_SUM
+    with db.read() as conn:
+        runs = {r.run_id: RunSummary(*r) for r in conn.execute(q)}
+        if not runs:
+            return []
+        ids = list(runs)
+        agg = (select(M.c.run_id, M.c.key, func.max(M.c.iteration).label("last_it"), func.sum(M.c.value))
+               .where(M.c.run_id.in_(ids), M.c.key.in_(keys)).group_by(M.c.run_id, M.c.key)).subquery()
+        q_last = (select(agg.c.run_id, agg.c.key, agg.c[3], M.c.value)
+                  .join(M, and_(M.c.run_id == agg.c.run_id, M.c.key == agg.c.key, M.c.iteration == agg.c.last_it)))
+        for rid, key, total, last in conn.execute(q_last):
+            if key in SUMMARY_SUM and total is not None:
+                runs[rid].sums[key] = float(total)
+            if key in SUMMARY_LAST and last is not None:
+                runs[rid].last[key] = float(last)
+        for rid, n in conn.execute(select(M.c.run_id, func.max(M.c.iteration)).where(M.c.run_id.in_(ids))
+                                   .group_by(M.c.run_id)):
+            runs[rid].iterations = 0 if n is None else int(n) + 1
+        for rid, n in conn.execute(select(I.c.run_id, func.count()).where(I.c.run_id.in_(ids)).group_by(I.c.run_id)):
+            runs[rid].completed = int(n)
+    return list(runs.values())
+
+
+def get_run(db: ReadOnlyDB, run_id: str) -> RunSummary | None:
+    found = list_runs(db, run_id)
+    return found[0] if found else None
+
+
+def run_metrics(db: ReadOnlyDB, run_id: str, prefixes: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """``{key: [(iteration, value), ...]}`` ascending, NaN values (NULL) left out; only keys
+    starting with one of ``prefixes`` when given."""
+    q = select(M.c.key, M.c.iteration, M.c.value).where(M.c.run_id == run_id, M.c.value.is_not(None))
+    if prefixes:
+        q = q.where(or_(*[M.c.key.startswith(p, autoescape=True) for p in prefixes]))
+    out: dict[str, list[tuple[int, float]]] = {}
+    with db.read() as conn:
+        for key, it, value in conn.execute(q.order_by(M.c.key, M.c.iteration)):
+            if math.isfinite(value):
+                out.setdefault(key, []).append((int(it), float(value)))
+    return out
+
+
+def completed_iterations(db: ReadOnlyDB, run_id: str) -> set[int]:
+    with db.read() as conn:
+        return {int(i) for i in conn.scalars(select(I.c.iteration).where(I.c.run_id == run_id))}
+
+
+# ---------------------------------------------------------------------------------------
+# Episode listings: filters, sort, keyset pagination
+# ---------------------------------------------------------------------------------------
+
+SORTS = {
+    "default": (E.c.iteration, E.c.created_at, E.c.position),
+    "reward": (E.c.total_reward,),
+    "length": (E.c.num_generated_tokens,),
+    "turns": (E.c.num_turns,),
+    "advantage": (E.c.advantage_mean,),
+}
+"""Sort name → key columns (``episode_id`` is always appended as the tie-breaker)."""
+_NULLABLE_SORTS = {"reward", "advantage"}
+
+LIST_COLUMNS = (E.c.episode_id, E.c.run_id, E.c.iteration, E.c.group_id, E.c.env_id, E.c.task_id,
+                E.c.seed, E.c.terminated, E.c.truncated, E.c.termination_reason, E.c.success,
+                E.c.total_reward, E.c.num_turns, E.c.num_generated_tokens, E.c.policy_version_min,
+                E.c.policy_version_max, E.c.advantage_mean, E.c.created_at, E.c.position, E.c.error,
+                E.c.prompt_mode)
+
+
+@dataclass(frozen=True)
+class EpisodeFilter:
+    """Filters of the episodes page; ``None`` means "any". ``termination`` ``"none"`` selects
+    episodes without a termination reason; ``policy_version`` selects episodes with a token
+    of that version; ``q`` is a full-text search in actions and observations."""
+
+    env: str | None = None
+    task: str | None = None
+    iteration: int | None = None
+    reward_min: float | None = None
+    reward_max: float | None = None
+    termination: str | None = None
+    success: bool | None = None
+    group: str | None = None
+    policy_version: int | None = None
+    length_min: int | None = None
+    length_max: int | None = None
+    kind: str | None = None
+    q: str | None = None
+
+
+@dataclass(frozen=True)
+class Sort:
+    key: str = "default"
+    desc: bool = False
+
+    def __post_init__(self) -> None:
+        if self.key not in SORTS:
+            raise ContractError(f"sort={self.key!r}; expected one of {sorted(SORTS)}")
+
+
+@dataclass
+class Page:
+    rows: list[Any]
+    next_cursor: str | None
+
+
+def encode_cursor(values: Sequence[Any]) -> str:
+    raw = json.dumps([v.isoformat() if isinstance(v, datetime) else v for v in values], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, sort: Sort) -> list[Any]:
+    """The key values of ``cursor`` for ``sort``: ``[*keys, episode_id, null_phase]``.
+
+    Raises:
+        ContractError: the cursor was not made by ``encode_cursor`` for this sort.
+    """
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, TypeError):
+        raise ContractError(f"cursor={cursor[:40]!r} is not a page cursor of this viewer") from None
+    n = len(SORTS[sort.key])
+    if not isinstance(values, list) or len(values) != n + 2 or not isinstance(values[n], str) \
+            or values[n + 1] not in (0, 1):
+        raise ContractError(f"cursor={cursor[:40]!r} does not belong to sort={sort.key!r}")
+    if sort.key == "default":
+        try:
+            values[1] = datetime.fromisoformat(values[1])
+            ok = isinstance(values[0], int) and isinstance(values[2], int) and values[1].tzinfo is not None
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ContractError(f"cursor={cursor[:40]!r} does not belong to sort='default'")
+    elif values[n + 1] == 0 and not isinstance(values[0], (int, float)):
+        raise ContractError(f"cursor={cursor[:40]!r} does not belong to sort={sort.key!r}")
+    return values
+
+
+def _filter_clauses(db: ReadOnlyDB, run_id: str, f: EpisodeFilter) -> list[Any]:
+    c: list[Any] = [E.c.run_id == run_id]
+    if f.env is not None:
+        c.append(E.c.env_id == f.env)
+    if f.task is not None:
+        c.append(E.c.task_id == f.task)
+    if f.iteration is not None:
+        c.append(E.c.iteration == f.iteration)
+    if f.reward_min is not None:
+        c.append(E.c.total_reward >= f.reward_min)
+    if f.reward_max is not None:
+        c.append(E.c.total_reward <= f.reward_max)
+    if f.termination is not None:
+        c.append(E.c.termination_reason.is_(None) if f.termination == "none" else E.c.termination_reason == f.termination)
+    if f.success is not None:
+        c.append(E.c.success == f.success)
+    if f.group is not None:
+        c.append(E.c.group_id == f.group)
+    if f.policy_version is not None:
+        c.append(and_(E.c.policy_version_min <= f.policy_version, E.c.policy_version_max >= f.policy_version))
+    if f.length_min is not None:
+        c.append(E.c.num_generated_tokens >= f.length_min)
+    if f.length_max is not None:
+        c.append(E.c.num_generated_tokens <= f.length_max)
+    if f.kind is not None and db.has_kind:
+        c.append(E.c["kind"] == f.kind)
+    if f.q:
+        c.append(text_search(db, f.q))
+    return c
+
+
+def text_search(db: ReadOnlyDB, q: str) -> Any:
+    """Clause "an action or observation of the episode contains ``q``" (case-insensitive
+    substring; the words of ``q`` as one phrase)."""
+    pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return exists().where(T.c.episode_id == E.c.episode_id,
+                          or_(T.c.action_text.ilike(pattern, escape="\\"),
+                              T.c.observation_text.ilike(pattern, escape="\\")))
+
+
+def episode_page(db: ReadOnlyDB, run_id: str, f: EpisodeFilter = EpisodeFilter(), sort: Sort = Sort(),
+                 cursor: str | None = None, limit: int = 50) -> Page:
+    """One page of a run's episodes (rows of ``LIST_COLUMNS``) and the cursor of the next
+    page (``None`` on the last one).
+
+    Raises:
+        ContractError: ``limit`` outside ``[1, PAGE_SIZE_MAX]`` or a bad ``cursor``.
+    """
+    if not 1 <= limit <= PAGE_SIZE_MAX:
+        raise ContractError(f"limit={limit}; expected 1..{PAGE_SIZE_MAX}")
+    keys = (*SORTS[sort.key], E.c.episode_id)
+    after = decode_cursor(cursor, sort) if cursor else None
+    null_phase = bool(after and after[-1] == 1)
+    base = _filter_clauses(db, run_id, f)
+    nullable = sort.key in _NULLABLE_SORTS
+    rows: list[Any] = []
+    with db.read() as conn:
+        if not null_phase:
+            where = list(base)
+            if nullable:
+                where.append(keys[0].is_not(None))
+            if after:
+                cmp = tuple_(*keys) < tuple(after[:-1]) if sort.desc else tuple_(*keys) > tuple(after[:-1])
+                where.append(cmp)
+            order = [k.desc() if sort.desc else k.asc() for k in keys]
+            rows = list(conn.execute(select(*LIST_COLUMNS).where(*where).order_by(*order).limit(limit + 1)))
+        if nullable and len(rows) <= limit:
+            where = [*base, keys[0].is_(None)]
+            if null_phase:
+                where.append(E.c.episode_id < after[-2] if sort.desc else E.c.episode_id > after[-2])
+            order_id = E.c.episode_id.desc() if sort.desc else E.c.episode_id.asc()
+            rows += list(conn.execute(select(*LIST_COLUMNS).where(*where).order_by(order_id)
+                                      .limit(limit + 1 - len(rows))))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    nxt = None
+    if more and rows:
+        last = rows[-1]._mapping
+        vals = [last[k.name] for k in keys]
+        phase = 1 if nullable and vals[0] is None else 0
+        nxt = encode_cursor([*vals, phase])
+    return Page(rows, nxt)

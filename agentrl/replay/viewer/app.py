@@ -1,0 +1,125 @@
+"""The viewer's FastAPI application: security headers, templates, error pages, static files.
+
+``create_app(db)`` builds the app over an open ``ReadOnlyDB``; the pages are in
+``agentrl.replay.viewer.routes``. Security (issue 13, point 5):
+
+* Jinja2 autoescaping is on for every template (text and attribute values, always quoted),
+  so model output, observations and sandbox output are shown as text. Data for scripts goes
+  in ``data-*`` attributes (escaped like any attribute); no inline ``<script>`` and no inline
+  event handler exist in the templates.
+* Every response carries a Content-Security-Policy without ``'unsafe-inline'``:
+  ``script-src 'self'`` (only ``/static/viewer.js``), ``style-src 'self'``, no objects, no
+  frames, no base URI, forms to this origin only.
+* No part of a URL reaches the file system: static files come from the package's own
+  ``static/`` folder through Starlette's ``StaticFiles`` (which refuses paths leaving it); the
+  database is the one named on the command line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agentrl.errors import AgentRLError, InfraError
+from agentrl.replay.queries import ReadOnlyDB
+from agentrl.replay.viewer.charts import fmt
+
+HERE = Path(__file__).resolve().parent
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+TokenText = Callable[[Sequence[int]], list[str]]
+"""Decodes token ids to one display string per id (a tokenizer's, given by the CLI)."""
+
+log = logging.getLogger(__name__)
+
+
+def template_env() -> Environment:
+    """The Jinja2 environment of the viewer: autoescape on for every template, undefined
+    names are errors (a typo fails a test instead of rendering empty)."""
+    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = _num
+    env.globals["qs"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v not in (None, "")})
+    return env
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if f != f:
+        return "–"
+    return fmt(f) if digits == 3 else f"{f:.{digits}f}"
+
+
+class Viewer:
+    """What the routes share: the database, the templates, the token decoder."""
+
+    def __init__(self, db: ReadOnlyDB, token_text: TokenText | None) -> None:
+        self.db = db
+        self.env = template_env()
+        self.token_text = token_text
+
+    def render(self, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
+        ctx.setdefault("db_url", self.db.url)
+        return HTMLResponse(self.env.get_template(name).render(**ctx), status_code=status_code)
+
+
+def create_app(db: ReadOnlyDB, token_text: TokenText | None = None) -> FastAPI:
+    """The viewer app over ``db`` (read-only). ``token_text`` decodes token ids for the token
+    view; without it the ids are shown."""
+    from agentrl.replay.viewer.routes import router
+
+    app = FastAPI(title="agentrl view", docs_url=None, redoc_url=None, openapi_url=None)
+    viewer = Viewer(db, token_text)
+    app.state.viewer = viewer
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):  # noqa: ANN001
+        response = await call_next(request)
+        for k, v in SECURITY_HEADERS.items():
+            response.headers.setdefault(k, v)
+        if request.url.path.startswith("/static/"):
+            response.headers.setdefault("Cache-Control", "public, max-age=3600")
+        else:
+            response.headers.setdefault("Cache-Control", "no-store")  # a run in progress changes
+        return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
+        return viewer.render("error.html", exc.status_code, status=exc.status_code, message=str(exc.detail))
+
+    @app.exception_handler(InfraError)
+    async def infra_error(request: Request, exc: InfraError) -> HTMLResponse:
+        log.warning("viewer: %s", exc)
+        return viewer.render("error.html", 503, status=503, message=str(exc))
+
+    @app.exception_handler(AgentRLError)
+    async def contract_error(request: Request, exc: AgentRLError) -> HTMLResponse:
+        return viewer.render("error.html", 400, status=400, message=str(exc))
+
+    app.mount("/static", StaticFiles(directory=str(HERE / "static"), follow_symlink=False), name="static")
+    app.include_router(router)
+    return app
