@@ -343,10 +343,71 @@ def eval_cmd(
         return
     from agentrl.eval.report import format_settings, report_table
 
-    typer.echo(format_settings(result))
+    typer.echo(format_settings(result.settings, result.target.policy_version))
     Console().print(report_table(result.report))
     typer.echo(f"episodes: run {result.run_id} in {result.replay_url} (kind eval, policy version "
                f"{result.target.policy_version})")
+
+
+@app.command()
+def view(
+    target: str = typer.Argument(..., help="A run directory, its replay.db, or a database URL (sqlite:///..., postgresql+psycopg://...)."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="TCP port to serve on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind. Anything but loopback exposes the runs' data to the network and prints a warning."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Browse runs, episodes, turns, sandbox commands and tokens in a read-only web viewer."""
+    from agentrl.replay.viewer import LOOPBACK, open_db, serve
+
+    try:
+        db = open_db(target, _run_dir_replay_url(Path(target)))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    if host not in LOOPBACK:
+        console.print(f"[bold yellow]warning:[/] --host {host} serves every run's episodes, sandbox output and config "
+                      "to the network without authentication; use 127.0.0.1 unless that is intended")
+    console.print(f"agentrl view: {db.url} on http://{'[' + host + ']' if ':' in host else host}:{port}/  (Ctrl-C stops)")
+    try:
+        serve(db, host=host, port=port, token_text=_token_text())
+    finally:
+        db.close()
+
+
+def _run_dir_replay_url(path: Path) -> Optional[str]:
+    """``replay.url`` of a run directory's config.yaml, when the run did not use its replay.db."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((path / "config.yaml").read_text()) if path.is_dir() else None
+    except (OSError, yaml.YAMLError):
+        return None
+    url = ((cfg or {}).get("replay") or {}).get("url") if isinstance(cfg, dict) else None
+    return str(url) if url else None
+
+
+def _token_text() -> Any:
+    """``(model_path, ids) -> texts | None`` for the viewer's token view: the run's tokenizer
+    (loaded once per model, lazily), None when it cannot be loaded (the viewer shows ids)."""
+    import threading
+
+    lock, tokenizers = threading.Lock(), {}
+
+    def decode(model_path: str, ids: list[int]) -> Optional[list[str]]:
+        with lock:
+            if model_path not in tokenizers:
+                try:
+                    from transformers import AutoTokenizer
+
+                    from agentrl.model_zoo import resolve_model_path
+                    tokenizers[model_path] = AutoTokenizer.from_pretrained(resolve_model_path(model_path), local_files_only=True)
+                except Exception as exc:  # a missing or moved model only costs the token text
+                    logging.getLogger(__name__).warning("token view shows ids: tokenizer of %s: %s", model_path, exc)
+                    tokenizers[model_path] = None
+            tok = tokenizers[model_path]
+        return None if tok is None else [tok.decode([i]) for i in ids]
+
+    return decode
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

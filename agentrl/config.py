@@ -517,6 +517,23 @@ class ControllerConfig(_Section):
         return k
 
 
+class EvalConfig(_Section):
+    """Held-out evaluation (``agentrl eval``, ``agentrl.cluster.evaluate``): one fixed sampling
+    configuration and token budget, so two evaluations (before / after training) measure the
+    same thing. These settings replace the rollout section's for the eval's episodes."""
+
+    split: str = Field("test", description="Task split evaluated (held out: an overlap with the training split is refused unless allowed).")
+    samples: int = Field(4, ge=1, description="Samples per task, n: pass@1..n are reported (Chen et al. 2021's unbiased estimator).")
+    num_tasks: int | None = Field(None, ge=1, description="Evaluate the split's first N tasks in its listed order (a cheaper, still fixed subset); None: all of them.")
+    seed: int = Field(0, description="Seed of the environments' instances, the sampling and the bootstrap: same seed, same numbers.")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (top_p 1, top_k off): the policy's own distribution, as pass@k from n samples assumes.")
+    max_turns: int = Field(3, ge=1, description="Turn cap per eval episode.")
+    max_new_tokens: int = Field(256, ge=1, description="Per-turn completion cap of an eval episode.")
+    max_context_tokens: int = Field(2048, ge=16, description="Whole-episode token budget of an eval episode.")
+    confidence: float = Field(0.95, gt=0.0, lt=1.0, description="Mass of the bootstrap intervals over tasks.")
+    num_resamples: int = Field(1000, ge=1, description="Bootstrap resamples of the tasks per interval.")
+
+
 class ReplayConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL of the replay store (None: sqlite file replay.db in the run directory).")
 
@@ -532,6 +549,7 @@ class Config(_Section):
     critic: CriticSection = Field(default_factory=CriticSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
 
     @model_validator(mode="before")

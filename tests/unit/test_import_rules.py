@@ -16,8 +16,9 @@ does not name:
 - ``agentrl.tasks``: the task source, producer of ``EpisodeRequest`` (design.md's first
   box): types, errors, config only; never its consumer, the rollout loop, nor
   ``environments`` (importing it must register no environment).
-- ``agentrl.eval``: held-out evaluation's metrics (pass@k, bootstrap intervals): types,
-  errors, numpy; the eval run itself is wiring (``agentrl.cluster.evaluate``).
+- ``agentrl.eval``: held-out evaluation's metrics (pass@k, bootstrap intervals) and their
+  terminal table: types, errors, numpy, rich; the eval run itself is wiring
+  (``agentrl.cluster.evaluate``).
 - ``agentrl.model_zoo``: model preparation (``agentrl models prepare``): errors only of ours.
 - ``agentrl`` (``agentrl/__init__.py``): the public API facade. Like the CLI it may reach
   anything, but only lazily (inside functions), so ``import agentrl`` stays cheap: its
@@ -109,8 +110,8 @@ RULES: tuple[Rule, ...] = (
          third_party=_fs("pydantic", "yaml")),
     Rule("agentrl.tasks", "agentrl.tasks: types, errors, config; never the rollout loop or environments",
          ours=_fs(*TE, "agentrl.config"), third_party=_fs("numpy")),
-    Rule("agentrl.eval", "agentrl.eval: the eval metrics (pass@k, bootstrap): types, errors, numpy",
-         ours=_fs(*TE), own="agentrl.eval", third_party=_fs("numpy")),
+    Rule("agentrl.eval", "agentrl.eval: the eval metrics (pass@k, bootstrap) and their terminal report: "
+         "types, errors, numpy, rich", ours=_fs(*TE), own="agentrl.eval", third_party=_fs("numpy", "rich")),
     Rule("agentrl.model_zoo", "agentrl.model_zoo: errors only of ours",
          ours=_fs("agentrl.errors"), forbidden=_fs("vllm", "ray", *NEVER_DOCKER)),
     Rule("agentrl", "agentrl/__init__.py: the public API, imported lazily (module level: stdlib, errors)",

@@ -1,0 +1,356 @@
+"""``agentrl eval``: a policy on a held-out split, with a fixed sampling budget, through the
+normal rollout path (Ray, vLLM engines, sandboxes), scored with unbiased pass@k.
+
+What is evaluated (``resolve_target``), each with its policy version:
+
+- a run directory (``config.yaml``): its latest complete checkpoint;
+- a checkpoint directory (``RUN/checkpoints/iter_N``);
+- a folder ``agentrl export`` wrote (its marker names the policy version);
+- a local Hugging Face model folder or a known model name (``agentrl models prepare``):
+  the untrained policy, version 0.
+
+A path that does not exist is a ``ConfigError`` naming it (hub ids are not fetched here).
+A checkpoint is first written as a Hugging Face folder with ``agentrl export``'s checked path
+(``agentrl.cluster.export``) into ``RUN/eval/model-iter_N`` (kept: the next eval of that
+checkpoint reuses it), and the engines load that folder.
+
+The configuration (``eval_config``): the run's own config (env kwargs, engines, sandboxes)
+or, for a bare model, the packaged default, with the ``eval`` section's fixed budget put in
+place of the rollout's (``eval.temperature`` with top_p 1 / top_k off, ``eval.max_turns``,
+``eval.max_new_tokens``, ``eval.max_context_tokens``) and ``env.group_size = eval.samples``.
+
+Held out: the eval tasks must not overlap the training tasks (the run's ``env.split`` /
+``env.task_ids`` on the same env; for a bare model the env's ``train`` split) unless
+``allow_overlap``; else a ``ConfigError`` names the overlap.
+
+Requests (``eval_requests``): the split's tasks (the first ``eval.num_tasks`` in listed
+order, or all), each once, ``eval.samples`` rollouts each, from a ``TaskSource`` seeded
+with ``eval.seed`` (so env instances and sampling seeds are fixed by the seed). An episode
+that errors (infrastructure, reward function, engine lost) is excluded from n, never
+counted as a failure (``agentrl.eval.passk``).
+
+Storage: the episodes go to the replay store (the run's, or ``runs/eval/replay.db`` for a
+bare model; ``replay_url`` overrides) under their own run id (``eval_run_id``:
+deterministic from what was evaluated, version, split, samples and seed), iteration 0,
+marked ``kind='eval'`` where the store supports it, with the report's metrics (``eval/*``);
+the run row's config records the target, the policy version and the eval settings. An
+evaluation repeated with the same settings replaces its earlier rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir
+from agentrl.config import Config, load_default_config
+from agentrl.errors import ConfigError
+from agentrl.eval.passk import EvalReport, summarize, task_outcomes
+from agentrl.types import Episode, EpisodeRequest
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EvalResult", "EvalTarget", "eval_config", "eval_requests", "eval_run_id", "evaluate",
+           "held_out_task_ids", "resolve_target"]
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """What ``agentrl eval`` evaluates.
+
+    Attributes:
+        kind: ``run``, ``checkpoint``, ``export`` or ``model``.
+        given: the argument as the user wrote it.
+        name: a short name for ids (the training run id, or the model folder's name).
+        policy_version: the weights' version (0 for a bare model).
+        model: what the engines load: a model folder or a known model name (for a
+            checkpoint: None until ``materialize`` wrote its folder).
+        run_dir, checkpoint: the run and checkpoint it comes from (None for a bare model).
+    """
+
+    kind: str
+    given: str
+    name: str
+    policy_version: int
+    model: str | None
+    run_dir: Path | None = None
+    checkpoint: Path | None = None
+
+
+def _policy_version(ckpt: Path) -> tuple[int, str]:
+    state = json.loads((ckpt / CONTROLLER_STATE).read_text())
+    return int(state["policy_version"]), str(state["run_id"])
+
+
+def resolve_target(given: str) -> EvalTarget:
+    """Classify ``given`` (module docstring) without loading anything heavy.
+
+    Raises:
+        ConfigError: a path that does not exist, a folder that is none of the accepted
+            kinds, a run without a checkpoint, or an unknown model name.
+        CheckpointError: an incomplete checkpoint.
+    """
+    from agentrl.cluster.export import EXPORT_MARKER, TRAINER_DIR, resolve_checkpoint
+    from agentrl.model_zoo import KNOWN_MODELS
+
+    expected = ("expected a run directory (config.yaml), a checkpoint directory (RUN/checkpoints/iter_N), a folder "
+                f"`agentrl export` wrote, a local Hugging Face model folder, or a model name {sorted(KNOWN_MODELS)}")
+    if given in KNOWN_MODELS:
+        return EvalTarget("model", given, given, 0, given)
+    p = Path(given).expanduser()
+    if not p.exists():
+        raise ConfigError(f"MODEL_OR_RUN_OR_CHECKPOINT={given!r} does not exist; {expected}")
+    if not p.is_dir():
+        raise ConfigError(f"MODEL_OR_RUN_OR_CHECKPOINT={given!r} is a file; {expected}")
+    p = p.resolve()
+    if (p / CONTROLLER_STATE).is_file() or (p / TRAINER_DIR).is_dir():
+        run_dir = p.parent.parent
+        ckpt = resolve_checkpoint(run_dir, p.name)
+        version, run_id = _policy_version(ckpt)
+        return EvalTarget("checkpoint", given, run_id, version, None, run_dir, ckpt)
+    if (p / "config.yaml").is_file():
+        ckpt = resolve_checkpoint(p)
+        version, run_id = _policy_version(ckpt)
+        return EvalTarget("run", given, run_id, version, None, p, ckpt)
+    if (p / EXPORT_MARKER).is_file():
+        marker = json.loads((p / EXPORT_MARKER).read_text())
+        return EvalTarget("export", given, str(marker.get("run_id") or p.name), int(marker["policy_version"]), str(p))
+    if (p / "config.json").is_file():
+        return EvalTarget("model", given, p.name, 0, str(p))
+    raise ConfigError(f"MODEL_OR_RUN_OR_CHECKPOINT={given!r} is a folder of none of the accepted kinds; {expected}")
+
+
+def materialize(target: EvalTarget, progress: Callable[[str], None] | None = None) -> EvalTarget:
+    """A target whose ``model`` the engines can load: a checkpoint is exported (checked, as
+    ``agentrl export`` does) into ``RUN/eval/model-iter_N``, or that folder is reused when an
+    earlier eval wrote it from the same checkpoint."""
+    if target.model is not None:
+        return target
+    from agentrl.cluster.export import EXPORT_MARKER, export_run, prepare_export
+
+    assert target.run_dir is not None and target.checkpoint is not None
+    out = target.run_dir / "eval" / f"model-{target.checkpoint.name}"
+    marker = out / EXPORT_MARKER
+    if marker.is_file():
+        m = json.loads(marker.read_text())
+        if m.get("checkpoint") == target.checkpoint.name and int(m.get("policy_version", -1)) == target.policy_version:
+            return EvalTarget(target.kind, target.given, target.name, target.policy_version, str(out),
+                              target.run_dir, target.checkpoint)
+    req = prepare_export(target.run_dir, out, checkpoint=target.checkpoint.name, force=True)
+    report = export_run(req, progress=progress)
+    return EvalTarget(target.kind, target.given, target.name, report.policy_version, str(report.out_dir),
+                      target.run_dir, target.checkpoint)
+
+
+def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: str | None = None) -> tuple[Config, Config | None]:
+    """``(eval config, training config or None)`` for ``target`` (module docstring).
+
+    ``overrides`` (``key=value``, e.g. ``eval.samples=8``, ``rollout.kv_cache_gb=1``) apply
+    before the eval section is put in place of the rollout's.
+
+    Raises:
+        ConfigError: a bad override, or no env id for a bare model's default config.
+    """
+    train_cfg = RunDir(target.run_dir).load_config([]) if target.run_dir is not None else None
+    extra = [f"env.id={env_id}"] if env_id else []
+    if train_cfg is not None:
+        base = RunDir(target.run_dir).load_config([*extra, *overrides])
+    else:
+        base = load_default_config([*extra, *overrides])
+    ev = base.eval
+    data = base.model_dump(mode="json")
+    data["model"]["path"] = target.model if target.model is not None else data["model"]["path"]
+    data["env"].update(split=ev.split, task_ids=None, group_size=ev.samples)
+    data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
+                           max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
+    data["run"]["seed"] = ev.seed
+    # the eval's own settings, not the training's: no reward shaping, no refills
+    data["algorithm"].update(dynamic_sampling=False, overlong_buffer_tokens=0)
+    data["controller"]["mode"] = "sync"
+    from agentrl.config import config_from_dict
+
+    return config_from_dict(data), train_cfg
+
+
+def held_out_task_ids(cfg: Config, train_cfg: Config | None, *, allow_overlap: bool = False) -> list[str]:
+    """The eval's task ids (``cfg.eval.split``, its first ``cfg.eval.num_tasks``), checked to
+    be held out from the training tasks (module docstring).
+
+    Raises:
+        ConfigError: an unknown env or split; an overlap without ``allow_overlap``; a
+            ``num_tasks`` larger than the split.
+    """
+    from agentrl.cluster.actors import env_task_ids
+
+    ids = env_task_ids(cfg.env.id, cfg.eval.split, cfg.env.import_modules)
+    if cfg.eval.num_tasks is not None:
+        if cfg.eval.num_tasks > len(ids):
+            raise ConfigError(f"eval.num_tasks={cfg.eval.num_tasks} but split {cfg.eval.split!r} of {cfg.env.id!r} "
+                              f"has {len(ids)} tasks")
+        ids = ids[: cfg.eval.num_tasks]
+    if train_cfg is not None and train_cfg.env.id != cfg.env.id:
+        return ids  # another env than the one trained on: nothing to overlap
+    if train_cfg is not None:
+        train_split = train_cfg.env.split
+        train_ids = list(train_cfg.env.task_ids) if train_cfg.env.task_ids is not None else \
+            env_task_ids(cfg.env.id, train_split, cfg.env.import_modules)
+        whose = f"the run's training tasks (env.split={train_split!r})"
+    else:
+        train_split = "train"
+        train_ids = env_task_ids(cfg.env.id, "train", cfg.env.import_modules)
+        whose = f"the training split 'train' of {cfg.env.id}"
+    train_set = set(train_ids)
+    shared = [t for t in ids if t in train_set]
+    if shared and not allow_overlap:
+        raise ConfigError(
+            f"--split {cfg.eval.split!r} shares {len(shared)} of its {len(ids)} tasks with {whose} (e.g. "
+            f"{shared[:3]}): that is not a held-out evaluation; use a held-out split (e.g. --split test) or pass "
+            "--allow-overlap to evaluate on them anyway"
+        )
+    return ids
+
+
+def eval_run_id(target: EvalTarget, cfg: Config) -> str:
+    """The store's run id for this evaluation: deterministic from what is evaluated and how."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", target.name).strip("-")[:80] or "model"
+    env = re.sub(r"[^A-Za-z0-9_.-]+", "-", cfg.env.id).strip("-")
+    ev = cfg.eval
+    return f"eval-{slug}-v{target.policy_version}-{env}-{ev.split}-n{ev.samples}-s{ev.seed}"
+
+
+def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str) -> list[EpisodeRequest]:
+    """Each task once with ``cfg.eval.samples`` rollouts (a ``TaskSource`` seeded with
+    ``cfg.eval.seed``, iteration 0)."""
+    from agentrl.tasks import TaskSource
+
+    tasks = TaskSource(cfg.env.id, list(task_ids), cfg.eval.seed, cfg.eval.samples, run_id=run_id)
+    return tasks.next_requests(len(task_ids))
+
+
+@dataclass
+class EvalResult:
+    """An evaluation's report and where its episodes are.
+
+    Attributes:
+        report: the numbers (``agentrl.eval.passk.EvalReport``).
+        target: what was evaluated (with its model folder).
+        run_id: the store's run id of the eval episodes; ``replay_url``: the store.
+        episodes: every episode rolled out (errored and aborted ones included).
+        settings: the fixed sampling configuration and budget used (printed by the CLI).
+        rollout_s: wall seconds of the rollout.
+    """
+
+    report: EvalReport
+    target: EvalTarget
+    run_id: str
+    replay_url: str
+    episodes: list[Episode]
+    settings: dict[str, Any]
+    rollout_s: float
+
+
+def settings_of(cfg: Config, num_tasks: int) -> dict[str, Any]:
+    r, ev = cfg.rollout, cfg.eval
+    return {"env": cfg.env.id, "split": ev.split, "tasks": num_tasks, "samples": ev.samples, "seed": ev.seed,
+            "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k, "max_turns": r.max_turns,
+            "max_new_tokens": r.max_new_tokens, "max_context_tokens": r.max_context_tokens,
+            "confidence": ev.confidence, "num_resamples": ev.num_resamples}
+
+
+def _store_episodes(store: Any, run_id: str, episodes: list[Episode]) -> None:
+    import inspect
+
+    # kind='eval' keeps them apart from training rows where the store has the column (schema 6)
+    kw = {"kind": "eval"} if "kind" in inspect.signature(store.add_episodes).parameters else {}
+    store.add_episodes(run_id, 0, episodes, **kw)
+
+
+def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = None, allow_overlap: bool = False,
+             replay_url: str | None = None, progress: Callable[[str], None] | None = None) -> EvalResult:
+    """Evaluate ``given`` (module docstring); starts (or joins) Ray and stops what it started.
+
+    Raises:
+        ConfigError: a bad target, override, env, split, or an overlapping split.
+        CheckpointError: an incomplete checkpoint.
+        ClusterError: engines that could not start or were all lost.
+    """
+    import ray
+
+    from agentrl.cluster.engine_pool import EnginePool
+    from agentrl.cluster.ray_setup import as_cluster_error, connect
+    from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
+    from agentrl.model_zoo import resolve_model_path
+    from agentrl.replay import ReplayStore
+    from sandboxes import reap_orphans
+
+    say = progress or (lambda _phase: None)
+    target = resolve_target(given)
+    cfg, train_cfg = eval_config(target, overrides, env_id=env_id)  # overrides checked before any export
+    task_ids = held_out_task_ids(cfg, train_cfg, allow_overlap=allow_overlap)
+    if target.model is None:
+        say(f"exporting {target.checkpoint.name}")
+        target = materialize(target, progress=say)
+        cfg, _ = eval_config(target, overrides, env_id=env_id)
+    run_id = eval_run_id(target, cfg)
+    model_path = resolve_model_path(cfg.model.path)
+    if replay_url is None:
+        replay_url = cfg.replay.url or (RunDir(target.run_dir).replay_url() if target.run_dir is not None else None)
+    if replay_url is None:
+        out = Path(cfg.run.output_dir) / "eval"
+        out.mkdir(parents=True, exist_ok=True)
+        replay_url = f"sqlite:///{(out / 'replay.db').absolute()}"
+    requests = eval_requests(cfg, task_ids, run_id)
+    cfg_dict = cfg.model_dump(mode="json")
+
+    settings = settings_of(cfg, len(task_ids))
+    store = ReplayStore(replay_url)  # opened first: a bad store fails before any rollout
+    try:
+        store.start_run(run_id, {"kind": "eval", "target": target.given, "target_kind": target.kind,
+                                 "policy_version": target.policy_version, "model": target.model,
+                                 "eval": settings, "config": cfg_dict})
+        started_ray = connect(cfg)
+        pool, hosts = None, []
+        try:
+            say("starting the engines")
+            hosts = start_sandbox_hosts(cfg, run_id)
+            pool = EnginePool(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)
+            pool.ready()
+            say(f"rolling out {len(requests)} episodes")
+            t0 = time.perf_counter()
+            episodes, _, _ = pool.rollout(requests, target.policy_version)
+            rollout_s = time.perf_counter() - t0
+        except Exception as exc:
+            cluster_error = as_cluster_error(exc)
+            if cluster_error is None:
+                raise
+            raise cluster_error from exc
+        finally:
+            if pool is not None:
+                pool.kill()
+            stop_sandbox_hosts(hosts)
+            if started_ray:
+                ray.shutdown()
+            reap_orphans(run_id, include_live_owners=True)
+
+        report = summarize(task_outcomes(episodes), range(1, cfg.eval.samples + 1), seed=cfg.eval.seed,
+                           num_resamples=cfg.eval.num_resamples, confidence=cfg.eval.confidence)
+        say("writing the episodes")
+        store.rewind(run_id, 0)  # an earlier eval with these settings: replaced, not doubled
+        _store_episodes(store, run_id, episodes)
+        store.add_metrics(run_id, 0, report.metrics())  # an undefined pass@k (NaN) is stored as NULL
+        store.mark_complete(run_id, 1)
+        store.finish_run(run_id, "finished")
+    except BaseException as exc:
+        try:
+            store.finish_run(run_id, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+        except Exception:
+            log.exception("could not record the eval's status")
+        raise
+    finally:
+        store.close()
+    return EvalResult(report, target, run_id, replay_url, episodes, settings, rollout_s)

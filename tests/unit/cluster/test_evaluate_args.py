@@ -1,0 +1,126 @@
+"""``agentrl eval``'s pure parts: what a target is (run, checkpoint, export, model) and the
+errors for paths that are none of them, the eval config's fixed budget, the held-out check,
+the deterministic requests and run id, and the CLI's one-line errors. The real evaluation
+(Ray, vLLM, the store) is ``tests/integration/cluster/test_evaluate.py``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentrl.cli import app
+from agentrl.cluster.evaluate import (
+    eval_config,
+    eval_requests,
+    eval_run_id,
+    held_out_task_ids,
+    resolve_target,
+)
+from agentrl.errors import CheckpointError, ConfigError
+
+GUESS = "agentrl/GuessNumber-v0"
+
+
+def _run(tmp_path: Path, *, checkpoint: bool = True, version: int = 3, env_split: str = "train") -> Path:
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"run:\n  name: r\nenv:\n  id: {GUESS}\n  split: {env_split}\n")
+    if checkpoint:
+        ckpt = run / "checkpoints" / "iter_2"
+        (ckpt / "trainer").mkdir(parents=True)
+        (ckpt / "controller.json").write_text(json.dumps({"run_id": "r-1234", "iteration": 2, "policy_version": version}))
+        (ckpt / "trainer" / "COMPLETE").write_text("ok\n")
+        (run / "checkpoints" / "latest").write_text("iter_2")
+    return run
+
+
+def test_targets_are_classified_with_their_policy_version(tmp_path):
+    run = _run(tmp_path)
+    t = resolve_target(str(run))
+    assert (t.kind, t.name, t.policy_version, t.model) == ("run", "r-1234", 3, None)
+    assert t.checkpoint == run / "checkpoints" / "iter_2"
+    c = resolve_target(str(run / "checkpoints" / "iter_2"))
+    assert (c.kind, c.policy_version, c.run_dir) == ("checkpoint", 3, run)
+    export = tmp_path / "exported"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    (export / "agentrl_export.json").write_text(json.dumps({"run_id": "r-1234", "policy_version": 5}))
+    e = resolve_target(str(export))
+    assert (e.kind, e.policy_version, e.model) == ("export", 5, str(export.resolve()))
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    m = resolve_target(str(hf))
+    assert (m.kind, m.policy_version, m.name) == ("model", 0, "hf")
+    assert resolve_target("tiny-random-smollm2").policy_version == 0
+
+
+def test_paths_that_are_no_target_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"'.*nope' does not exist; expected a run directory"):
+        resolve_target(str(tmp_path / "nope"))
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        resolve_target(str(tmp_path / "f.txt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="none of the accepted kinds"):
+        resolve_target(str(tmp_path / "empty"))
+    with pytest.raises(ConfigError, match="no checkpoint yet"):
+        resolve_target(str(_run(tmp_path / "a", checkpoint=False)))
+    run = _run(tmp_path / "b")
+    (run / "checkpoints" / "iter_2" / "trainer" / "COMPLETE").unlink()
+    with pytest.raises(CheckpointError, match="incomplete"):
+        resolve_target(str(run / "checkpoints" / "iter_2"))
+
+
+def test_the_eval_section_replaces_the_rollout_budget(tmp_path):
+    t = resolve_target(str(_run(tmp_path)))
+    cfg, train = eval_config(t, ["eval.samples=3", "eval.max_new_tokens=17", "eval.temperature=0.7",
+                                 "rollout.max_new_tokens=99", "eval.seed=5"])
+    assert train is not None and train.env.split == "train" and train.rollout.max_new_tokens == 256
+    assert (cfg.env.group_size, cfg.env.split, cfg.rollout.max_new_tokens, cfg.rollout.temperature) == (3, "test", 17, 0.7)
+    assert (cfg.rollout.top_p, cfg.rollout.top_k, cfg.run.seed, cfg.controller.mode) == (1.0, -1, 5, "sync")
+    with pytest.raises(ConfigError, match="eval.samples"):
+        eval_config(t, ["eval.samples=0"])
+
+
+def test_the_eval_split_must_be_held_out(tmp_path):
+    t = resolve_target(str(_run(tmp_path)))
+    cfg, train = eval_config(t, [])
+    ids = held_out_task_ids(cfg, train)
+    assert ids and all(i.startswith("guess/") for i in ids)
+    cfg_all, _ = eval_config(t, ["eval.split=all"])
+    with pytest.raises(ConfigError, match=r"--split 'all' shares \d+ of its \d+ tasks with the run's training tasks.*--allow-overlap"):
+        held_out_task_ids(cfg_all, train)
+    assert len(held_out_task_ids(cfg_all, train, allow_overlap=True)) > len(ids)
+    # a bare model: the env's train split is the training split
+    m = resolve_target("tiny-random-smollm2")
+    cfg_m, none = eval_config(m, ["eval.split=train"], env_id=GUESS)
+    assert none is None
+    with pytest.raises(ConfigError, match="training split 'train'"):
+        held_out_task_ids(cfg_m, None)
+    cfg_n, _ = eval_config(m, ["eval.num_tasks=100000"], env_id=GUESS)
+    with pytest.raises(ConfigError, match="eval.num_tasks=100000"):
+        held_out_task_ids(cfg_n, None)
+
+
+def test_requests_and_run_id_are_fixed_by_the_seed(tmp_path):
+    m = resolve_target("tiny-random-smollm2")
+    cfg, _ = eval_config(m, ["eval.num_tasks=3", "eval.samples=2", "eval.seed=4"], env_id=GUESS)
+    ids = held_out_task_ids(cfg, None)
+    run_id = eval_run_id(m, cfg)
+    assert run_id == "eval-tiny-random-smollm2-v0-agentrl-GuessNumber-v0-test-n2-s4"
+    a, b = eval_requests(cfg, ids, run_id), eval_requests(cfg, ids, run_id)
+    assert a == b and len(a) == 6 and sorted({r.task_id for r in a}) == sorted(ids)
+    cfg5, _ = eval_config(m, ["eval.num_tasks=3", "eval.samples=2", "eval.seed=5"], env_id=GUESS)
+    assert [r.sample_seed for r in eval_requests(cfg5, ids, run_id)] != [r.sample_seed for r in a]
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["eval", str(tmp_path / "nope"), "--env", GUESS])
+    assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["eval", str(_run(tmp_path)), "--split", "all"])
+    assert res.exit_code == 2 and "--allow-overlap" in res.output and "Traceback" not in res.output
