@@ -120,6 +120,11 @@ class ReadOnlyDB:
             raise InfraError(f"cannot read {self.url}: {exc.orig}") from None
 
     @property
+    def has_fts(self) -> bool:
+        """The database has the full-text index of ``agentrl.replay.search`` (schema 6)."""
+        return "turns_fts" in self.tables if self.is_sqlite else "search_tsv" in self.turn_columns
+
+    @property
     def has_kind(self) -> bool:
         return "kind" in self.episode_columns
 
@@ -181,16 +186,27 @@ class RunSummary:
     sums: dict[str, float] = field(default_factory=dict)
 
     @property
+    def run_config(self) -> dict[str, Any]:
+        """The training config: the stored config, or its ``config`` entry for runs that
+        wrap it (``agentrl eval`` stores ``{"kind": "eval", ..., "config": {...}}``)."""
+        inner = self.config.get("config")
+        return inner if isinstance(inner, dict) and "env" not in self.config else self.config
+
+    @property
+    def kind(self) -> str:
+        return str(self.config.get("kind", "train"))
+
+    @property
     def env_id(self) -> str:
-        return str((self.config.get("env") or {}).get("id", "?"))
+        return str((self.run_config.get("env") or {}).get("id", "?"))
 
     @property
     def model(self) -> str:
-        return str((self.config.get("model") or {}).get("path", "?"))
+        return str((self.run_config.get("model") or {}).get("path", "?"))
 
     @property
     def is_async(self) -> bool:
-        return (self.config.get("controller") or {}).get("mode") == "async"
+        return (self.run_config.get("controller") or {}).get("mode") == "async"
 
 
 def list_runs(db: ReadOnlyDB, run_id: str | None = None) -> list[RunSummary]:
@@ -225,6 +241,16 @@ def list_runs(db: ReadOnlyDB, run_id: str | None = None) -> list[RunSummary]:
 def get_run(db: ReadOnlyDB, run_id: str) -> RunSummary | None:
     found = list_runs(db, run_id)
     return found[0] if found else None
+
+
+def model_path(db: ReadOnlyDB, run_id: str) -> str | None:
+    """The run's ``model.path`` from its stored config (None if not given)."""
+    with db.read() as conn:
+        config = conn.scalar(select(R.c.config).where(R.c.run_id == run_id))
+    if isinstance(config, dict) and "model" not in config and isinstance(config.get("config"), dict):
+        config = config["config"]  # a run that wraps its training config (agentrl eval)
+    path = ((config or {}).get("model") or {}).get("path")
+    return str(path) if path else None
 
 
 def run_metrics(db: ReadOnlyDB, run_id: str, prefixes: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
@@ -368,8 +394,18 @@ def _filter_clauses(db: ReadOnlyDB, run_id: str, f: EpisodeFilter) -> list[Any]:
 
 
 def text_search(db: ReadOnlyDB, q: str) -> Any:
-    """Clause "an action or observation of the episode contains ``q``" (case-insensitive
-    substring; the words of ``q`` as one phrase)."""
+    """Clause "an action or observation of the episode holds every word of ``q``": through
+    the full-text index (``agentrl.replay.search``: SQLite FTS5, PostgreSQL tsvector) when
+    the database has one, else a case-insensitive substring match of ``q`` (schema 5).
+
+    Raises:
+        ContractError: ``q`` has no word to search for (full-text index only).
+    """
+    if db.has_fts:
+        from agentrl.replay.search import matching_turns
+
+        hits = matching_turns(db.engine.dialect.name, q).subquery()
+        return E.c.episode_id.in_(select(hits.c.episode_id))
     pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return exists().where(T.c.episode_id == E.c.episode_id,
                           or_(T.c.action_text.ilike(pattern, escape="\\"),

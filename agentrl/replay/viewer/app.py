@@ -42,8 +42,10 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
-TokenText = Callable[[Sequence[int]], list[str]]
-"""Decodes token ids to one display string per id (a tokenizer's, given by the CLI)."""
+TokenText = Callable[[str, Sequence[int]], "list[str] | None"]
+"""``token_text(model_path, ids)``: one display string per token id, decoded with the
+tokenizer of the run's ``model.path`` (given by the CLI, which may load a tokenizer; the
+replay room may not); ``None`` when that tokenizer cannot be loaded (the ids are shown)."""
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ class Viewer:
 
 def create_app(db: ReadOnlyDB, token_text: TokenText | None = None) -> FastAPI:
     """The viewer app over ``db`` (read-only). ``token_text`` decodes token ids for the token
-    view; without it the ids are shown."""
+    view (see ``TokenText``); without it the ids are shown."""
     from agentrl.replay.viewer.routes import router
 
     app = FastAPI(title="agentrl view", docs_url=None, redoc_url=None, openapi_url=None)

@@ -149,10 +149,12 @@ def _f(x: float, digits: int = 4) -> str:
     return "" if not np.isfinite(x) else f"{x:.{digits}g}"
 
 
-def _token_rows(v: Viewer, page: eq.TokenPage, heat: str) -> list[dict[str, Any]]:
+def _token_rows(v: Viewer, page: eq.TokenPage, heat: str, model_path: str | None) -> list[dict[str, Any]]:
     """One dict of display strings per token of ``page`` (the template escapes them)."""
     ids = [int(i) for i in page.ids]
-    texts = v.token_text(ids) if v.token_text is not None and ids else [f"[{i}]" for i in ids]
+    texts = v.token_text(model_path, ids) if v.token_text is not None and model_path and ids else None
+    if texts is None or len(texts) != len(ids):
+        texts = [f"[{i}]" for i in ids]
     classes = _heat_classes(page, heat)
     val = page.values
     return [{"i": page.start + k, "id": ids[k], "text": texts[k], "cls": classes[k], "mask": int(page.loss_mask[k]),
@@ -176,7 +178,7 @@ def episode_page(request: Request) -> HTMLResponse:
         raise HTTPException(400, f"parameter tok={start}; expected a token offset >= 0")
     tokens = eq.token_page(v.db, episode_id, start, eq.TOKEN_PAGE_SIZE)
     return v.render("episode.html", ep=ep, s=ep.summary, tokens=tokens, heat=heat, heat_fields=HEAT_FIELDS,
-                    token_rows=_token_rows(v, tokens, heat) if tokens else [], page_size=eq.TOKEN_PAGE_SIZE, reruns=eq.get_reruns(v.db, episode_id),
+                    token_rows=_token_rows(v, tokens, heat, q.model_path(v.db, ep.summary.run_id)) if tokens else [], page_size=eq.TOKEN_PAGE_SIZE, reruns=eq.get_reruns(v.db, episode_id),
                     has_reruns_table=v.db.table("reruns") is not None)
 
 

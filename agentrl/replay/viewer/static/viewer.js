@@ -7,7 +7,7 @@
     if (document.readyState !== "loading") fn(); else document.addEventListener("DOMContentLoaded", fn);
   }
   var TOKEN_FIELDS = [
-    ["mask", "loss_mask"], ["lp", "behavior log-prob"], ["tlp", "trainer log-prob"], ["gap", "gap"],
+    ["lossMask", "loss_mask"], ["lp", "behavior log-prob"], ["tlp", "trainer log-prob"], ["gap", "gap"],
     ["ent", "entropy"], ["adv", "advantage"], ["v", "policy version"]
   ];
   function describeToken(el) {
