@@ -13,6 +13,6 @@ A resume calls ``store.rewind(run_id, iterations_done)`` first (see ``ReplayStor
 """
 
 from agentrl.replay.models import SCHEMA_VERSION
-from agentrl.replay.store import EpisodeSummary, ReplayStore, RunInfo, RunStatus
+from agentrl.replay.store import EpisodeSummary, ReplayStore, RerunInfo, RunInfo, RunStatus
 
-__all__ = ["SCHEMA_VERSION", "EpisodeSummary", "ReplayStore", "RunInfo", "RunStatus"]
+__all__ = ["SCHEMA_VERSION", "EpisodeSummary", "ReplayStore", "RerunInfo", "RunInfo", "RunStatus"]

@@ -220,3 +220,51 @@ def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequenc
         prompt_mode=row.prompt_mode,
         success=row.success,
     )
+
+
+def trainer_value_updates(eps: Mapping[str, Episode], values: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Rows for an ORM bulk ``UPDATE turns`` by primary key: per turn of ``values``
+    (``{episode_id: [per turn: (log_probs [C], entropies [C]) or None]}``) its packed
+    ``trainer_log_probs`` and ``entropies`` (``<f8``). Checks lengths against the episodes
+    ``eps`` and finiteness; raises ``ContractError`` naming the episode and turn."""
+    out: list[dict[str, Any]] = []
+    for eid, per_turn in values.items():
+        ep = eps.get(eid)
+        if ep is None:
+            raise ContractError(f"trainer values given for episode_id={eid!r}, which is not in the batch")
+        if len(per_turn) != len(ep.turns):
+            raise ContractError(f"episode {eid}: trainer values for {len(per_turn)} turns; "
+                                f"expected one entry (or None) per turn, {len(ep.turns)}")
+        for k, pair in enumerate(per_turn):
+            if pair is None:
+                continue
+            lps, ents = pair
+            n = len(ep.turns[k].completion_ids)
+            where = f"episode {eid} turn {k}"
+            if len(lps) != n or len(ents) != n:
+                raise ContractError(f"{where}: {len(lps)} trainer log-probs and {len(ents)} entropies; "
+                                    f"expected one per completion id ({n})")
+            lp_blob = pack_floats(lps, what=f"{where} trainer_log_probs")
+            ent_blob = pack_floats(ents, what=f"{where} entropies")
+            for name, blob in (("trainer_log_probs", lp_blob), ("entropies", ent_blob)):
+                arr = unpack_floats(blob)
+                if not all(math.isfinite(x) for x in arr):
+                    raise ContractError(f"{where}: {name} holds a non-finite value")
+            out.append({"episode_id": eid, "turn_index": k, "trainer_log_probs": lp_blob, "entropies": ent_blob})
+    return out
+
+
+def rerun_row(ep: EpisodeRow, same: bool, first_divergent_turn: int | None, report: Mapping[str, Any],
+              now: datetime) -> dict[str, Any]:
+    """The ``reruns`` row of a rerun of episode ``ep``; ``ContractError`` on bad input."""
+    if same is not None and not isinstance(same, bool):
+        raise ContractError(f"same={same!r}; expected a bool, or None when the rerun could not decide")
+    if (same is False) != (first_divergent_turn is not None):
+        raise ContractError(f"same={same} with first_divergent_turn={first_divergent_turn!r}; expected a turn "
+                            "index exactly when the rerun differed (same=False)")
+    turn = None
+    if first_divergent_turn is not None:
+        # a rerun may diverge one turn past the recorded ones (it ran longer), hence <= num_turns
+        turn = as_int("first_divergent_turn", first_divergent_turn, 0, ep.num_turns)
+    return {"episode_id": ep.episode_id, "created_at": now, "same": same, "first_divergent_turn": turn,
+            "report": json_object("report", report)}

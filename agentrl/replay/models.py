@@ -25,15 +25,19 @@ Storage choices:
 * ``loss_mask`` is not stored: it is 0 on ``prompt_ids`` and 1 on ``completion_ids`` by the
   contract of ``agentrl.types``.
 
-Schema version: ``SCHEMA_VERSION`` lives in the one-row ``schema_version`` table. Tables are
-created with ``metadata.create_all`` when a store is opened. There is no Alembic yet: a change
-to any table here must bump ``SCHEMA_VERSION``, and opening a database of another version
-fails with a ``ContractError`` naming both versions, except for the one in-place upgrade the
-store knows (``ReplayStore._open_schema``): version 3 → 4 only adds the ``iterations`` table
-(completion marks), so a version-3 database is upgraded when opened; its iterations stored
-before the upgrade carry no completion mark. Version 4 → 5 only adds the nullable column
-``turns.policy_versions``; a turn stored before it reads back with every token at the
-turn's ``policy_version`` (which is what it was: turns did not span versions then).
+Schema changes go through Alembic (``agentrl.replay.migrations``: the revisions ship inside
+the package, and ``ReplayStore`` upgrades a database to the head revision when it opens it).
+A change to any table here needs a new revision there and a bump of ``SCHEMA_VERSION``, which
+the one-row ``schema_version`` table still holds so that an agentrl release older than
+Alembic refuses a newer database with a clear error. Databases of schema_version 3, 4 and 5
+(made before Alembic, no ``alembic_version`` table) are upgraded in place: 3 → 4 adds the
+``iterations`` table (iterations stored before carry no completion mark), 4 → 5 the column
+``turns.policy_versions`` (a turn stored before reads back with every token at the turn's
+``policy_version``), then the baseline revision is stamped and the revisions after it run.
+Schema 6 (revision ``0006``): ``turns.trainer_log_probs`` and ``turns.entropies`` (NULL on
+turns stored before, or not trained), ``episodes.kind`` (``'train'`` for every older
+episode), the ``reruns`` table, the viewer's indexes and the full-text index over actions
+and observations (``agentrl.replay.search``).
 """
 
 from __future__ import annotations
@@ -65,9 +69,14 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 5
-"""Version of the tables below. Bump it with every schema change (4: the ``iterations``
-table of completion marks; 5: ``turns.policy_versions``, per-token weight versions)."""
+SCHEMA_VERSION = 6
+"""Version of the tables below. Bump it with every schema change, together with a new Alembic
+revision (4: the ``iterations`` table of completion marks; 5: ``turns.policy_versions``,
+per-token weight versions; 6: trainer-side log-probs and entropies, ``episodes.kind``,
+``reruns``, the viewer's indexes and full-text search)."""
+
+EPISODE_KINDS = ("train", "eval")
+"""Values of ``episodes.kind``: training rollouts, and evaluation episodes (kept apart)."""
 
 TOKEN_DTYPE = np.dtype("<i4")
 """On-disk dtype of token ids: little-endian int32."""
@@ -258,6 +267,7 @@ class RunRow(Base):
     """One training run. A resumed run keeps its row (``resume_count`` goes up)."""
 
     __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_created", "created_at", "run_id"),)
 
     run_id: Mapped[str] = mapped_column(_ID, primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -273,7 +283,18 @@ class EpisodeRow(Base):
     __tablename__ = "episodes"
     __table_args__ = (
         Index("ix_episodes_run_iteration", "run_id", "iteration", "created_at", "position"),
-        Index("ix_episodes_group", "run_id", "group_id"),
+        # The viewer's filters and sort keys (keyset pagination: episode_id breaks ties).
+        Index("ix_episodes_kind_iteration", "run_id", "kind", "iteration", "episode_id"),
+        Index("ix_episodes_reward", "run_id", "total_reward", "episode_id"),
+        Index("ix_episodes_tokens", "run_id", "num_generated_tokens", "episode_id"),
+        Index("ix_episodes_turns", "run_id", "num_turns", "episode_id"),
+        Index("ix_episodes_termination", "run_id", "termination_reason", "episode_id"),
+        Index("ix_episodes_success", "run_id", "success", "episode_id"),
+        Index("ix_episodes_group_id", "run_id", "group_id", "episode_id"),
+        Index("ix_episodes_policy_version", "run_id", "policy_version_max", "episode_id"),
+        Index("ix_episodes_task", "run_id", "task_id", "episode_id"),
+        Index("ix_episodes_env", "run_id", "env_id", "episode_id"),
+        Index("ix_episodes_created", "run_id", "created_at", "episode_id"),
     )
 
     episode_id: Mapped[str] = mapped_column(_ID, primary_key=True)
@@ -301,6 +322,9 @@ class EpisodeRow(Base):
     advantage_mean: Mapped[float | None] = mapped_column(Double)
     """Mean of the per-turn advantages; NULL when none were given."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(8), default="train", server_default="train")
+    """``train`` or ``eval`` (``EPISODE_KINDS``): evaluation episodes are stored apart from the
+    training rollouts of the same run (every episode stored before schema 6 is ``train``)."""
 
 
 class TurnRow(Base):
@@ -336,6 +360,14 @@ class TurnRow(Base):
     observation_text: Mapped[str] = mapped_column(SafeText)
     invalid_action: Mapped[bool] = mapped_column(Boolean)
     advantage: Mapped[float | None] = mapped_column(Double)
+    trainer_log_probs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """Packed ``<f8`` nats ``[C]``: the trainer's log-prob of each completion id, computed in
+    the update that trained on the turn (at the weights the update started from, with the
+    sampling transform of ``behavior_log_probs``); NULL until an update wrote them (and on a
+    turn no update trained: dropped by a filter, an errored episode, an eval episode)."""
+    entropies: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """Packed ``<f8`` nats ``[C]``: the entropy of the trainer's next-token distribution at
+    each completion position, from the same forward pass as ``trainer_log_probs``."""
 
 
 class SandboxEventRow(Base):
@@ -367,6 +399,25 @@ class SandboxEventRow(Base):
     truncated_bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     """When the event was recorded (``ExecResult`` carries no timestamp of its own)."""
+
+
+class RerunRow(Base):
+    """One ``agentrl replay rerun`` of an episode: the recorded actions replayed in a fresh
+    environment and sandbox with the same task and seed."""
+
+    __tablename__ = "reruns"
+    __table_args__ = (Index("ix_reruns_episode", "episode_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(_AUTO_ID, primary_key=True, autoincrement=True)
+    episode_id: Mapped[str] = mapped_column(_ID, ForeignKey("episodes.episode_id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    same: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    """Every new observation and reward equalled the recorded one; NULL when the rerun could
+    not decide (an infrastructure error: the report says which)."""
+    first_divergent_turn: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """0-based index of the first turn that differed; NULL when ``same``."""
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The rerun's per-turn report (its shape belongs to ``agentrl replay rerun``)."""
 
 
 class MetricRow(Base):

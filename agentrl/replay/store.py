@@ -48,12 +48,13 @@ from enum import Enum
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, event, func, inspect, select, text, union, update
+from sqlalchemy import delete, event, func, select, union, update
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from agentrl.errors import ConfigError, ContractError, InfraError
+from agentrl.replay import migrations
 from agentrl.replay.codec import (
     as_int,
     check_id,
@@ -64,18 +65,21 @@ from agentrl.replay.codec import (
     event_row,
     json_object,
     reason,
+    rerun_row,
+    trainer_value_updates,
     turn_row,
 )
 from agentrl.replay.models import (
-    SCHEMA_VERSION,
+    EPISODE_KINDS,
     Base,
     EpisodeRow,
     IterationRow,
     MetricRow,
+    RerunRow,
     RunRow,
     SandboxEventRow,
-    SchemaVersionRow,
     TurnRow,
+    unpack_floats,
     utcnow,
 )
 from agentrl.types import Episode, TerminationReason
@@ -110,6 +114,19 @@ class RunInfo:
 
 
 @dataclass(frozen=True)
+class RerunInfo:
+    """One row of ``reruns`` (``ReplayStore.add_rerun``)."""
+
+    rerun_id: int
+    episode_id: str
+    created_at: datetime
+    same: bool | None
+    """``None``: the rerun could not decide (infrastructure error)."""
+    first_divergent_turn: int | None
+    report: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class EpisodeSummary:
     """An episode without its turns, for listings.
 
@@ -138,6 +155,8 @@ class EpisodeSummary:
     advantage_mean: float | None
     created_at: datetime
     complete: bool = False
+    kind: str = "train"
+    """``train`` or ``eval`` (``models.EPISODE_KINDS``)."""
 
     @property
     def is_error(self) -> bool:
@@ -150,15 +169,20 @@ class ReplayStore:
     Args:
         url: SQLAlchemy database URL, e.g. ``sqlite:///runs/replay.db`` (the parent folder is
             created) or ``postgresql+psycopg://user@host/dbname``.
+        read_only: never write (the viewer): the schema is checked, not created or
+            upgraded, and every write method raises ``ContractError``.
 
     Raises:
         ConfigError: the URL cannot be parsed or names a driver that is not installed.
         InfraError: the database cannot be reached or opened (server down, unwritable file).
-        ContractError: the database holds another ``schema_version`` (the message names
-            both), or holds replay tables without a version (not made by this store).
+        ContractError: the database is at a schema revision newer than this agentrl, or
+            of a pre-Alembic ``schema_version`` it cannot upgrade, or (``read_only``) not
+            at the head revision (the messages name both versions); or it holds replay
+            tables without a version (not made by this store).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        self._read_only = bool(read_only)
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -220,46 +244,23 @@ class ReplayStore:
         return f"ReplayStore({self._url_text!r})"
 
     def _open_schema(self) -> None:
-        """Check the schema version, creating the tables and the version row in an empty
-        database. Runs as one write transaction (on SQLite under the write lock), so two
-        processes opening a new database at once do not both create it."""
+        """Bring the database to the head revision (``agentrl.replay.migrations.upgrade``:
+        an empty one gets every table, a pre-Alembic one of schema 3-5 is upgraded in place),
+        or, read-only, check that it is there. Runs as one write transaction (on SQLite under
+        the write lock, on PostgreSQL under an advisory lock), so processes opening a new
+        database at once do not both create it."""
         for attempt in (1, 2):
             try:
+                if self._read_only:
+                    with self._read() as s:
+                        migrations.check_current(s.connection(), self._url_text)
+                    return
                 with self._write() as s:
-                    conn = s.connection()
-                    tables = set(inspect(conn).get_table_names())
-                    if SchemaVersionRow.__tablename__ not in tables:
-                        ours = tables & set(Base.metadata.tables)
-                        if ours:
-                            raise ContractError(
-                                f"database {self._url_text} has replay tables {sorted(ours)} but "
-                                "no schema_version table; expected a database made by "
-                                f"ReplayStore (schema_version {SCHEMA_VERSION}) or an empty one"
-                            )
-                        Base.metadata.create_all(conn)
-                        s.add(SchemaVersionRow(id=1, version=SCHEMA_VERSION, created_at=utcnow()))
-                    found = s.scalar(select(SchemaVersionRow.version).where(SchemaVersionRow.id == 1))
-                    if found == 3:
-                        # 3 -> 4 only adds the completion marks; older iterations stay unmarked.
-                        IterationRow.__table__.create(conn, checkfirst=True)
-                        found = self._set_version(s, 4)
-                    if found == 4:
-                        # 4 -> 5 only adds turns.policy_versions (NULL: every token at the turn's version).
-                        if "policy_versions" not in {c["name"] for c in inspect(conn).get_columns("turns")}:
-                            col = TurnRow.__table__.c.policy_versions.type.compile(dialect=conn.dialect)
-                            s.execute(text(f"ALTER TABLE turns ADD COLUMN policy_versions {col}"))
-                        found = self._set_version(s, 5)
-                    if found != SCHEMA_VERSION:
-                        raise ContractError(
-                            f"database {self._url_text} has replay schema_version {found}, this "
-                            f"agentrl expects schema_version {SCHEMA_VERSION}; use a new database "
-                            "(or an agentrl release with that schema version): the only upgrades "
-                            "this store knows are 3 -> 4 -> 5"
-                        )
+                    migrations.upgrade(s.connection(), self._url_text, set(Base.metadata.tables))
                 return
             except (IntegrityError, ProgrammingError) as exc:
-                # PostgreSQL: a concurrent opener of the new database created the tables
-                # first ("already exists"); the second attempt finds them.
+                # A concurrent opener created the tables first ("already exists"); the
+                # second attempt finds them.
                 if attempt == 2:
                     raise InfraError(
                         f"cannot set up the replay database {self._url_text}: {exc.orig}"
@@ -269,13 +270,10 @@ class ReplayStore:
                     f"cannot open the replay database {self._url_text}: {exc.orig}"
                 ) from exc
 
-    @staticmethod
-    def _set_version(s: Session, version: int) -> int:
-        s.execute(update(SchemaVersionRow).where(SchemaVersionRow.id == 1).values(version=version))
-        return version
-
     @contextmanager
     def _write(self) -> Iterator[Session]:
+        if self._read_only:
+            raise ContractError(f"replay store {self._url_text} was opened read_only=True; writing is refused")
         with self._engine.connect() as conn:
             conn.execution_options(**{_WRITE: True})
             with Session(bind=conn, expire_on_commit=False) as session, session.begin():
@@ -359,6 +357,9 @@ class ReplayStore:
         iteration: int,
         episodes: Sequence[Episode],
         advantages: Mapping[str, Sequence[float]] | None = None,
+        *,
+        kind: str = "train",
+        trainer_values: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]] | None]] | None = None,
     ) -> int:
         """Store a batch of episodes with their turns and sandbox events, in one transaction.
 
@@ -368,6 +369,9 @@ class ReplayStore:
             episodes: valid episodes (``Episode.validate`` is applied), errored ones included.
             advantages: optional ``{episode_id: [one float per turn]}``; finite values. Stored
                 per turn, with their mean on the episode. Episodes absent here get NULL.
+            kind: ``"train"`` (rollouts of the training loop) or ``"eval"``.
+            trainer_values: optional ``{episode_id: [per turn: (log_probs [C], entropies [C])
+                or None]}`` from the update that trained on them (see ``set_trainer_values``).
 
         Returns:
             How many of the episodes replaced ones already stored (0 for a fresh iteration).
@@ -380,6 +384,8 @@ class ReplayStore:
                 Nothing is written then.
         """
         iteration = check_iteration(iteration)
+        if kind not in EPISODE_KINDS:
+            raise ContractError(f"kind={kind!r}; expected one of {list(EPISODE_KINDS)}")
         advantages = dict(advantages or {})
         ids = [ep.episode_id for ep in episodes]
         if len(set(ids)) != len(ids):
@@ -395,7 +401,7 @@ class ReplayStore:
         event_rows: list[dict[str, Any]] = []
         for position, ep in enumerate(episodes):
             adv = advantages.get(ep.episode_id)
-            episode_rows.append(episode_row(run_id, iteration, position, ep, adv, now))
+            episode_rows.append(episode_row(run_id, iteration, position, ep, adv, now) | {"kind": kind})
             for k, turn in enumerate(ep.turns):
                 turn_rows.append(turn_row(ep, k, turn, None if adv is None else adv[k]))
                 for seq, res in enumerate(turn.exec_results):
@@ -423,7 +429,100 @@ class ReplayStore:
                                 (SandboxEventRow, event_rows)):
                 if rows:
                     s.execute(model.__table__.insert(), rows)
+            if trainer_values:
+                self._set_trainer_values(s, {e.episode_id: e for e in episodes}, trainer_values)
         return len(existing)
+
+    def set_trainer_values(
+        self, run_id: str,
+        values: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]] | None]],
+    ) -> int:
+        """Store the trainer-side log-prob and entropy of each sampled token of stored turns
+        (computed in the update that trained on them; ``agentrl.replay.trainer_values``
+        builds ``values`` from the update's batch), in one transaction.
+
+        Args:
+            run_id: the run the episodes are stored under.
+            values: ``{episode_id: [per turn: (log_probs [C], entropies [C]) or None]}``:
+                nats, one per completion id of the turn (``C``), finite; ``None`` leaves a
+                turn's values as they are (NULL: a turn no update trained on).
+
+        Returns:
+            How many turns were written.
+
+        Raises:
+            ContractError: unknown run or episode (or one of another run), an iteration
+                already marked complete, a list of the wrong length or a non-finite value.
+                Nothing is written then.
+        """
+        with self._write() as s:
+            self._run_row(s, run_id)
+            eps: dict[str, Episode] = {}
+            for eid in values:
+                row = s.get(EpisodeRow, eid)
+                if row is None or row.run_id != run_id:
+                    raise ContractError(f"episode_id={eid!r} is not stored under run {run_id!r}")
+                self._refuse_complete(s, run_id, row.iteration)
+                eps[eid] = self._episode_in(s, row)
+            return self._set_trainer_values(s, eps, values)
+
+    def _set_trainer_values(self, s: Session, eps: Mapping[str, Episode],
+                            values: Mapping[str, Sequence[Any]]) -> int:
+        updates = trainer_value_updates(eps, values)
+        if updates:
+            s.execute(update(TurnRow), updates)
+        return len(updates)
+
+    def get_trainer_values(self, episode_id: str) -> list[tuple[list[float] | None, list[float] | None]]:
+        """Per turn ``(trainer_log_probs [C] or None, entropies [C] or None)`` as stored
+        (``None``: not written by an update).
+
+        Raises:
+            ContractError: unknown ``episode_id``.
+        """
+        with self._read() as s:
+            if s.get(EpisodeRow, episode_id) is None:
+                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
+            rows = s.execute(select(TurnRow.trainer_log_probs, TurnRow.entropies)
+                             .where(TurnRow.episode_id == episode_id).order_by(TurnRow.turn_index)).all()
+        return [(None if lp is None else unpack_floats(lp), None if en is None else unpack_floats(en))
+                for lp, en in rows]
+
+    # -- reruns -------------------------------------------------------------------------
+
+    def add_rerun(self, episode_id: str, *, same: bool | None, first_divergent_turn: int | None,
+                  report: Mapping[str, Any]) -> int:
+        """Record one ``agentrl replay rerun`` of a stored episode.
+
+        Args:
+            same: every replayed observation and reward equalled the recorded one; ``None``:
+                the rerun could not decide (an infrastructure error, described in ``report``).
+            first_divergent_turn: 0-based turn of the first difference; given exactly when
+                ``same is False``.
+            report: the per-turn report, JSON-serializable (no NaN/inf).
+
+        Returns:
+            The rerun's id.
+
+        Raises:
+            ContractError: unknown episode, ``same`` and ``first_divergent_turn`` that
+                disagree, a turn outside the episode, a report that is not JSON.
+        """
+        with self._write() as s:
+            row = s.get(EpisodeRow, episode_id)
+            if row is None:
+                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
+            values = rerun_row(row, same, first_divergent_turn, report, utcnow())
+            return int(s.execute(RerunRow.__table__.insert().returning(RerunRow.id), [values]).scalar_one())
+
+    def reruns(self, episode_id: str) -> list[RerunInfo]:
+        """The reruns of an episode, newest first (``[]`` for none or an unknown episode)."""
+        q = (select(RerunRow).where(RerunRow.episode_id == episode_id)
+             .order_by(RerunRow.created_at.desc(), RerunRow.id.desc()))
+        with self._read() as s:
+            return [RerunInfo(rerun_id=r.id, episode_id=r.episode_id, created_at=r.created_at, same=r.same,
+                              first_divergent_turn=r.first_divergent_turn, report=r.report)
+                    for r in s.scalars(q)]
 
     def add_metrics(self, run_id: str, iteration: int, metrics: Mapping[str, float]) -> None:
         """Store scalar metrics of one iteration; a key already stored is overwritten.
@@ -543,10 +642,14 @@ class ReplayStore:
             row = s.get(EpisodeRow, episode_id)
             if row is None:
                 raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
-            turns = s.scalars(select(TurnRow).where(TurnRow.episode_id == episode_id)
-                              .order_by(TurnRow.turn_index)).all()
-            events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == episode_id)
-                               .order_by(SandboxEventRow.turn_index, SandboxEventRow.seq)).all()
+            return self._episode_in(s, row)
+
+    @staticmethod
+    def _episode_in(s: Session, row: EpisodeRow) -> Episode:
+        turns = s.scalars(select(TurnRow).where(TurnRow.episode_id == row.episode_id)
+                          .order_by(TurnRow.turn_index)).all()
+        events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == row.episode_id)
+                           .order_by(SandboxEventRow.turn_index, SandboxEventRow.seq)).all()
         return episode_from_rows(row, turns, events)
 
     def get_advantages(self, episode_id: str) -> list[float | None]:
@@ -663,5 +766,5 @@ def _summary(r: EpisodeRow, complete: bool) -> EpisodeSummary:
         total_reward=r.total_reward, error=r.error, num_turns=r.num_turns,
         num_generated_tokens=r.num_generated_tokens, policy_version_min=r.policy_version_min,
         policy_version_max=r.policy_version_max, advantage_mean=r.advantage_mean,
-        created_at=r.created_at, complete=complete,
+        created_at=r.created_at, complete=complete, kind=r.kind,
     )

@@ -1,49 +1,122 @@
-"""Fixtures for the replay store tests: a real database (SQLite file, or PostgreSQL when
-``AGENTRL_TEST_POSTGRES_URL`` is set) and a factory of realistic multi-turn episodes."""
+"""Fixtures for the replay store tests: a real database (a SQLite file, or a fresh database per
+module on the PostgreSQL server at ``AGENTRL_TEST_POSTGRES_URL``) and a factory of realistic
+multi-turn episodes."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, inspect, text
 
 from agentrl.replay import ReplayStore
 from agentrl.replay.models import Base
-from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+from agentrl.replay.search import FTS_TABLE
+from agentrl.types import Episode
+
+from tests.helpers import postgres_ctl
+from tests.integration.replay.episode_factory import build_episode
 
 POSTGRES_ENV = "AGENTRL_TEST_POSTGRES_URL"
+REQUIRE_POSTGRES_ENV = "AGENTRL_REQUIRE_POSTGRES"
 
 
 def _drop_all(url: str) -> None:
     engine = create_engine(url)
     try:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+            if conn.dialect.name == "sqlite":
+                conn.execute(text(f"DROP TABLE IF EXISTS {FTS_TABLE}"))
         Base.metadata.drop_all(engine)
     finally:
         engine.dispose()
 
 
+def make_pre_alembic(url: str) -> None:
+    """Turn a database at Alembic's head into what the store of ``schema_version`` 5 made:
+    the revisions after the baseline are downgraded and the ``alembic_version`` table is
+    dropped (a test then takes it further back to 4 or 3 by hand)."""
+    from alembic import command
+    from alembic.config import Config
+
+    import agentrl.replay.migrations as migrations
+
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, migrations.BASELINE)
+            conn.execute(text("DROP TABLE alembic_version"))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def postgres_module_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test module (``CREATE DATABASE`` on the server at
+    ``$AGENTRL_TEST_POSTGRES_URL``, which scripts/test.sh starts: tests/helpers/postgres_ctl.py),
+    dropped after the module. Without the variable the PostgreSQL cases are skipped, or fail
+    with ``AGENTRL_REQUIRE_POSTGRES=1`` (set by scripts/test.sh)."""
+    admin_url = os.environ.get(POSTGRES_ENV)
+    if not admin_url:
+        _missing(f"no PostgreSQL server: ${POSTGRES_ENV} is not set (scripts/test.sh starts one: "
+                 "tests/helpers/postgres_ctl.py)")
+    try:
+        url = postgres_ctl.create_database(admin_url, "agentrl_replay")
+    except Exception as exc:  # server down, bad credentials, missing driver
+        _missing(f"PostgreSQL at ${POSTGRES_ENV} is not usable: {exc}")
+    try:
+        yield url
+    finally:
+        postgres_ctl.drop_database(admin_url, url)
+
+
+def _missing(what: str) -> None:
+    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
+        pytest.fail(f"{REQUIRE_POSTGRES_ENV}=1 but {what}")
+    pytest.skip(what)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    """A URL to an empty replay database: a SQLite file under ``tmp_path``, or the
-    PostgreSQL database named by ``$AGENTRL_TEST_POSTGRES_URL`` (its replay tables are
-    dropped before and after the test; do not point it at a database you care about)."""
+    """A URL to a replay database without rows: a new SQLite file under ``tmp_path``, or the
+    test module's PostgreSQL database (``postgres_module_url``), emptied after each test
+    (``_empty``: it may already hold the schema at the head revision)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'replay.db'}"
         return
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        pytest.skip(
-            f"no PostgreSQL server: set {POSTGRES_ENV}, e.g. "
-            "postgresql+psycopg://postgres@/agentrl_test?host=/run/postgresql"
-        )
-    try:
-        _drop_all(url)
-    except Exception as exc:  # server down, bad credentials, missing driver
-        pytest.skip(f"PostgreSQL at ${POSTGRES_ENV} is not reachable: {exc}")
+    url = request.getfixturevalue("postgres_module_url")
     yield url
-    _drop_all(url)
+    _empty(url)
+
+
+def _empty(url: str) -> None:
+    """Leave the module's PostgreSQL database as the next test expects it: still at the head
+    revision with its schema intact, the rows deleted (``TRUNCATE``, much faster than
+    rebuilding the schema); otherwise (a test changed the schema) every table dropped."""
+    from agentrl.replay.migrations import HEAD, current_revision
+    from agentrl.replay.models import SCHEMA_VERSION
+
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            at_head = (current_revision(conn) == HEAD
+                       and conn.execute(text("SELECT version FROM schema_version")).scalar() == SCHEMA_VERSION
+                       and len(inspect(conn).get_columns("turns")) == len(Base.metadata.tables["turns"].c) + 1)
+            if at_head:
+                names = ", ".join(t for t in Base.metadata.tables if t != "schema_version")
+                conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    except Exception:  # noqa: BLE001 - not even readable as ours: drop it
+        at_head = False
+    finally:
+        engine.dispose()
+    if not at_head:
+        _drop_all(url)
 
 
 @pytest.fixture
@@ -61,37 +134,6 @@ MakeEpisode = Callable[..., Episode]
 @pytest.fixture
 def make_episode() -> MakeEpisode:
     """``make_episode(i, num_turns=3, events_per_turn=2, group_size=4, **episode_fields)``:
-    a valid, deterministic multi-turn episode whose turns run sandbox commands."""
-
-    def make(i: int, num_turns: int = 3, events_per_turn: int = 2, group_size: int = 4,
-             **fields: object) -> Episode:
-        turns = []
-        for k in range(num_turns):
-            n_prompt, n_completion = 40 + 7 * k, 24 + 5 * k
-            base = 1000 * i + 100 * k
-            turns.append(Turn(
-                prompt_ids=[(base + j) % 49152 for j in range(n_prompt)],
-                completion_ids=[(base + 3 * j + 1) % 49152 for j in range(n_completion)],
-                behavior_log_probs=[-(((i + 1) * (k + 1) * (j + 1)) % 97) / 13.0 for j in range(n_completion)],
-                sampling=SamplingRecord(temperature=0.7, top_p=1.0, top_k=-1),
-                policy_version=i % 3 + k // 2,
-                finish_reason="stop",
-                reward=float(k == num_turns - 1) * (i % 2),
-                anchor=f"state {i}-{k}",
-                action_text=f"<bash>echo {i} {k}</bash>",
-                observation_text=f"{i} {k}\n",
-                exec_results=[
-                    ExecResult(command=("bash", "-lc", f"echo {i} {k} {e}"), exit_code=0,
-                               stdout=f"{i} {k} {e}\n", stderr="", duration_s=0.01 * (e + 1))
-                    for e in range(events_per_turn)
-                ],
-            ))
-        defaults: dict[str, object] = dict(
-            group_id=f"group-{i // group_size}", env_id="agentrl/Bash-v0", task_id=f"task-{i // group_size}",
-            seed=i // group_size, turns=turns, terminated=True, truncated=False,
-            termination_reason=TerminationReason.ENV_TERMINATED,
-        )
-        defaults.update(fields)
-        return Episode(**defaults)  # type: ignore[arg-type]
-
-    return make
+    a valid, deterministic multi-turn episode whose turns run sandbox commands
+    (``episode_factory.build_episode``)."""
+    return build_episode

@@ -1,6 +1,6 @@
 """The replay store's side of a resume that never duplicates (issue 9, item 7): completion
 marks, reads that leave out incomplete iterations, ``rewind`` to a checkpoint, and the
-in-place upgrade of a version-3 database. Real databases (SQLite, and PostgreSQL when
+in-place upgrade of a version-3 database (through Alembic: 3 -> 4 -> 5 -> head). Real databases (SQLite, and PostgreSQL when
 $AGENTRL_TEST_POSTGRES_URL is set; see conftest.py). No mocks."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import create_engine, func, select, text, update
 
 from agentrl.errors import ContractError
 from agentrl.replay import SCHEMA_VERSION, ReplayStore
+from agentrl.replay.migrations import HEAD, current_revision
+from tests.integration.replay.conftest import make_pre_alembic
 from agentrl.replay.models import EpisodeRow, IterationRow, MetricRow, SandboxEventRow, SchemaVersionRow, TurnRow
 
 
@@ -123,12 +125,16 @@ def test_a_version_3_database_is_upgraded_in_place(db_url: str, make_episode) ->
     with ReplayStore(db_url) as store:
         store.start_run("run-old", {})
         store.add_episodes("run-old", 0, [ep])
-        with store.engine.begin() as conn:  # make it what schema_version 3 was: no iterations table
-            conn.execute(text("DROP TABLE iterations"))
-            conn.execute(update(SchemaVersionRow).values(version=3))
+    make_pre_alembic(db_url)  # what schema_version 5 was, then 3: no iterations table
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE iterations"))
+        conn.execute(update(SchemaVersionRow).values(version=3))
+    engine.dispose()
     with ReplayStore(db_url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 5  # 3 -> 4 -> 5
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 6  # 3 -> 4 -> 5 -> head
+            assert current_revision(conn) == HEAD
         assert store.get_episode(ep.episode_id) == ep
         assert store.completed_iterations("run-old") == []  # stored before the upgrade: unmarked
         assert store.mark_complete("run-old", 1) == [0]
@@ -138,9 +144,11 @@ def test_a_version_3_database_is_upgraded_in_place(db_url: str, make_episode) ->
 def test_a_version_2_database_is_refused_naming_both_versions(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'v2.db'}"
     ReplayStore(url).close()
+    make_pre_alembic(url)
     with sqlite3.connect(tmp_path / "v2.db") as conn:
         conn.execute("UPDATE schema_version SET version = 2")
-    with pytest.raises(ContractError, match=r"schema_version 2, this agentrl expects schema_version 5.*3 -> 4 -> 5"):
+    with pytest.raises(ContractError, match=r"schema_version 2, this agentrl expects schema_version 6 "
+                                            r"\(revision '0006'\).*schema_version 3 \(3 -> 4 -> 5 -> Alembic\)"):
         ReplayStore(url)
 
 

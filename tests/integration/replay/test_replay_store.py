@@ -11,12 +11,13 @@ import time
 
 import numpy as np
 import pytest
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from agentrl.errors import ConfigError, ContractError, InfraError
 from agentrl.replay import SCHEMA_VERSION, ReplayStore, RunStatus
 from agentrl.replay.models import EpisodeRow, SandboxEventRow, SchemaVersionRow, TurnRow
+from agentrl.replay.migrations import HEAD
 from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
 
 
@@ -317,9 +318,20 @@ def test_bad_urls_raise_config_errors(tmp_path) -> None:
 # -- schema version ------------------------------------------------------------------------
 
 
-def test_schema_version_mismatch_names_both_versions(db_url: str) -> None:
+def test_a_database_newer_than_the_code_is_refused_naming_both_revisions(db_url: str) -> None:
     with ReplayStore(db_url) as store:
         store.start_run("run-v", {})
+        with store.engine.begin() as conn:  # as a later agentrl would leave it
+            conn.execute(text("UPDATE alembic_version SET version_num = '0047'"))
+    for read_only in (False, True):
+        with pytest.raises(ContractError) as info:
+            ReplayStore(db_url, read_only=read_only)
+        msg = str(info.value)
+        assert "'0047'" in msg and f"{HEAD!r}" in msg and "newer than this agentrl" in msg
+
+
+def test_schema_version_out_of_step_with_the_revision_is_refused(db_url: str) -> None:
+    with ReplayStore(db_url) as store:
         with store.engine.begin() as conn:
             conn.execute(update(SchemaVersionRow).values(version=SCHEMA_VERSION + 41))
     with pytest.raises(ContractError) as info:

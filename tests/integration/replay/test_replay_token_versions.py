@@ -1,14 +1,16 @@
 """Per-token policy versions in the replay store (schema version 5): a turn that spans a
 weight update round-trips its ``policy_versions``; the episode summary's version range is
-over tokens; a version-4 database (no ``turns.policy_versions`` column) is upgraded in place
+over tokens; a version-4 database (no ``turns.policy_versions`` column) is upgraded in place (to Alembic's head)
 and its turns read back with every token at the turn's version. Real databases (SQLite, and
 PostgreSQL when $AGENTRL_TEST_POSTGRES_URL is set; see conftest.py)."""
 
 from __future__ import annotations
 
-from sqlalchemy import inspect, select, text, update
+from sqlalchemy import create_engine, inspect, select, text, update
 
 from agentrl.replay import SCHEMA_VERSION, ReplayStore
+from agentrl.replay.migrations import HEAD, current_revision
+from tests.integration.replay.conftest import make_pre_alembic
 from agentrl.replay.models import SchemaVersionRow, TurnRow
 
 
@@ -35,13 +37,17 @@ def test_a_version_4_database_is_upgraded_in_place(db_url: str, make_episode) ->
     with ReplayStore(db_url) as store:
         store.start_run("run-old", {})
         store.add_episodes("run-old", 0, [ep])
-        with store.engine.begin() as conn:  # make it what schema_version 4 was: no policy_versions column
-            conn.execute(text("ALTER TABLE turns DROP COLUMN policy_versions"))
-            conn.execute(update(SchemaVersionRow).values(version=4))
-            assert "policy_versions" not in {c["name"] for c in inspect(conn).get_columns("turns")}
+    make_pre_alembic(db_url)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:  # make it what schema_version 4 was: no policy_versions column
+        conn.execute(text("ALTER TABLE turns DROP COLUMN policy_versions"))
+        conn.execute(update(SchemaVersionRow).values(version=4))
+        assert "policy_versions" not in {c["name"] for c in inspect(conn).get_columns("turns")}
+    engine.dispose()
     with ReplayStore(db_url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 5
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 6
+            assert current_revision(conn) == HEAD
         back = store.get_episode(ep.episode_id)
         assert back == ep  # every token at its turn's version, as stored before
         assert all(t.policy_versions == [t.policy_version] * len(t.completion_ids) for t in back.turns)

@@ -1,0 +1,167 @@
+"""Replay schema through Alembic (schema 6): a schema-5 file made by the store before
+Alembic is upgraded in place; the revisions build exactly the tables of ``models``; the
+new columns and tables round-trip (episode ``kind``, trainer-side log-probs and entropies,
+``reruns``); full-text search over actions and observations; read-only opening. Real
+databases (SQLite, and PostgreSQL: see conftest.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import select
+
+import agentrl.replay.migrations as migrations
+from agentrl.errors import ContractError
+from agentrl.replay import SCHEMA_VERSION, ReplayStore
+from agentrl.replay.models import Base, EpisodeRow, SchemaVersionRow
+from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, matching_turns, search_terms
+from tests.integration.replay.data.make_schema5_db import ADVANTAGES, METRICS, expected_schema5_episodes
+
+SCHEMA5_DB = Path(__file__).parent / "data" / "replay_schema5.db"
+
+
+def test_head_is_the_script_directorys_head() -> None:
+    script = ScriptDirectory(str(Path(migrations.__file__).parent))
+    assert script.get_current_head() == migrations.HEAD
+    assert migrations.known_revisions() == [migrations.BASELINE, migrations.HEAD]
+
+
+def _not_ours(obj, name, type_, reflected, compare_to) -> bool:
+    # the search index lives outside the ORM models: SQLite's FTS5 table (and its shadow
+    # tables), PostgreSQL's generated tsvector column
+    if type_ == "table" and (name == "alembic_version" or name.startswith(FTS_TABLE)):
+        return False
+    if type_ == "column" and name == PG_SEARCH_COLUMN:
+        return False
+    if type_ == "index" and name == "ix_turns_search":
+        return False
+    return True
+
+
+def test_the_revisions_build_exactly_the_models_tables(store: ReplayStore) -> None:
+    with store.engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"include_object": _not_ours, "compare_type": True})
+        diff = compare_metadata(ctx, Base.metadata)
+    assert diff == [], diff
+
+
+def test_a_schema_5_file_of_the_store_before_alembic_is_upgraded_in_place(tmp_path) -> None:
+    path = tmp_path / "replay.db"
+    shutil.copy(SCHEMA5_DB, path)  # never upgrade the committed file itself
+    with ReplayStore(f"sqlite:///{path}") as store:
+        with store.engine.connect() as conn:
+            assert migrations.current_revision(conn) == migrations.HEAD
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 6
+        assert [r.run_id for r in store.runs()] == ["run-schema5"]
+        assert store.completed_iterations("run-schema5") == [0]
+        for it, eps in expected_schema5_episodes().items():
+            assert [s.episode_id for s in store.list_episodes("run-schema5", it)] == [e.episode_id for e in eps]
+            for k, ep in enumerate(eps):
+                assert store.get_episode(ep.episode_id) == ep  # tokens, log-probs, events bit-exact
+                adv = ADVANTAGES.get(it, {}).get(str(k))
+                assert store.get_advantages(ep.episode_id) == (adv or [None] * len(ep.turns))
+                assert store.get_trainer_values(ep.episode_id) == [(None, None)] * len(ep.turns)
+        assert store.get_episode("spans-update").turns[1].policy_versions[-1] == 1 + 4 % 3 + 0
+        assert all(s.kind == "train" for s in store.list_episodes("run-schema5"))
+        assert store.metrics("run-schema5") == {it: dict(sorted(m.items())) for it, m in METRICS.items()}
+        with store.engine.connect() as conn:  # text stored before the upgrade is searchable
+            hits = conn.execute(matching_turns("sqlite", "echo 5 0")).all()
+        assert {tuple(h) for h in hits} == {(expected_schema5_episodes()[1][1].episode_id, 0)}
+        store.add_episodes("run-schema5", 1, [expected_schema5_episodes()[1][1]])  # replace works
+        assert store.count_episodes("run-schema5") == 6
+
+
+def test_kind_trainer_values_and_reruns_round_trip(store: ReplayStore, make_episode) -> None:
+    store.start_run("run-n", {})
+    train, ev = make_episode(0), make_episode(1, episode_id="eval-1")
+    n = [len(t.completion_ids) for t in train.turns]
+    values = {train.episode_id: [([-0.5 - j / 8 for j in range(n[0])], [1.0 + j / 16 for j in range(n[0])]),
+                                 None,
+                                 ([-0.0] * n[2], [2.0 ** -30] * n[2])]}
+    store.add_episodes("run-n", 0, [train], trainer_values=values)
+    store.add_episodes("run-n", 0, [ev], kind="eval")
+    assert {s.episode_id: s.kind for s in store.list_episodes("run-n")} == {train.episode_id: "train", "eval-1": "eval"}
+    back = store.get_trainer_values(train.episode_id)
+    assert back[0] == values[train.episode_id][0] and back[1] == (None, None)
+    assert back[2][1] == [2.0 ** -30] * n[2]
+    # written later, by an update (a separate transaction): only the given turn changes
+    later = [None, ([-1.0] * n[1], [0.5] * n[1]), None]
+    assert store.set_trainer_values("run-n", {train.episode_id: later}) == 1
+    back = store.get_trainer_values(train.episode_id)
+    assert back[1] == later[1] and back[0] == values[train.episode_id][0]
+
+    first = store.add_rerun(train.episode_id, same=True, first_divergent_turn=None, report={"turns": []})
+    second = store.add_rerun(train.episode_id, same=False, first_divergent_turn=2, report={"turns": [1, 2]})
+    third = store.add_rerun(train.episode_id, same=None, first_divergent_turn=None, report={"error": "sandbox"})
+    got = store.reruns(train.episode_id)
+    assert [r.rerun_id for r in got] == [third, second, first]
+    assert (got[1].same, got[1].first_divergent_turn, got[1].report) == (False, 2, {"turns": [1, 2]})
+    assert got[0].same is None and store.reruns("eval-1") == []
+
+    with pytest.raises(ContractError, match="kind='test'"):
+        store.add_episodes("run-n", 0, [make_episode(2)], kind="test")
+    with pytest.raises(ContractError, match="expected one per completion id"):
+        store.set_trainer_values("run-n", {train.episode_id: [([0.0], [0.0]), None, None]})
+    with pytest.raises(ContractError, match="non-finite"):
+        store.set_trainer_values("run-n", {train.episode_id: [None, ([float("nan")] * n[1], [0.0] * n[1]), None]})
+    with pytest.raises(ContractError, match="not stored under run"):
+        store.set_trainer_values("run-n", {"nope": [None]})
+    with pytest.raises(ContractError, match="same=True with first_divergent_turn=1"):
+        store.add_rerun(train.episode_id, same=True, first_divergent_turn=1, report={})
+    with pytest.raises(ContractError, match="not in"):
+        store.add_rerun("nope", same=True, first_divergent_turn=None, report={})
+    store.mark_complete("run-n", 1)
+    with pytest.raises(ContractError, match="marked complete"):
+        store.set_trainer_values("run-n", {train.episode_id: later})
+    # replacing or rewinding an episode removes its reruns with it
+    store.rewind("run-n", 0)
+    assert store.reruns(train.episode_id) == []
+
+
+def test_full_text_search_follows_inserts_replacements_and_deletes(store: ReplayStore, make_episode) -> None:
+    store.start_run("run-f", {})
+    a = make_episode(0)
+    a.turns[1].observation_text = "bash: ./solve.sh: Permission denied\n"
+    b = make_episode(1)
+    b.turns[0].action_text = "<bash>chmod +x solve.sh && ./solve.sh</bash>"
+    b.turns[2].observation_text = "PERMISSION check passed; nothing denied"
+    store.add_episodes("run-f", 0, [a, b])
+    dialect = store.engine.dialect.name
+
+    def hits(q: str) -> set[tuple[str, int]]:
+        with store.engine.connect() as conn:
+            return {(e, int(k)) for e, k in conn.execute(matching_turns(dialect, q))}
+
+    assert hits("permission denied") == {(a.episode_id, 1), (b.episode_id, 2)}  # every word, any order, any case
+    assert hits("solve.sh") == {(a.episode_id, 1), (b.episode_id, 0)}
+    assert hits('"denied" (*') == {(a.episode_id, 1), (b.episode_id, 2)}  # no query syntax reaches the index
+    assert hits("no-such-word-anywhere") == set()
+    b.turns[2].observation_text = "all good"
+    store.add_episodes("run-f", 0, [b])  # replaced: the old text leaves the index
+    assert hits("permission denied") == {(a.episode_id, 1)}
+    store.rewind("run-f", 0)
+    assert hits("permission") == set() and hits("echo") == set()
+    with pytest.raises(ContractError, match="has no words"):
+        matching_turns(dialect, " -- ")
+    assert search_terms("Foo_bar, BAZ!") == ["foo", "bar", "baz"]
+
+
+def test_read_only_store_checks_and_never_writes(db_url: str, make_episode, tmp_path) -> None:
+    with pytest.raises(ContractError, match="no replay tables"):
+        ReplayStore(f"sqlite:///{tmp_path / 'empty.db'}", read_only=True)  # not created read-only
+    with ReplayStore(db_url) as store:
+        store.start_run("run-r", {})
+        store.add_episodes("run-r", 0, [make_episode(0)])
+    with ReplayStore(db_url, read_only=True) as viewer:
+        assert viewer.count_episodes("run-r") == 1
+        with pytest.raises(ContractError, match="read_only=True"):
+            viewer.start_run("run-x", {})
+        with pytest.raises(ContractError, match="read_only=True"):
+            viewer.add_rerun("x", same=True, first_divergent_turn=None, report={})
+    with ReplayStore(db_url) as store, store.engine.begin() as conn:
+        conn.execute(EpisodeRow.__table__.update().values(kind="train"))  # a writer still works
