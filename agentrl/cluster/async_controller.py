@@ -40,9 +40,11 @@ the update waited for complete groups.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future
+from functools import partial
+from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import kill_point
 from agentrl.cluster.iteration import RunContext, checkpoint_if_due, compute_credit, end_iteration, record_iteration, span, train_on
@@ -55,6 +57,41 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 """How long one collect waits for an engine to answer (seconds): the driver's reaction time."""
+
+
+def in_background(fn: Callable[..., Any], *args: Any, name: str = "agentrl-update") -> Future:
+    """Run ``fn(*args)`` in a new daemon thread; its ``Future``.
+
+    Why not a ``ThreadPoolExecutor``: leaving its ``with`` block (an interrupt) waits for the
+    running call, and the interpreter joins its threads at exit, so a SIGTERM during a trainer
+    step waited for the step to end (about 2 minutes with SmolLM2-135M on CPU). A daemon
+    thread holds up neither; the step's actors are killed by ``train()``'s clean-up, which
+    ends the call it waits on."""
+    fut: Future = Future()
+    fut.set_running_or_notify_cancel()
+
+    def _run() -> None:
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as exc:  # the driver sees it at result()
+            fut.set_exception(exc)
+
+    threading.Thread(target=_run, name=name, daemon=True).start()
+    return fut
+
+
+def step_while_pumping(fn: Callable[..., Any], args: tuple, pump: Callable[[float], None],
+                       after_submit: Callable[[], None] | None = None) -> Any:
+    """``fn(*args)`` (the trainer step) in a background thread while the driver keeps calling
+    ``pump(POLL_S)`` (admit and collect); its result. An exception in ``pump`` or
+    ``after_submit`` (a ``KeyboardInterrupt`` from SIGINT / SIGTERM, an engine error) propagates
+    at once, without waiting for ``fn``."""
+    step = in_background(fn, *args)
+    if after_submit is not None:
+        after_submit()
+    while not step.done():  # the engines keep going: admit and collect meanwhile
+        pump(POLL_S)
+    return step.result()
 
 
 def group_requests(requests: list[EpisodeRequest]) -> list[list[EpisodeRequest]]:
@@ -172,73 +209,77 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) ->
     run.tasks.iteration = start_iter
     pool.stream_start(run.policy_version)
     lost_before = pool.engines_lost
+    interrupted = False
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-update") as executor:
-            for it in range(start_iter, cfg.run.iterations):
-                run.tasks.iteration = it  # requests queued from now on carry it in their episode ids
-                t_iter = time.perf_counter()
-                run.phase(it, "rollout")
-                t_wait = run.now_s()
-                shaped: dict[str, list[float]] = {}
-                groups, dropped, refills = streamer.groups_for_update(shaped)
-                rollout_s = run.now_s() - t_wait
-                timeline = span("rollout", t_wait, run.now_s())
-                in_flight, buffered = buf.in_flight(), len(buf.complete_groups())
-                kill_point("mid_rollout", it + 1)
+        for it in range(start_iter, cfg.run.iterations):
+            run.tasks.iteration = it  # requests queued from now on carry it in their episode ids
+            t_iter = time.perf_counter()
+            run.phase(it, "rollout")
+            t_wait = run.now_s()
+            shaped: dict[str, list[float]] = {}
+            groups, dropped, refills = streamer.groups_for_update(shaped)
+            rollout_s = run.now_s() - t_wait
+            timeline = span("rollout", t_wait, run.now_s())
+            in_flight, buffered = buf.in_flight(), len(buf.complete_groups())
+            kill_point("mid_rollout", it + 1)
 
-                run.phase(it, "credit")
-                t0 = time.perf_counter()
-                trained_eps = [e for g in groups for e in g.episodes()]
-                credit = compute_credit(run, trained_eps, shaped, refills)
-                credit_s = time.perf_counter() - t0
-                timeline.update(span("credit", t0 - run.t0, run.now_s()))
+            run.phase(it, "credit")
+            t0 = time.perf_counter()
+            trained_eps = [e for g in groups for e in g.episodes()]
+            credit = compute_credit(run, trained_eps, shaped, refills)
+            credit_s = time.perf_counter() - t0
+            timeline.update(span("credit", t0 - run.t0, run.now_s()))
 
-                run.phase(it, "update")
-                t0 = time.perf_counter()
-                step = executor.submit(train_on, group, credit)
-                kill_point("mid_update", it + 1)
-                while not step.done():  # the engines keep going: admit and collect meanwhile
-                    streamer.pump(POLL_S)
-                train_metrics = step.result()
-                update_s = time.perf_counter() - t0
-                timeline.update(span("update", t0 - run.t0, run.now_s()))
+            run.phase(it, "update")
+            t0 = time.perf_counter()
+            train_metrics = step_while_pumping(train_on, (group, credit), streamer.pump,
+                                               after_submit=partial(kill_point, "mid_update", it + 1))
+            update_s = time.perf_counter() - t0
+            timeline.update(span("update", t0 - run.t0, run.now_s()))
 
-                v = run.policy_version
-                run.phase(it, "sync")
-                t0 = time.perf_counter()
-                sync_metrics: dict[str, float] = {"async/preempted_requests": 0.0, "async/restarted_episodes": 0.0}
-                if credit.batch is not None:
-                    sync_metrics = pool.stream_update_weights(group.actors, v + 1, cfg.controller.partial_rollout)
-                    kill_point("mid_sync", it + 1)
-                    run.policy_version = v + 1
-                buf.release()  # the consumed groups' slots: the engines now sample at the new version
-                sync_s = time.perf_counter() - t0
-                timeline.update(span("sync", t0 - run.t0, run.now_s()))
+            v = run.policy_version
+            run.phase(it, "sync")
+            t0 = time.perf_counter()
+            sync_metrics: dict[str, float] = {"async/preempted_requests": 0.0, "async/restarted_episodes": 0.0}
+            if credit.batch is not None:
+                sync_metrics = pool.stream_update_weights(group.actors, v + 1, cfg.controller.partial_rollout)
+                kill_point("mid_sync", it + 1)
+                run.policy_version = v + 1
+            buf.release()  # the consumed groups' slots: the engines now sample at the new version
+            sync_s = time.perf_counter() - t0
+            timeline.update(span("sync", t0 - run.t0, run.now_s()))
 
-                rows = [] if credit.batch is None else [int(x) for x in credit.batch.policy_versions.tolist()]
-                extra = dict(timeline)
-                extra.update(staleness_metrics(rows, v))
-                extra.update({"async/stale_dropped": float(_rows(dropped)), "async/stale_dropped_groups": float(len(dropped)),
-                              "async/in_flight": float(in_flight), "async/buffered_groups": float(buffered),
-                              "async/admission_wait_s": streamer.flush_idle(), "async/groups": float(len(groups))})
-                pool_metrics = {"cluster/engines": float(len(pool.engine_indices)),
-                                "cluster/engines_lost": float(pool.engines_lost - lost_before)}
-                lost_before = pool.engines_lost
-                stored = trained_eps + [e for g in dropped for e in g.episodes()]
-                clean = record_iteration(run, it, stored, credit, pool_metrics=pool_metrics, sync_metrics=sync_metrics,
-                                         train_metrics=train_metrics, t_iter=t_iter, extra=extra,
-                                         times={"time/rollout_s": rollout_s, "time/credit_s": credit_s,
-                                                "time/update_s": update_s, "time/sync_s": sync_s})
-                held = buf.held_requests()
-                checkpoint_if_due(run, it, f"{len(held)} requests admitted or queued and not trained; a resume "
-                                           "re-issues them first (async.pending_requests)",
-                                  {"async": {"pending_requests": requests_state(held), "max_staleness": k}})
-                end_iteration(run, it, clean)
+            rows = [] if credit.batch is None else [int(x) for x in credit.batch.policy_versions.tolist()]
+            extra = dict(timeline)
+            extra.update(staleness_metrics(rows, v))
+            extra.update({"async/stale_dropped": float(_rows(dropped)), "async/stale_dropped_groups": float(len(dropped)),
+                          "async/in_flight": float(in_flight), "async/buffered_groups": float(buffered),
+                          "async/admission_wait_s": streamer.flush_idle(), "async/groups": float(len(groups))})
+            pool_metrics = {"cluster/engines": float(len(pool.engine_indices)),
+                            "cluster/engines_lost": float(pool.engines_lost - lost_before)}
+            lost_before = pool.engines_lost
+            stored = trained_eps + [e for g in dropped for e in g.episodes()]
+            clean = record_iteration(run, it, stored, credit, pool_metrics=pool_metrics, sync_metrics=sync_metrics,
+                                     train_metrics=train_metrics, t_iter=t_iter, extra=extra,
+                                     times={"time/rollout_s": rollout_s, "time/credit_s": credit_s,
+                                            "time/update_s": update_s, "time/sync_s": sync_s})
+            held = buf.held_requests()
+            checkpoint_if_due(run, it, f"{len(held)} requests admitted or queued and not trained; a resume "
+                                       "re-issues them first (async.pending_requests)",
+                              {"async": {"pending_requests": requests_state(held), "max_staleness": k}})
+            end_iteration(run, it, clean)
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM through train()'s handler: leave now
+        interrupted = True
+        log.warning("interrupted: %d requests admitted or queued and not trained are dropped with this process; "
+                    "the latest checkpoint recorded its own (async.pending_requests) and a resume re-issues them",
+                    len(buf.held_requests()))
+        raise
     finally:
-        try:
-            pool.stream_stop()
-        except Exception:  # the run is ending anyway (an engine lost, an interrupt): the pool is killed next
-            log.debug("stream_stop failed", exc_info=True)
+        if not interrupted:  # an interrupt skips the orderly stop (it waits on env steps); the pool is killed next
+            try:
+                pool.stream_stop()
+            except Exception:  # the run is ending anyway (an engine lost): the pool is killed next
+                log.debug("stream_stop failed", exc_info=True)
 
 
-__all__ = ["POLL_S", "group_requests", "run_async"]
+__all__ = ["POLL_S", "group_requests", "in_background", "run_async", "step_while_pumping"]

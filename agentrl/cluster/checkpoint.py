@@ -51,6 +51,8 @@ CONTROLLER_STATE = "controller.json"
 """File of a checkpoint holding the controller's state (run id, iteration, task cursor, history)."""
 KILL_AT_ENV = "AGENTRL_TEST_KILL_AT"
 """Test hook (see the module docstring): ``"{phase}:it={N}"`` SIGKILLs the run there."""
+KILL_SIGNAL_ENV = "AGENTRL_TEST_KILL_SIGNAL"
+"""Test hook: ``TERM`` makes ``kill_point`` send SIGTERM instead of SIGKILL."""
 KILL_PHASES = ("mid_rollout", "mid_update", "mid_sync", "after_replay_write", "after_metrics",
                "mid_checkpoint_state", "mid_checkpoint", "after_checkpoint")
 KEEP_CHECKPOINTS = 2
@@ -71,7 +73,10 @@ def kill_point(phase: str, iteration: int) -> None:
     if spec.split(":", 1)[0] not in KILL_PHASES:
         raise CheckpointError(f"{KILL_AT_ENV}={spec!r}; expected '<phase>:it=<N>' with phase one of {KILL_PHASES}")
     if spec == f"{phase}:it={iteration}":
-        os.kill(os.getpid(), signal.SIGKILL)
+        # $AGENTRL_TEST_KILL_SIGNAL=TERM: a SIGTERM instead (the interrupt path: the handler
+        # raises KeyboardInterrupt here, with whatever runs in other threads still running)
+        term = os.environ.get(KILL_SIGNAL_ENV, "KILL").upper() == "TERM"
+        os.kill(os.getpid(), signal.SIGTERM if term else signal.SIGKILL)
 
 
 class RunDir:

@@ -8,14 +8,15 @@ exactly the trained rows, per-token versions never decrease, every trained group
 (all its members trained, none aborted among them), and each group is trained at most once.
 
 The chaos test (issue 12 item 5) runs ``agentrl train`` in async mode and SIGKILLs the driver
-at five points (mid-rollout, mid-update, mid-sync, mid-checkpoint with the trainers' state
-written but not the controller's, and with the checkpoint complete but not yet named), resuming
-after each; ``run.checkpoint_every=2`` so a resume also drops iterations stored after the
+at four points (mid-rollout, mid-update, mid-sync, mid-checkpoint with the trainers' state
+written but not the controller's; the complete-but-unnamed checkpoint is
+test_resume_no_duplicates.py's, sync mode), resuming after each; ``run.checkpoint_every=2`` so a resume also drops iterations stored after the
 checkpoint. From the store, the metrics and the checkpoints: every task instance handed out
 was trained exactly once or is recorded as pending, the requests a checkpoint recorded came
 back with the same episode ids, no group is duplicated or lost, each iteration's episodes and
-metrics are stored once, and policy versions never go backwards. About 4-5 minutes on 2
-cores (six starts of a run).
+metrics are stored once, and policy versions never go backwards. One more start is SIGTERMed
+while its trainer step runs (the interrupt path: exit 130, the run marked interrupted, and the
+resume still trains everything once). About 4-5 minutes on 2 cores (six starts of a run).
 """
 
 from __future__ import annotations
@@ -140,15 +141,18 @@ def test_async_mode_actors_get_their_share_of_the_cores(ray_session, tmp_path):
 
 # -- chaos: SIGKILL the driver at the four points of issue 12 item 5, resume after each --------
 CHAOS_ITERATIONS, CHAOS_CHECKPOINT_EVERY = 4, 2
-CHAOS_KILLS = [  # (kill point, iterations whose episodes and metrics are written when it fires)
-    ("mid_rollout:it=3", 2),  # iteration 3's groups collected, its update not started
-    ("mid_update:it=4", 3),  # the trainer step called, not returned (iteration 3 stored, not checkpointed)
-    ("mid_sync:it=4", 3),  # the new weights in the engines, the version not recorded
-    ("mid_checkpoint_state:it=4", 4),  # the trainers' state written, the controller's not
+CHAOS_KILLS = [  # (kill point, iterations whose episodes and metrics are written when it fires, signal)
+    ("mid_rollout:it=3", 2, "KILL"),  # iteration 3's groups collected, its update not started
+    # SIGTERM while the trainer step runs in its background thread: the driver leaves at once
+    # (it used to wait for the step), marks the run interrupted, and the resume loses nothing
+    ("mid_update:it=3", 2, "TERM"),
+    ("mid_update:it=4", 3, "KILL"),  # the trainer step called, not returned (iteration 3 stored, not checkpointed)
+    ("mid_sync:it=4", 3, "KILL"),  # the new weights in the engines, the version not recorded
+    ("mid_checkpoint_state:it=4", 4, "KILL"),  # the trainers' state written, the controller's not
 ]
 # ``mid_checkpoint`` (iter_4 complete on disk, ``latest`` still naming iter_2) runs through the
 # same ``checkpoint_if_due`` in both modes; test_resume_no_duplicates.py kills there (sync mode),
-# which keeps this test at five starts of ``agentrl train``
+# which keeps this test at six starts of ``agentrl train`` (one of them SIGTERMed)
 
 
 def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path, tiny_model_path):
@@ -164,9 +168,13 @@ def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path
              "cluster.num_cpus=4"]
     reissued: dict[str, str] = {}  # episode id -> group id of the requests a checkpoint recorded as pending
     latest = "iter_2"  # every kill is after the first checkpoint and before the second
-    for k, (kill_at, written) in enumerate(CHAOS_KILLS):
-        rc, out = train_cli(["--resume", str(run_dir)] if k else args, kill_at)
-        assert rc == -signal.SIGKILL, f"{kill_at}: {out[-3000:]}"
+    for k, (kill_at, written, sig) in enumerate(CHAOS_KILLS):
+        rc, out = train_cli(["--resume", str(run_dir)] if k else args, kill_at, kill_signal=sig)
+        if sig == "TERM":  # the CLI's interrupt exit, after train()'s clean-up (the step is not awaited:
+            # tests/unit/cluster/test_async_interrupt.py)
+            assert rc == 130 and "interrupted" in out, f"{kill_at}: rc={rc} {out[-3000:]}"
+        else:
+            assert rc == -signal.SIGKILL, f"{kill_at}: {out[-3000:]}"
         assert (run_dir / "checkpoints" / "latest").read_text().strip() == latest, kill_at
         done = int(latest.split("_")[1])
         state = json.loads((run_dir / "checkpoints" / latest / "controller.json").read_text())
@@ -184,6 +192,8 @@ def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path
         assert lines[:done] == first_lines  # the checkpointed iterations' lines are kept as written
         with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
             (run,) = store.runs()
+            if sig == "TERM":
+                assert store.get_run(run.run_id).status.value == "interrupted"
             assert store.completed_iterations(run.run_id) == list(range(done))
             assert store.iterations(run.run_id) == list(range(written)) and sorted(store.metrics(run.run_id)) == list(range(written))
             assert store.count_episodes(run.run_id, complete_only=True) == sum(
