@@ -17,6 +17,9 @@ if [ "${AGENTRL_INSTALL_TEST_DEPS:-0}" = 1 ]; then
   # Playwright (the `test` extra) through its executable_path, since Playwright's own
   # browser download is not reachable from these machines (about 30 s the first time).
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+  # The replay store's PostgreSQL tests: Debian's server, started by scripts/test.sh as the
+  # `postgres` user in a temporary directory (tests/helpers/postgres_ctl.py).
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need_apt+=(postgresql)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

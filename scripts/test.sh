@@ -6,11 +6,21 @@
 # sandbox base image once (cached by recipe in Docker's own storage), and makes the
 # `docker`-marked tests fail rather than skip if the daemon is missing. Set
 # AGENTRL_TEST_DOCKER=0 to run without Docker (those tests are then skipped).
+#
+# PostgreSQL: starts a throw-away server (as the `postgres` user, in a temporary directory:
+# tests/helpers/postgres_ctl.py), exports its admin URL as AGENTRL_TEST_POSTGRES_URL (each
+# test module makes a database of its own on it) and stops it at the end; the
+# `postgres`-marked tests then fail rather than skip without it. Set AGENTRL_TEST_POSTGRES=0
+# to run without it (those tests are then skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TOKENIZERS_PARALLELISM=false
 PY=.venv/bin/python
 CTL=tests/integration/sandboxes/dockerd_ctl.py
+PG_CTL=tests/helpers/postgres_ctl.py
+cleanup=()  # commands run at exit, last started first
+on_exit() { local i; for ((i=${#cleanup[@]}-1; i>=0; i--)); do ${cleanup[i]} >/dev/null 2>&1; done; }
+trap on_exit EXIT
 
 # Test-only system packages (Debian's Chromium for the viewer's browser tests): install.sh
 # installs them when asked (a re-run with nothing to install takes about a second). The
@@ -26,11 +36,20 @@ if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   fi
   started=$($PY "$CTL" start) || { echo "scripts/test.sh: could not start dockerd" >&2; exit 1; }
   if [ "$started" = started ]; then
-    trap '$PY "$CTL" stop >/dev/null' EXIT
+    cleanup+=("$PY $CTL stop")
   fi
   $PY -c "from sandboxes.docker.images import build_image; build_image(progress=lambda m: print('[test] ' + m))" \
     || { echo "scripts/test.sh: building the sandbox base image failed" >&2; exit 1; }
   export AGENTRL_REQUIRE_DOCKER=1
+fi
+
+if [ "${AGENTRL_TEST_POSTGRES:-1}" = 1 ]; then
+  pg_state_dir=$(mktemp -d /tmp/agentrl-test-pg.XXXXXX)
+  export AGENTRL_TEST_POSTGRES_STATE=$pg_state_dir/state.json
+  cleanup+=("rm -rf $pg_state_dir" "$PY $PG_CTL stop")
+  AGENTRL_TEST_POSTGRES_URL=$($PY "$PG_CTL" start) \
+    || { echo "scripts/test.sh: could not start PostgreSQL (tests/helpers/postgres_ctl.py)" >&2; exit 1; }
+  export AGENTRL_TEST_POSTGRES_URL AGENTRL_REQUIRE_POSTGRES=1
 fi
 
 $PY -m pytest -q -p no:cacheprovider --durations=25 "${@:-tests}"
