@@ -397,10 +397,12 @@ def _token_text() -> Any:
         with lock:
             if model_path not in tokenizers:
                 try:
+                    from agentrl.model_zoo import resolve_model_path
+
+                    folder = resolve_model_path(model_path)  # before importing transformers (seconds)
                     from transformers import AutoTokenizer
 
-                    from agentrl.model_zoo import resolve_model_path
-                    tokenizers[model_path] = AutoTokenizer.from_pretrained(resolve_model_path(model_path), local_files_only=True)
+                    tokenizers[model_path] = AutoTokenizer.from_pretrained(folder, local_files_only=True)
                 except Exception as exc:  # a missing or moved model only costs the token text
                     logging.getLogger(__name__).warning("token view shows ids: tokenizer of %s: %s", model_path, exc)
                     tokenizers[model_path] = None

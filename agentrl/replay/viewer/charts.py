@@ -158,7 +158,7 @@ def stacked_bars(chart_id: str, title: str, y_label: str, xs: Sequence[int],
     l, t, r, b = chart.plot
     sy = _scale(0.0, top, b, t)
     slot = (r - l) / len(xs)
-    w = max(1.0, slot * 0.8)
+    w = min(48.0, max(1.0, slot * 0.8))
     chart.y_ticks = [Tick(sy(v), fmt(v)) for v in yt if v <= top]
     every = max(1, len(xs) // 10)
     chart.x_ticks = [Tick(l + slot * (i + 0.5), str(x)) for i, x in enumerate(xs) if i % every == 0]
