@@ -145,6 +145,11 @@ def report_renderables(report: RerunReport) -> list:
         where = "making the environment" if e.get("turn_index") is None else f"turn {e['turn_index']}"
         out.append(f"[bold red]error[/] ({e.get('kind')} fault at {where}, not a divergence): "
                    f"{e.get('type')}: {e.get('message')}")
-    else:
+    elif all(tc.status == "same" for tc in report.turns):
         out.append(f"[green]same[/]: all {len(report.turns)} turns give the recorded observation and reward")
+    else:
+        from collections import Counter
+
+        counts = ", ".join(f"{n} {status}" for status, n in Counter(tc.status for tc in report.turns).items())
+        out.append(f"[green]same[/]: no turn differs ({counts}; see the notes)")
     return out
