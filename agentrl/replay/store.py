@@ -28,13 +28,18 @@ Semantics worth knowing:
   own ``BEGIN`` (``BEGIN IMMEDIATE`` for writes) instead of the ``sqlite3`` module's implicit
   transactions, so a read sees one snapshot and a second writer waits (30 s busy timeout)
   instead of failing; the database runs in WAL mode with foreign keys on. On PostgreSQL reads
-  run at ``REPEATABLE READ`` for the same one-snapshot guarantee.
+  run at ``REPEATABLE READ`` for the same one-snapshot guarantee. A write that still loses
+  to another process (SQLite: locked past the busy timeout; PostgreSQL: a deadlock or
+  serialization failure) is tried again, 3 times in all, then raises ``InfraError`` saying
+  so (``_retry_writes``).
 * **Threads.** A store may be shared between threads: each call checks a connection out of
-  the engine's pool for its own duration. The intended use is one writer (the controller)
-  and any number of concurrent readers (the viewer, in this or another process).
+  the engine's pool for its own duration. Several writing processes (a training run, an
+  evaluation, ``agentrl replay rerun``) and any number of readers (the viewer) may share one
+  database; four writing processes at once lose nothing (tests/integration/replay/
+  test_replay_concurrent_writers.py).
 * **PostgreSQL** needs a driver: ``pip install "psycopg[binary]"`` for ``postgresql+psycopg``.
-  Two writers replacing the same episode at once are serialized by row locks; the store does
-  not retry on a deadlock, since it is designed for one writer.
+  Two writers replacing the same episode at once are serialized by row locks (a deadlock is
+  retried, above); opening a new database takes an advisory lock while the schema is made.
 """
 
 from __future__ import annotations
@@ -50,11 +55,18 @@ from typing import Any
 
 from sqlalchemy import delete, event, func, select, union, update
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    ProgrammingError,
+)
 from sqlalchemy.orm import Session
 
 from agentrl.errors import ConfigError, ContractError, InfraError
 from agentrl.replay import migrations
+from agentrl.replay.retry import retry_writes as _retry_writes
 from agentrl.replay.codec import (
     as_int,
     check_id,
@@ -171,6 +183,8 @@ class ReplayStore:
             created) or ``postgresql+psycopg://user@host/dbname``.
         read_only: never write (the viewer): the schema is checked, not created or
             upgraded, and every write method raises ``ContractError``.
+        busy_timeout_s: SQLite: how long one write waits for another process's write lock
+            before the attempt fails (each write is tried ``WRITE_ATTEMPTS`` times).
 
     Raises:
         ConfigError: the URL cannot be parsed or names a driver that is not installed.
@@ -181,8 +195,10 @@ class ReplayStore:
             tables without a version (not made by this store).
     """
 
-    def __init__(self, url: str, *, read_only: bool = False) -> None:
+    def __init__(self, url: str, *, read_only: bool = False,
+                 busy_timeout_s: float = _SQLITE_BUSY_TIMEOUT_S) -> None:
         self._read_only = bool(read_only)
+        self._busy_timeout_s = float(busy_timeout_s)
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -201,7 +217,7 @@ class ReplayStore:
                 )
             parent = os.path.dirname(os.path.abspath(parsed.database))
             os.makedirs(parent, exist_ok=True)
-            kwargs["connect_args"] = {"timeout": _SQLITE_BUSY_TIMEOUT_S}
+            kwargs["connect_args"] = {"timeout": self._busy_timeout_s}
         try:
             self._engine = create_engine(parsed, **kwargs)
         except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
@@ -289,6 +305,7 @@ class ReplayStore:
 
     # -- runs ---------------------------------------------------------------------------
 
+    @_retry_writes
     def start_run(self, run_id: str, config: Mapping[str, Any]) -> RunInfo:
         """Create run ``run_id``, or resume it (same row, status back to ``running``).
 
@@ -315,6 +332,7 @@ class ReplayStore:
             s.flush()
             return _run_info(row)
 
+    @_retry_writes
     def finish_run(self, run_id: str, status: RunStatus | str) -> None:
         """Set the final status of a run (``finished``, ``failed`` or ``interrupted``).
 
@@ -351,6 +369,7 @@ class ReplayStore:
 
     # -- writing episodes and metrics ---------------------------------------------------
 
+    @_retry_writes
     def add_episodes(
         self,
         run_id: str,
@@ -433,6 +452,7 @@ class ReplayStore:
                 self._set_trainer_values(s, {e.episode_id: e for e in episodes}, trainer_values)
         return len(existing)
 
+    @_retry_writes
     def set_trainer_values(
         self, run_id: str,
         values: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]] | None]],
@@ -490,6 +510,7 @@ class ReplayStore:
 
     # -- reruns -------------------------------------------------------------------------
 
+    @_retry_writes
     def add_rerun(self, episode_id: str, *, same: bool | None, first_divergent_turn: int | None,
                   report: Mapping[str, Any]) -> int:
         """Record one ``agentrl replay rerun`` of a stored episode.
@@ -524,6 +545,7 @@ class ReplayStore:
                               first_divergent_turn=r.first_divergent_turn, report=r.report)
                     for r in s.scalars(q)]
 
+    @_retry_writes
     def add_metrics(self, run_id: str, iteration: int, metrics: Mapping[str, float]) -> None:
         """Store scalar metrics of one iteration; a key already stored is overwritten.
 
@@ -557,6 +579,7 @@ class ReplayStore:
 
     # -- complete iterations and resume -------------------------------------------------
 
+    @_retry_writes
     def mark_complete(self, run_id: str, iterations_done: int) -> list[int]:
         """Mark iterations ``0 .. iterations_done - 1`` of the run complete: call it once the
         checkpoint taken after ``iterations_done`` iterations is written. Marks already
@@ -573,6 +596,7 @@ class ReplayStore:
             self._run_row(s, run_id)
             return self._mark(s, run_id, n)
 
+    @_retry_writes
     def rewind(self, run_id: str, iterations_done: int) -> int:
         """Prepare a resume from the checkpoint taken after ``iterations_done`` iterations,
         in one transaction: delete every episode (with its turns and sandbox events), metric
