@@ -38,10 +38,13 @@ from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from agentrl.errors import ConfigError, ContractError, InfraError
-from agentrl.replay.models import Base, EpisodeRow, IterationRow, MetricRow, RunRow, TurnRow
+from agentrl.replay.migrations import HEAD, current_revision, known_revisions
+from agentrl.replay.models import SCHEMA_VERSION, Base, EpisodeRow, IterationRow, MetricRow, RunRow, TurnRow
 
 MIN_SCHEMA_VERSION = 5
-"""Oldest ``schema_version`` the viewer reads (per-token policy versions)."""
+"""Oldest ``schema_version`` the viewer reads (per-token policy versions). Older databases,
+and revisions newer than this agentrl's (``agentrl.replay.migrations``), are refused; a
+database of schema 5 (before Alembic) is read as it is, without the columns 6 added."""
 REQUIRED_TABLES = ("runs", "episodes", "turns", "sandbox_events", "metrics")
 PAGE_SIZE_MAX = 500
 
@@ -113,6 +116,13 @@ class ReadOnlyDB:
                             f"{self.url} has replay schema_version {version}; the viewer reads "
                             f"{MIN_SCHEMA_VERSION} and newer: open it once with this agentrl's ReplayStore "
                             "(e.g. `agentrl train --resume`) to upgrade it")
+                    if version is not None and int(version) > SCHEMA_VERSION:
+                        raise ContractError(f"{self.url} has replay schema_version {version}, newer than this "
+                                            f"agentrl's {SCHEMA_VERSION}; view it with a newer agentrl")
+                rev = current_revision(conn)
+                if rev is not None and rev not in known_revisions():
+                    raise ContractError(f"{self.url} is at replay schema revision {rev!r}, newer than this "
+                                        f"agentrl's {HEAD!r}; view it with a newer agentrl")
                 self.turn_columns = {c["name"] for c in ins.get_columns("turns")}
                 self.episode_columns = {c["name"] for c in ins.get_columns("episodes")}
                 self.tables = tables

@@ -119,3 +119,30 @@ def test_another_address_needs_the_flag_and_warns(small_db: Path) -> None:
     finally:
         err = " ".join(_stop(proc).split())
     assert "warning: --host 0.0.0.0 serves every run's episodes" in err
+
+
+def test_schema_5_file_is_read_as_it_is_and_a_newer_revision_is_refused(tmp_path: Path) -> None:
+    from agentrl.errors import ContractError
+    from agentrl.replay.queries import ReadOnlyDB, episode_page, list_runs
+    from agentrl.replay.episode_queries import token_page
+
+    schema5 = Path(__file__).parents[1] / "data" / "replay_schema5.db"
+    copy = tmp_path / "replay_schema5.db"
+    copy.write_bytes(schema5.read_bytes())
+    db = ReadOnlyDB(f"sqlite:///{copy}")
+    try:
+        assert [r.run_id for r in list_runs(db)] == ["run-schema5"]
+        rows = episode_page(db, "run-schema5", limit=100).rows
+        assert rows and not db.has_kind and not db.has_fts
+        page = token_page(db, rows[0].episode_id)
+        assert page.total > 0 and not page.has["trainer_log_prob"] and not page.has["entropy"]
+    finally:
+        db.close()
+    assert copy.read_bytes() == schema5.read_bytes()  # read-only: not upgraded, not touched
+
+    newer = tmp_path / "newer.db"
+    ReplayStore(f"sqlite:///{newer}").close()
+    with sqlite3.connect(newer) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(ContractError, match="revision '9999', newer than this agentrl"):
+        ReadOnlyDB(f"sqlite:///{newer}")

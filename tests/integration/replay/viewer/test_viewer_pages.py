@@ -111,7 +111,9 @@ def test_runs_and_run_page(client) -> None:
     ("env=agentrl/Test-v0&length_max=9", lambda e: e != VIEW.long_episode),
     ("env=other&iteration=0", lambda e: False),
     ("q=ls+a1", lambda e: e.startswith(("a0-", "a1-"))),
+    ("q=LS+A1", lambda e: e.startswith(("a0-", "a1-"))),
     ("q=obs+2", lambda e: e == VIEW.long_episode),
+    ("q=window.__pwned", lambda e: e == VIEW.xss_episode),
 ])
 def test_filters(client, viewer_db, query: str, expected) -> None:
     got = _ids(_get(client, f"/episodes?run=run-a&limit=200&{query}"))
@@ -255,3 +257,28 @@ def test_read_only_and_a_run_in_progress(viewer_db_url: str, client, viewer_db: 
     finally:
         store.rewind("run-b", 1)
         store.close()
+
+
+def test_token_hover_values_trainer_side_and_heat_map(client) -> None:
+    page = _get(client, "/episode?id=a0-0-0")
+    sampled = re.findall(r'data-loss-mask="1" data-turn="(\d)" data-lp="([^"]*)" data-tlp="([^"]*)" '
+                         r'data-gap="([^"]*)" data-ent="([^"]*)" data-adv="([^"]*)" data-v="([^"]*)"', page)
+    assert len(sampled) == 4 + 5
+    turn0, turn1 = sampled[:4], sampled[4:]
+    for j, (_, lp, tlp, gap, ent, adv, v) in enumerate(turn0):
+        assert float(tlp) == pytest.approx(float(lp) + 0.01 * j, abs=1e-3)
+        assert float(gap) == pytest.approx(0.01 * j, abs=1e-6) and float(ent) == 0.5 + j
+        assert float(adv) == 0.5 and v == "0"
+    assert all(t[2] == t[3] == t[4] == "" and t[5] == "0.25" for t in turn1)  # turn 1 was not trained
+    heat = _get(client, "/episode?id=a0-0-0&heat=entropy")
+    classes = re.findall(r'class="tok (h\d|hn)" data-testid="token"', heat)
+    assert classes.count("hn") == len(classes) - 4 and {"h0", "h9"} <= set(classes)
+
+
+def test_reruns_are_shown_on_the_episode_page(client) -> None:
+    page = _get(client, "/episode?id=a0-0-1")
+    assert page.count('data-testid="rerun-row"') == 1
+    row = page[page.index('data-testid="rerun-row"'):]
+    assert '<span class="bad">different</span>' in row and "<td>1</td>" in row
+    assert "turn 1: different" in row and str(escape("+file1 " + XSS)) in row and "<script>window" not in page
+    assert "Not rerun yet" in _get(client, "/episode?id=a0-0-2")

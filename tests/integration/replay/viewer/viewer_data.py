@@ -60,6 +60,19 @@ def episode(eid: str, task: str, group: str, reward: float, *, variant: str = ""
                    success=success if success is not None else reward > 0.5)
 
 
+RERUN_REPORT = {"outcome": "different", "first_divergent_turn": 1, "error": None, "turns": [
+    {"turn_index": 0, "same": True, "status": "same", "fields": []},
+    {"turn_index": 1, "same": False, "status": "different", "fields": [
+        {"field": "observation", "recorded": "file1", "rerun": "file1 " + XSS,
+         "diff": "--- recorded\n+++ rerun\n-file1\n+file1 " + XSS}]}]}
+
+
+def trainer_values(turn: Turn) -> tuple[list[float], list[float]]:
+    """Trainer-side log-probs (behavior's + 0.01 · position: gap 0.01 · j) and entropies (0.5 + j)."""
+    n = len(turn.completion_ids)
+    return ([lp + 0.01 * j for j, lp in enumerate(turn.behavior_log_probs)], [0.5 + j for j in range(n)])
+
+
 def fill(store: ReplayStore) -> None:
     cfg = {"env": {"id": "agentrl/Test-v0"}, "model": {"path": "no-such-model"}, "controller": {"mode": "sync"}}
     store.start_run("run-a", cfg)
@@ -85,12 +98,15 @@ def fill(store: ReplayStore) -> None:
             extra = [x, err, long]
         adv = {e.episode_id: [0.5 - 0.25 * k for k in range(len(e.turns))] for e in eps}
         store.add_episodes("run-a", it, eps + extra, adv)
+        if it == 0:  # what the update stores for the turns it trained on (turn 1 of a0-0-0: not trained)
+            store.set_trainer_values("run-a", {"a0-0-0": [trainer_values(eps[0].turns[0]), None]})
         store.add_metrics("run-a", it, {
             "rollout/reward_mean": 0.25 + 0.25 * it, "rollout/success_rate": 0.5 * it,
             "tokens/generated": 1000.0 + it, "tokens/trained": 800.0, "tokens/discarded": 200.0 + it,
             "time/rollout_s": 3.0, "time/credit_s": 0.1, "time/update_s": 2.0, "time/sync_s": 0.5,
             "time/iteration_s": 6.0, "rollout_corr/gap_abs_mean": 1e-3 * (it + 1)})
     store.mark_complete("run-a", 1)
+    store.add_rerun("a0-0-1", same=False, first_divergent_turn=1, report=RERUN_REPORT)
     store.start_run("run-b", cfg)
     store.add_episodes("run-b", 0, [episode(f"b0-{g}-{i}", f"task-{g}", f"b0-g{g}", reward=1.0, variant="b")
                                     for g in range(2) for i in range(4)])
