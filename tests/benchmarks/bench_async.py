@@ -61,11 +61,13 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 sys.path.insert(0, str(HERE))  # longtail_env (env.import_modules) and async_report; Ray's workers get the same path
 
+import async_curves as curves  # noqa: E402
 import async_report as rep  # noqa: E402
 
 TARGET_RATIO = 2.0
 TARGET_MAX_STALENESS = 2
 ENV_MODULE = "longtail_env"
+WORDS_MODULE = "longtail_words_env"
 
 
 def _load_avg() -> str:
@@ -76,20 +78,27 @@ def overrides(args: argparse.Namespace, mode: str, model_path: str, run_dir: Pat
     """The config overrides of one run: everything but ``run.dir``, ``run.name`` and
     ``controller.mode`` is the same for both modes (``controller.max_staleness`` and
     ``controller.partial_rollout`` are set in both; sync mode ignores them)."""
-    from longtail_env import ENV_ID
-
     slots = (args.max_staleness + 1) * args.tasks * args.group_size
+    env = getattr(args, "env", "guess")
+    if env == "words":  # bench/LongTailWords-v0: a reward the tiny model climbs, the same latency profile
+        from longtail_words_env import ENV_ID
+
+        game = [f"env.id={ENV_ID}", f"env.import_modules=[{ENV_MODULE}, {WORDS_MODULE}]",
+                f"env.kwargs.max_turns={args.max_guesses}"]
+    else:
+        from longtail_env import ENV_ID
+
+        game = [f"env.id={ENV_ID}", f"env.import_modules=[{ENV_MODULE}]", f"env.kwargs.max_guesses={args.max_guesses}"]
     return [
         f"run.dir={run_dir}", f"run.name=bench-async-{mode}", f"run.seed={args.seed}",
         f"run.iterations={args.iterations}", f"run.checkpoint_every={args.iterations}",
         f"model.path={model_path}",
-        f"env.id={ENV_ID}", f"env.import_modules=[{ENV_MODULE}]",
-        f"env.tasks_per_iteration={args.tasks}", f"env.group_size={args.group_size}",
+        *game, f"env.tasks_per_iteration={args.tasks}", f"env.group_size={args.group_size}",
         f"env.kwargs.fast_step_s={args.fast_step_s}", f"env.kwargs.slow_step_s={args.slow_step_s}",
         f"env.kwargs.slow_prob={args.slow_prob}", f"env.kwargs.latency_seed={args.latency_seed}",
-        f"env.kwargs.max_guesses={args.max_guesses}",
         f"rollout.max_turns={args.max_guesses}", f"rollout.max_new_tokens={args.max_new_tokens}",
         f"rollout.env_workers={max(8, slots)}", f"rollout.max_num_seqs={max(64, slots)}",
+        f"rollout.num_engines={getattr(args, 'engines', 1)}",
         f"algorithm.advantage={args.advantage}", f"trainer.lr={args.lr}",
         f"controller.mode={mode}", f"controller.max_staleness={args.max_staleness}",
         f"controller.partial_rollout={args.partial_rollout}",
@@ -97,21 +106,25 @@ def overrides(args: argparse.Namespace, mode: str, model_path: str, run_dir: Pat
     ]
 
 
-def run_mode(args: argparse.Namespace, mode: str, model_path: str, repeat: int = 1) -> dict[str, Any]:
-    """Train one run of ``mode`` into ``--out``/``mode`` (``mode-<repeat>`` after the first
-    repeat) and summarise it from its metrics.jsonl."""
+def run_mode(args: argparse.Namespace, mode: str, model_path: str, repeat: int = 1, seed: int | None = None
+             ) -> dict[str, Any]:
+    """Train one run of ``mode`` with ``run.seed = seed`` (None: ``--seed``) into
+    ``--out``/``mode`` (``mode-<repeat>`` after the first repeat, ``-s<seed>`` with several
+    seeds) and summarise it from its metrics.jsonl."""
     from agentrl.cluster.controller import train
     from agentrl.config import load_config
 
-    run_dir = args.out / (mode if repeat == 1 else f"{mode}-{repeat}")
-    cfg = load_config(None, overrides(args, mode, model_path, run_dir))
+    seeds = getattr(args, "seeds", None) or [args.seed]
+    seed = args.seed if seed is None else seed
+    run_dir = args.out / (mode + (f"-s{seed}" if len(seeds) > 1 else "") + ("" if repeat == 1 else f"-{repeat}"))
+    cfg = load_config(None, overrides(argparse.Namespace(**{**vars(args), "seed": seed}), mode, model_path, run_dir))
     load0 = _load_avg()
     t0 = time.perf_counter()
     summary = train(cfg)
     total_s = time.perf_counter() - t0
     return summarise(mode, rep.load_metrics(run_dir / "metrics.jsonl"), run_id=summary.run_id, run_dir=str(run_dir),
                      policy_version=summary.policy_version, train_call_s=total_s, load=f"{load0} -> {_load_avg()}",
-                     repeat=repeat)
+                     repeat=repeat, seed=seed)
 
 
 def best_runs(all_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -129,7 +142,7 @@ def best_runs(all_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _run_line(r: dict[str, Any]) -> str:
     t = r["throughput"]
     return (f"{r['mode']:5s}: {t['iterations']:.0f} iterations, {t['wall_s']:7.1f} s training loop "
-            f"({r['train_call_s']:.1f} s in train() with start-up), {t['episodes']:.0f} episodes "
+            f"({r['train_call_s']:.1f} s in train() with start-up, seed {r.get('seed', 0)}), {t['episodes']:.0f} episodes "
             f"{t['episodes_per_s']:.3f}/s, {t['trained_tokens']:.0f} trained tokens "
             f"{t['trained_tokens_per_s']:.1f}/s, {t['rollout_tokens']:.0f} rollout tokens "
             f"{t['rollout_tokens_per_s']:.1f}/s   (load {r['load']})"
@@ -185,13 +198,13 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
     if len(all_runs) > len(runs):
         lines.append("every run, in the order run:")
         lines.extend(f"  repeat {r.get('repeat', 1)}: " + _run_line(r) for r in all_runs)
-        pairs = {}
+        pairs: dict[tuple[int, int], dict[str, float]] = {}
         for r in all_runs:
-            pairs.setdefault(r.get("repeat", 1), {})[r["mode"]] = r["throughput"]["trained_tokens_per_s"]
+            pairs.setdefault((r.get("repeat", 1), r.get("seed", 0)), {})[r["mode"]] = r["throughput"]["trained_tokens_per_s"]
         each = {k: p["async"] / p["sync"] for k, p in pairs.items() if "sync" in p and "async" in p and p["sync"] > 0}
         if each:
-            lines.append("  async / sync trained tokens/s per repeat: "
-                         + ", ".join(f"{v:.2f}x" for v in each.values()))
+            lines.append("  async / sync trained tokens/s per interleaved pair (repeat, seed): "
+                         + ", ".join(f"{v:.2f}x {k}" for k, v in each.items()))
             summary["ratio_per_repeat"] = list(each.values())
         lines.append("best run of each mode (the least disturbed by the machine's other jobs):")
     lines.extend(_run_line(r) for r in runs.values())
@@ -242,6 +255,18 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
         lines.append(f"  {mode}: success rate within the first {budget:.0f} rollout tokens (whole iterations: "
                      f"{b['iterations']:.0f}, {b['rollout_tokens']:.0f} tokens, {b['episodes']:.0f} episodes): "
                      f"{b['success_rate']:.3f} +- {b['se']:.3f}")
+    if len({r.get("seed", 0) for r in all_runs}) > 1 and {"sync", "async"} <= {r["mode"] for r in all_runs}:
+        cmp = curves.compare_seeds({m: [r["curve"] for r in all_runs if r["mode"] == m] for m in ("sync", "async")})
+        summary["seed_comparison"] = cmp
+        lines.append(f"reward at the common budget of {cmp['budget_tokens']:.0f} rollout tokens (mean reward_mean of "
+                     f"the iterations ending in its last {100 * cmp['window']:.0f}%), every run (seeds, repeats):")
+        for mode, c in cmp["modes"].items():
+            seeds = [r.get("seed", 0) for r in all_runs if r["mode"] == mode]
+            lines.append(f"  {mode:5s}: " + ", ".join(f"seed {sd}: {v:.3f} (from {v0:.3f})" for sd, v, v0
+                                                    in zip(seeds, c["per_seed"], c["start_per_seed"]))
+                         + f"; mean {c['mean']:.3f} +- {c['std']:.3f} (sd), range {c['min']:.3f}..{c['max']:.3f}")
+        lines.append(f"  async - sync = {cmp['difference']:+.3f}; seed noise (larger sd) {cmp['noise']:.3f}: async is "
+                     + ("within the seeds' spread or better" if cmp["within_noise"] else "WORSE beyond the seeds' spread"))
     summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
     summary["history"] = {m: r["history"] for m, r in runs.items()}
     summary["all_runs"] = [{k: v for k, v in r.items() if k not in ("history", "spans")} for r in all_runs]
@@ -280,6 +305,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run.iterations of each run (updates; the first one's start-up costs weigh less with more)")
     p.add_argument("--tasks", type=int, default=4, help="env.tasks_per_iteration: groups per update")
     p.add_argument("--group-size", type=int, default=4, help="env.group_size")
+    p.add_argument("--engines", type=int, default=1, help="rollout.num_engines (both modes)")
     p.add_argument("--repeats", type=int, default=1,
                    help="run the modes this many times, interleaved; each mode's best run is reported (a shared "
                         "machine's other jobs only slow a run down)")
@@ -295,12 +321,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--advantage", default="grpo", help="algorithm.advantage")
     p.add_argument("--lr", type=float, default=1e-5, help="trainer.lr (bench_credit.py's: 1e-6 barely moves in a few updates)")
     p.add_argument("--seed", type=int, default=0, help="run.seed (task order, sampling, init)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="several run.seed values: one sync/async pair per seed (and repeat), for the learning curves' "
+                        "seed-to-seed spread (default: --seed only)")
+    p.add_argument("--env", choices=["guess", "words"], default="guess",
+                   help="guess: bench/LongTailGuess-v0 (GuessNumber; the tiny model scores 0 on it); words: "
+                        "bench/LongTailWords-v0 (a graded text reward the tiny model climbs); same latency profile")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, both runs")
     args = p.parse_args(argv)
     from agentrl.errors import ConfigError
     from longtail_env import check_latency_profile
 
-    for name in ("iterations", "repeats", "tasks", "group_size", "max_guesses", "max_new_tokens"):
+    for name in ("iterations", "repeats", "tasks", "group_size", "engines", "max_guesses", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
     if args.max_staleness < 0:
@@ -330,15 +362,24 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"model: {model}; CPU ({os.cpu_count()} cores); {args.tasks} tasks x {args.group_size} per update, "
           f"{args.iterations} updates; steps {args.fast_step_s} s, {args.slow_step_s} s with p={args.slow_prob}; "
-          f"async: max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}; "
-          f"load average {_load_avg()}", flush=True)
+          f"async: max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}; env {args.env}; "
+          f"seeds {args.seeds or [args.seed]}; {args.engines} engine(s), {args.max_new_tokens} new tokens per turn, "
+          f"{args.max_guesses} turns; load average {_load_avg()}", flush=True)
+    from agentrl.cluster.cpu_threads import role_threads
+
+    for mode in args.modes:
+        c = load_config(None, overrides(args, mode, model, args.out / "unused"))
+        print(f"  {mode}: OpenMP threads per engine {role_threads(c, 'rollout')}, per trainer rank "
+              f"{role_threads(c, 'trainer')} (agentrl.cluster.cpu_threads)", flush=True)
     all_runs: list[dict[str, Any]] = []
     started = connect(load_config(None, [f"run.dir={args.out / 'ray'}"]))
     try:
         for k in range(1, args.repeats + 1):  # interleaved: sync, async, sync, async, ...
-            for mode in args.modes:
-                print(f"{mode} run{f' (repeat {k})' if args.repeats > 1 else ''} ...", flush=True)
-                all_runs.append(run_mode(args, mode, model, k))
+            for seed in args.seeds or [args.seed]:
+                for mode in args.modes:
+                    print(f"{mode} run (seed {seed}{f', repeat {k}' if args.repeats > 1 else ''}; load average "
+                          f"{_load_avg()}) ...", flush=True)
+                    all_runs.append(run_mode(args, mode, model, k, seed))
     finally:
         if started:
             ray.shutdown()
@@ -346,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     for p in write_timelines(args.out, best_runs(all_runs)):
         print(f"wrote {p}")
+    svg = args.out / "curves.svg"
+    svg.write_text(curves.curves_svg(
+        [(f"{r['mode']} seed {r.get('seed', 0)}" + (f" r{r['repeat']}" if args.repeats > 1 else ""), r["mode"], r["curve"])
+         for r in all_runs], f"reward_mean against rollout tokens ({args.env}, {model_name})",
+        note=f"max_staleness={args.max_staleness}, {args.tasks} tasks x {args.group_size} per update"))
+    print(f"wrote {svg}")
     (args.out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"wrote {args.out / 'results.json'}")
     return 0 if ok else 1

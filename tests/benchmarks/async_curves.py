@@ -1,0 +1,129 @@
+"""Learning curves of ``tests/benchmarks/bench_async.py`` across seeds: reward against
+rollout tokens for each run, each mode's reward at a common token budget with its spread over
+seeds, the "not worse beyond noise" verdict, and an SVG of the curves. Pure (no Ray, no
+model); unit tests in ``tests/unit/benchmarks/test_bench_async_report.py``.
+
+Reads ``async_report.learning_curve`` points: ``{"iteration", "rollout_tokens" (cumulative),
+"reward_mean", "success_rate"}`` per iteration.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Mapping, Sequence
+from xml.sax.saxutils import escape
+
+__all__ = ["MODE_COLORS", "reward_at_budget", "compare_seeds", "curves_svg"]
+
+MODE_COLORS = {"sync": "#4e79a7", "async": "#e15759"}
+
+
+def reward_at_budget(curve: Sequence[Mapping[str, float]], budget_tokens: float, window: float = 0.5) -> float:
+    """Mean ``reward_mean`` of the iterations that end within the last ``window`` fraction of
+    the first ``budget_tokens`` rollout tokens (cumulative tokens in ``((1 - window) * budget,
+    budget]``): where a run stands after that many tokens, averaged over a few iterations
+    against the per-iteration noise. NaN when no iteration falls there.
+
+    Raises:
+        ValueError: ``window`` not in (0, 1] or ``budget_tokens`` <= 0.
+    """
+    if not 0.0 < window <= 1.0 or not budget_tokens > 0:
+        raise ValueError(f"window={window} must be in (0, 1] and budget_tokens={budget_tokens} > 0")
+    lo = (1.0 - window) * budget_tokens
+    vals = [p["reward_mean"] for p in curve
+            if lo < p["rollout_tokens"] <= budget_tokens and not math.isnan(p["reward_mean"])]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], window: float = 0.5) -> dict[str, Any]:
+    """Each mode's reward at the common budget (the fewest rollout tokens any run made), per
+    seed, with mean, standard deviation and range; the first points' reward too (where each
+    run started). ``within_noise``: async's mean is at least sync's mean minus the larger of
+    the two modes' seed standard deviations (one sigma of seed-to-seed noise), or better.
+
+    Args:
+        curves: mode -> one curve per seed (``learning_curve`` output).
+
+    Raises:
+        ValueError: a mode without runs, or a run without points.
+    """
+    if not curves or any(not runs for runs in curves.values()):
+        raise ValueError(f"expected at least one run per mode, got {({m: len(r) for m, r in curves.items()})}")
+    if any(not c for runs in curves.values() for c in runs):
+        raise ValueError("a run has no iterations")
+    budget = min(c[-1]["rollout_tokens"] for runs in curves.values() for c in runs)
+    out: dict[str, Any] = {"budget_tokens": budget, "window": window, "modes": {}}
+    for mode, runs in curves.items():
+        vals = [reward_at_budget(c, budget, window) for c in runs]
+        start = [c[0]["reward_mean"] for c in runs]
+        ok = [v for v in vals if not math.isnan(v)]
+        out["modes"][mode] = {
+            "per_seed": vals, "start_per_seed": start,
+            "mean": sum(ok) / len(ok) if ok else math.nan,
+            "std": statistics.stdev(ok) if len(ok) > 1 else 0.0,
+            "min": min(ok) if ok else math.nan, "max": max(ok) if ok else math.nan,
+        }
+    if "sync" in out["modes"] and "async" in out["modes"]:
+        s, a = out["modes"]["sync"], out["modes"]["async"]
+        noise = max(s["std"], a["std"])
+        out["noise"] = noise
+        out["difference"] = a["mean"] - s["mean"]
+        out["within_noise"] = bool(a["mean"] >= s["mean"] - noise)
+    return out
+
+
+def curves_svg(runs: Sequence[tuple[str, str, Sequence[Mapping[str, float]]]], title: str, *, width: int = 800,
+               height: int = 420, note: str = "") -> str:
+    """Reward against cumulative rollout tokens, one polyline per run (``(label, mode,
+    curve)``; colour by mode, ``MODE_COLORS``), as an SVG document (text), with a legend.
+
+    Raises:
+        ValueError: no run has a point, or the canvas is too small.
+    """
+    pts = [(p["rollout_tokens"], p["reward_mean"]) for _, _, c in runs for p in c if not math.isnan(p["reward_mean"])]
+    if not pts:
+        raise ValueError("no curve has a point to draw")
+    if width < 300 or height < 200:
+        raise ValueError(f"width={width} (>= 300 expected), height={height} (>= 200 expected)")
+    left, right, top, bottom = 60, 150, 40 + (16 if note else 0), 50
+    x_max = max(x for x, _ in pts) or 1.0
+    y_lo, y_hi = min(0.0, min(y for _, y in pts)), max(1e-9, max(y for _, y in pts))
+    y_hi += 0.05 * (y_hi - y_lo)
+    sx = (width - left - right) / x_max
+    sy = (height - top - bottom) / (y_hi - y_lo)
+
+    def xy(x: float, y: float) -> str:
+        return f"{left + x * sx:.1f},{height - bottom - (y - y_lo) * sy:.1f}"
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+             f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{left}" y="20" font-size="14" font-weight="bold">{escape(title)}</text>']
+    if note:
+        parts.append(f'<text x="{left}" y="36" fill="#555">{escape(note)}</text>')
+    x0, y0 = left, height - bottom
+    parts.append(f'<line x1="{x0}" y1="{y0}" x2="{width - right}" y2="{y0}" stroke="black"/>')
+    parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{top}" stroke="black"/>')
+    for k in range(6):
+        y = y_lo + k * (y_hi - y_lo) / 5
+        yy = height - bottom - (y - y_lo) * sy
+        parts.append(f'<text x="{x0 - 6}" y="{yy + 4:.1f}" text-anchor="end">{y:.2f}</text>')
+        parts.append(f'<line x1="{x0}" y1="{yy:.1f}" x2="{width - right}" y2="{yy:.1f}" stroke="#eee"/>')
+        x = k * x_max / 5
+        parts.append(f'<text x="{left + x * sx:.1f}" y="{y0 + 16}" text-anchor="middle">{x:.0f}</text>')
+    parts.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 12}" text-anchor="middle">'
+                 "cumulative rollout tokens</text>")
+    parts.append(f'<text x="14" y="{(top + y0) / 2:.0f}" transform="rotate(-90 14 {(top + y0) / 2:.0f})" '
+                 'text-anchor="middle">reward_mean</text>')
+    for i, (label, mode, curve) in enumerate(runs):
+        color = MODE_COLORS.get(mode, "#555")
+        line = " ".join(xy(p["rollout_tokens"], p["reward_mean"]) for p in curve if not math.isnan(p["reward_mean"]))
+        parts.append(f'<polyline class="curve" data-mode="{escape(mode)}" data-run="{escape(label)}" points="{line}" '
+                     f'fill="none" stroke="{color}" stroke-width="1.5"><title>{escape(label)}</title></polyline>')
+        ly = top + 16 * i
+        parts.append(f'<line x1="{width - right + 10}" y1="{ly}" x2="{width - right + 30}" y2="{ly}" '
+                     f'stroke="{color}" stroke-width="2"/>')
+        parts.append(f'<text x="{width - right + 35}" y="{ly + 4}">{escape(label)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
