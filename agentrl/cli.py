@@ -334,6 +334,11 @@ def eval_cmd(
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ov = list(overrides or []) + [f"eval.{k}={v}" for k, v in (("split", split), ("samples", samples), ("seed", seed),
                                                               ("num_tasks", num_tasks)) if v is not None]
+    if not debug:  # a checkpoint's export loads and writes with transformers: no progress bars
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
     try:
         with console.status("evaluating") as status:
             result = evaluate(target, ov, env_id=env, allow_overlap=allow_overlap, replay_url=replay_url,

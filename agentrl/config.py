@@ -532,6 +532,8 @@ class EvalConfig(_Section):
     max_context_tokens: int = Field(2048, ge=16, description="Whole-episode token budget of an eval episode.")
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="Mass of the bootstrap intervals over tasks.")
     num_resamples: int = Field(1000, ge=1, description="Bootstrap resamples of the tasks per interval.")
+    allow_overlap: bool = Field(False, description="Evaluate even when the eval tasks overlap the training tasks (refused by default: not held out).")
+    every: int = Field(0, ge=0, description="During training (controller.mode sync): evaluate the policy after every N-th iteration's update, one policy version per eval, on the run's engines with this section's budget; metrics eval/* in that iteration's metrics, episodes stored as kind 'eval'. 0: never.")
 
 
 class ReplayConfig(_Section):
@@ -610,6 +612,14 @@ class Config(_Section):
                     f"{self.controller.max_staleness} and every update waits for it; use a smaller group or "
                     "more engines / sequences"
                 )
+        if self.eval.every > 0 and self.controller.mode != "sync":
+            raise ValueError(f"eval.every={self.eval.every} with controller.mode={self.controller.mode!r}: evaluation "
+                             "during training runs in sync mode only; use controller.mode=sync, or eval.every=0 and "
+                             "`agentrl eval` on the run's checkpoints")
+        if self.eval.every > 0 and self.eval.max_context_tokens > self.rollout.max_context_tokens:
+            raise ValueError(f"eval.max_context_tokens={self.eval.max_context_tokens} exceeds rollout.max_context_tokens="
+                             f"{self.rollout.max_context_tokens}: evaluation during training runs on the run's engines, "
+                             "whose context is the rollout's; lower eval.max_context_tokens or raise the rollout's")
         if self.trainer.device == "cpu" and self.trainer.backend == "nccl":
             raise ValueError("trainer.backend='nccl' needs trainer.device='cuda'")
         t = self.trainer

@@ -7,6 +7,7 @@ returns the reference inside a list, so only the reference passes through the dr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -269,10 +270,23 @@ class RolloutActor:
         pool = getattr(self.worker.env_factory, "pool", None)
         return None if pool is None else asdict(pool.stats())
 
-    def rollout(self, requests: Sequence[Any], policy_version: int) -> tuple[list[Episode], float]:
+    def rollout(self, requests: Sequence[Any], policy_version: int,
+                budget: dict[str, Any] | None = None) -> tuple[list[Episode], float]:
+        """Run ``requests`` to the end. ``budget`` (``agentrl.cluster.evaluate.eval_budget``:
+        ``temperature``, ``max_turns``, ``max_new_tokens``, ``max_context_tokens``) replaces the
+        run's sampling (top_p 1, top_k off) and limits for this call only; None: the run's."""
         self._not_streaming("rollout")
         t0 = time.perf_counter()
-        episodes = self.worker.run(requests, policy_version)
+        saved = (self.worker.limits, self.worker.sampling)
+        if budget is not None:
+            self.worker.limits = dataclasses.replace(
+                saved[0], max_turns=int(budget["max_turns"]), max_new_tokens=int(budget["max_new_tokens"]),
+                max_context_tokens=int(budget["max_context_tokens"]))
+            self.worker.sampling = SamplingRecord(temperature=float(budget["temperature"]), top_p=1.0, top_k=-1)
+        try:
+            episodes = self.worker.run(requests, policy_version)
+        finally:
+            self.worker.limits, self.worker.sampling = saved
         return episodes, time.perf_counter() - t0
 
     def _not_streaming(self, what: str) -> None:

@@ -115,6 +115,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             raise ConfigError(f"env.task_ids: {unknown[:5]} not in split {cfg.env.split!r} of {cfg.env.id!r}")
         task_ids = list(cfg.env.task_ids)
     tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size, run_id=run_id)
+    from agentrl.cluster.evaluate import TrainingEval
+
+    training_eval = TrainingEval(cfg)  # eval.every > 0: its split checked held out now, before any actor starts
     model_path = resolve_model_path(cfg.model.path)
     # The trainers' configs here, in the driver, before any actor starts: a reference model
     # whose vocabulary differs (trainer.kl.reference_path) is a start-up ConfigError, not an
@@ -183,7 +186,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
             run_async(run, start_iter, state)
         else:
-            _run_sync(run, start_iter)
+            _run_sync(run, start_iter, training_eval)
         policy_version = run.policy_version
         status = "finished"
         return RunSummary(run_dir, run_id, cfg.run.iterations, policy_version, run.history, status)
@@ -214,8 +217,10 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             log.warning("removed %d sandbox processes of run %s at exit", left, run_id)
 
 
-def _run_sync(run: RunContext, start_iter: int) -> None:
-    """Synchronous iterations ``start_iter .. run.iterations - 1`` (module docstring)."""
+def _run_sync(run: RunContext, start_iter: int, training_eval: Any = None) -> None:
+    """Synchronous iterations ``start_iter .. run.iterations - 1`` (module docstring);
+    ``training_eval`` (``agentrl.cluster.evaluate.TrainingEval``) evaluates the new policy
+    version after the weight sync of each iteration it is due at."""
     from agentrl.cluster.engine_pool import merge_rollout_metrics
 
     cfg, pool, group, tasks = run.cfg, run.pool, run.group, run.tasks
@@ -262,6 +267,11 @@ def _run_sync(run: RunContext, start_iter: int) -> None:
             run.policy_version += 1
         sync_s = time.perf_counter() - t0
         timeline.update(span("sync", t0 - run.t0, run.now_s()))
+        if training_eval is not None and training_eval.due(it):  # one policy version: nothing trains meanwhile
+            run.phase(it, "eval")
+            t0 = time.perf_counter()
+            timeline.update(training_eval.run(pool, run.store, run.run_id, it, run.policy_version))
+            timeline.update(span("eval", t0 - run.t0, run.now_s()))
 
         clean = record_iteration(run, it, episodes, credit, pool_metrics=pool_metrics, sync_metrics=sync_metrics,
                                  train_metrics=train_metrics, t_iter=t_iter, extra=timeline,

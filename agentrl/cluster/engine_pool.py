@@ -272,8 +272,12 @@ class EnginePool:
         return [e.start_s for e in self._engines]
 
     # -- rollout -----------------------------------------------------------------------
-    def rollout(self, requests: Sequence[EpisodeRequest], policy_version: int) -> tuple[list[Episode], float, dict[str, float]]:
+    def rollout(self, requests: Sequence[EpisodeRequest], policy_version: int,
+                budget: dict[str, Any] | None = None) -> tuple[list[Episode], float, dict[str, float]]:
         """Roll out ``requests`` on the live engines (see the module docstring).
+
+        ``budget``: sampling and limits for this call only (``RolloutActor.rollout``; the
+        held-out evaluation's fixed budget); None: the run's rollout settings.
 
         Returns:
             ``(episodes, rollout_s, metrics)``: per request in order, its aborted attempts
@@ -309,7 +313,7 @@ class EnginePool:
             counts = assign_requests(len(positions), [e.in_flight for e in self._engines])
             for e, part in zip(list(self._engines), split_contiguous(positions, counts)):
                 if part:
-                    ref = e.actor.rollout.remote([current[p] for p in part], policy_version)
+                    ref = e.actor.rollout.remote([current[p] for p in part], policy_version, budget)
                     calls[ref] = _Call(e, part)
                     e.in_flight += len(part)
 

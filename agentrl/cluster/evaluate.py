@@ -32,7 +32,7 @@ counted as a failure (``agentrl.eval.passk``).
 Storage: the episodes go to the replay store (the run's, or ``runs/eval/replay.db`` for a
 bare model; ``replay_url`` overrides) under their own run id (``eval_run_id``:
 deterministic from what was evaluated, version, split, samples and seed), iteration 0,
-marked ``kind='eval'`` where the store supports it, with the report's metrics (``eval/*``);
+marked ``kind='eval'``, with the report's metrics (``eval/*``);
 the run row's config records the target, the policy version and the eval settings. An
 evaluation repeated with the same settings replaces its earlier rows.
 """
@@ -55,8 +55,8 @@ from agentrl.types import Episode, EpisodeRequest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalResult", "EvalTarget", "eval_config", "eval_requests", "eval_run_id", "evaluate",
-           "held_out_task_ids", "resolve_target"]
+__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "eval_budget", "eval_config", "eval_requests", "eval_run_id",
+           "evaluate", "held_out_task_ids", "resolve_target"]
 
 
 @dataclass(frozen=True)
@@ -223,13 +223,21 @@ def eval_run_id(target: EvalTarget, cfg: Config) -> str:
     return f"eval-{slug}-v{target.policy_version}-{env}-{ev.split}-n{ev.samples}-s{ev.seed}"
 
 
-def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str) -> list[EpisodeRequest]:
+def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str, iteration: int = 0) -> list[EpisodeRequest]:
     """Each task once with ``cfg.eval.samples`` rollouts (a ``TaskSource`` seeded with
-    ``cfg.eval.seed``, iteration 0)."""
+    ``cfg.eval.seed``): the same env instances and sampling seeds for every eval with that
+    seed; ``iteration`` only enters the episode ids."""
     from agentrl.tasks import TaskSource
 
-    tasks = TaskSource(cfg.env.id, list(task_ids), cfg.eval.seed, cfg.eval.samples, run_id=run_id)
+    tasks = TaskSource(cfg.env.id, list(task_ids), cfg.eval.seed, cfg.eval.samples, run_id=run_id, iteration=iteration)
     return tasks.next_requests(len(task_ids))
+
+
+def eval_budget(cfg: Config) -> dict[str, Any]:
+    """The eval section's sampling and limits, as ``RolloutActor.rollout``'s ``budget``."""
+    ev = cfg.eval
+    return {"temperature": ev.temperature, "max_turns": ev.max_turns, "max_new_tokens": ev.max_new_tokens,
+            "max_context_tokens": ev.max_context_tokens}
 
 
 @dataclass
@@ -262,12 +270,8 @@ def settings_of(cfg: Config, num_tasks: int) -> dict[str, Any]:
             "confidence": ev.confidence, "num_resamples": ev.num_resamples}
 
 
-def _store_episodes(store: Any, run_id: str, episodes: list[Episode]) -> None:
-    import inspect
-
-    # kind='eval' keeps them apart from training rows where the store has the column (schema 6)
-    kw = {"kind": "eval"} if "kind" in inspect.signature(store.add_episodes).parameters else {}
-    store.add_episodes(run_id, 0, episodes, **kw)
+def _store_episodes(store: Any, run_id: str, episodes: list[Episode], iteration: int = 0) -> None:
+    store.add_episodes(run_id, iteration, episodes, kind="eval")  # kept apart from the training rows
 
 
 def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = None, allow_overlap: bool = False,
@@ -291,7 +295,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     say = progress or (lambda _phase: None)
     target = resolve_target(given)
     cfg, train_cfg = eval_config(target, overrides, env_id=env_id)  # overrides checked before any export
-    task_ids = held_out_task_ids(cfg, train_cfg, allow_overlap=allow_overlap)
+    task_ids = held_out_task_ids(cfg, train_cfg, allow_overlap=allow_overlap or cfg.eval.allow_overlap)
     if target.model is None:
         say(f"exporting {target.checkpoint.name}")
         target = materialize(target, progress=say)
@@ -322,7 +326,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
             pool.ready()
             say(f"rolling out {len(requests)} episodes")
             t0 = time.perf_counter()
-            episodes, _, _ = pool.rollout(requests, target.policy_version)
+            episodes, _, _ = pool.rollout(requests, target.policy_version, eval_budget(cfg))
             rollout_s = time.perf_counter() - t0
         except Exception as exc:
             cluster_error = as_cluster_error(exc)
@@ -354,3 +358,37 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     finally:
         store.close()
     return EvalResult(report, target, run_id, replay_url, episodes, settings, rollout_s)
+
+
+class TrainingEval:
+    """Evaluation during training (``eval.every > 0``, sync mode): after every N-th
+    iteration's update and weight sync, the run's engines roll out the eval requests at the
+    new policy version with the eval section's budget (``eval_budget``); no training runs
+    meanwhile, so each eval measures exactly one policy version. The episodes are stored
+    with the iteration's rows as ``kind='eval'`` (a resume rewinds and re-runs them with
+    the iteration), with ids under ``{run_id}/eval``, and ``metrics`` returns the
+    iteration's ``eval/*`` keys plus ``eval/policy_version`` and ``time/eval_s``.
+
+    Built at start-up, so an eval split that is not held out (or unknown) is a
+    ``ConfigError`` before any rollout.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.task_ids = held_out_task_ids(cfg, cfg, allow_overlap=cfg.eval.allow_overlap) if cfg.eval.every > 0 else []
+
+    def due(self, it: int) -> bool:
+        return self.cfg.eval.every > 0 and (it + 1) % self.cfg.eval.every == 0
+
+    def run(self, pool: Any, store: Any, run_id: str, it: int, policy_version: int) -> dict[str, float]:
+        """Evaluate ``policy_version`` on ``pool`` after iteration ``it``; returns its metrics."""
+        t0 = time.perf_counter()
+        ev = self.cfg.eval
+        requests = eval_requests(self.cfg, self.task_ids, f"{run_id}/eval", iteration=it)
+        episodes, _, _ = pool.rollout(requests, policy_version, eval_budget(self.cfg))
+        report = summarize(task_outcomes(episodes), range(1, ev.samples + 1), seed=ev.seed,
+                           num_resamples=ev.num_resamples, confidence=ev.confidence)
+        _store_episodes(store, run_id, episodes, iteration=it)
+        m = report.metrics()
+        m.update({"eval/policy_version": float(policy_version), "time/eval_s": time.perf_counter() - t0})
+        return m

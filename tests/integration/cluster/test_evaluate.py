@@ -1,7 +1,10 @@
-"""``agentrl eval``'s path on real Ray and vLLM (tiny model, GuessNumber, no sandboxes): the
-same evaluation twice, each with its own engine, gives the same episodes (token for token)
-and the same numbers; its episodes are stored once (the second replaces the first) as
-``kind='eval'`` with the policy version and the ``eval/*`` metrics."""
+"""Held-out evaluation on real Ray and vLLM (tiny model, GuessNumber, no sandboxes), in one
+run to keep CI short: the same evaluation twice with the same seed, once during training on
+the run's engines (``eval.every``) and once by ``agentrl eval``'s path on the run's
+checkpoint (exported, a fresh engine), samples the same tokens and gives the same numbers;
+both are stored as ``kind='eval'`` with policy version 1 and their ``eval/*`` metrics.
+The bare-model path differs only in ``resolve_target`` / ``eval_config`` (unit tests:
+tests/unit/cluster/test_evaluate_args.py)."""
 
 from __future__ import annotations
 
@@ -13,28 +16,50 @@ OVERRIDES = ["eval.num_tasks=2", "eval.samples=2", "eval.seed=3", "eval.max_turn
              "eval.max_context_tokens=512", "rollout.kv_cache_gb=1", "rollout.max_num_seqs=8"]
 
 
-def test_same_seed_same_numbers_and_stored_as_eval(ray_session, tmp_path, tiny_model_path):
+def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_session, tmp_path, tiny_model_path):
+    """``eval.every=1`` in a one-iteration sync run: the eval after the update measures policy
+    version 1 on the run's engines (its episodes stored with the iteration as ``kind='eval'``,
+    ``eval/*`` in metrics.jsonl); ``agentrl eval`` of the run's checkpoint afterwards, on a
+    fresh engine with the same eval settings, samples exactly the same tokens."""
+    import json
+
+    from agentrl.cluster.controller import train
     from agentrl.cluster.evaluate import evaluate
+    from agentrl.config import load_config
     from agentrl.replay import ReplayStore
 
-    url = f"sqlite:///{tmp_path / 'replay.db'}"
-    a = evaluate(tiny_model_path, OVERRIDES, env_id="agentrl/GuessNumber-v0", replay_url=url)
-    b = evaluate(tiny_model_path, OVERRIDES, env_id="agentrl/GuessNumber-v0", replay_url=url)
+    run_dir = tmp_path / "run"
+    cfg = load_config(None, [f"run.dir={run_dir}", "run.iterations=1", f"model.path={tiny_model_path}",
+                             "env.id=agentrl/GuessNumber-v0", "env.tasks_per_iteration=2", "env.group_size=2",
+                             "rollout.max_turns=2", "rollout.max_new_tokens=8", "rollout.max_context_tokens=512",
+                             "trainer.lr=1e-3", "trainer.micro_batch_size=2", "eval.every=1", *OVERRIDES])
+    summary = train(cfg)
+    assert summary.policy_version == 1
+    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["eval/policy_version"] == 1.0 and m["eval/samples_scored"] == 4 and "eval/pass@2" in m
+    assert m["time/eval_s"] > 0
+    with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
+        rows = store.list_episodes(summary.run_id, 0)
+        evals = [r for r in rows if r.kind == "eval"]
+        assert len(evals) == 4 and len(rows) == 8  # 4 training episodes beside them
+        assert {(r.policy_version_min, r.policy_version_max) for r in evals} == {(1, 1)}
+        during = {r.task_id: [] for r in evals}
+        for r in sorted(evals, key=lambda r: r.episode_id):
+            during[r.task_id].append([t.completion_ids for t in store.get_episode(r.episode_id).turns])
 
-    assert a.run_id == b.run_id and a.target.policy_version == 0
-    assert len(a.episodes) == 4 and not any(e.is_error for e in a.episodes)
-    assert [e.episode_id for e in a.episodes] == [e.episode_id for e in b.episodes]
-    assert [[t.completion_ids for t in e.turns] for e in a.episodes] == \
-           [[t.completion_ids for t in e.turns] for e in b.episodes]
-    assert a.report.metrics() == b.report.metrics()
-    assert set(a.report.pass_at) == {1, 2} and a.report.samples_scored == 4
-    assert a.report.tokens_generated == sum(e.num_generated_tokens() for e in a.episodes) > 0
-    assert a.settings["max_new_tokens"] == 8 and a.settings["temperature"] == 1.0
-
-    with ReplayStore(url) as store:
-        stored = store.list_episodes(a.run_id)
-        assert len(stored) == 4  # the second evaluation replaced the first's rows
-        assert {getattr(s, "kind", "eval") for s in stored} == {"eval"}
-        assert {(s.policy_version_min, s.policy_version_max) for s in stored} == {(0, 0)}
-        assert store.metrics(a.run_id)[0]["eval/pass@1"] == a.report.metrics()["eval/pass@1"]
-        assert store.get_run(a.run_id).config["policy_version"] == 0
+    after = evaluate(str(run_dir), OVERRIDES)  # its checkpoint, exported, on a fresh engine
+    assert after.target.policy_version == 1 and after.target.kind == "run"
+    by_task = {t: [] for t in during}
+    for e in sorted(after.episodes, key=lambda e: e.episode_id):
+        by_task[e.task_id].append([t.completion_ids for t in e.turns])
+    assert by_task == during
+    got = after.report.metrics()
+    assert {k: got[k] for k in got if k.startswith("eval/pass@")} == {k: m[k] for k in got if k.startswith("eval/pass@")}
+    assert after.report.tokens_generated == m["eval/tokens_generated"] > 0
+    assert after.settings["max_new_tokens"] == 8 and after.settings["temperature"] == 1.0
+    with ReplayStore(after.replay_url) as store:  # the run's store, under the eval's own run id
+        stored = store.list_episodes(after.run_id)
+        assert len(stored) == 4 and {r.kind for r in stored} == {"eval"}
+        assert {(r.policy_version_min, r.policy_version_max) for r in stored} == {(1, 1)}
+        assert store.metrics(after.run_id)[0]["eval/samples_scored"] == 4
+        assert store.get_run(after.run_id).config["policy_version"] == 1

@@ -124,3 +124,22 @@ def test_cli_errors_are_one_line(tmp_path):
     assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["eval", str(_run(tmp_path)), "--split", "all"])
     assert res.exit_code == 2 and "--allow-overlap" in res.output and "Traceback" not in res.output
+
+
+def test_eval_during_training_settings_are_checked_at_start():
+    from agentrl.cluster.evaluate import TrainingEval, eval_budget
+    from agentrl.config import load_config
+
+    with pytest.raises(ConfigError, match="sync mode only"):
+        load_config(None, ["eval.every=1", "controller.mode=async"])
+    with pytest.raises(ConfigError, match="eval.max_context_tokens=4096 exceeds rollout.max_context_tokens=2048"):
+        load_config(None, ["eval.every=1", "eval.max_context_tokens=4096"])
+    cfg = load_config(None, [f"env.id={GUESS}", "eval.every=2", "eval.num_tasks=3", "eval.max_new_tokens=5"])
+    te = TrainingEval(cfg)
+    assert len(te.task_ids) == 3 and [te.due(i) for i in range(4)] == [False, True, False, True]
+    assert eval_budget(cfg) == {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 5, "max_context_tokens": 2048}
+    assert TrainingEval(load_config(None, [f"env.id={GUESS}"])).task_ids == []  # every=0: nothing to check
+    with pytest.raises(ConfigError, match="--allow-overlap"):
+        TrainingEval(load_config(None, [f"env.id={GUESS}", "eval.every=1", "eval.split=all"]))
+    assert TrainingEval(load_config(None, [f"env.id={GUESS}", "eval.every=1", "eval.split=all", "eval.num_tasks=2",
+                                          "eval.allow_overlap=true"])).task_ids
