@@ -202,14 +202,18 @@ def get_group(db: ReadOnlyDB, run_id: str, group_id: str, limit: int = 64) -> Gr
 
 
 def common_tasks(db: ReadOnlyDB, a: tuple[str, int | None], b: tuple[str, int | None], limit: int = 200) -> list[str]:
-    """Task ids that both sides ran: a side is ``(run_id, iteration or None for any)``."""
-    def tasks(run_id: str, it: int | None):
+    """Task ids that both sides ran, at most ``limit`` (the first in task order of side A):
+    a side is ``(run_id, iteration or None for any)``. Two bounded index scans: side A's
+    first ``limit`` distinct tasks, then which of those side B has."""
+    def side(run_id: str, it: int | None):
         q = select(E.c.task_id).where(E.c.run_id == run_id)
-        return (q.where(E.c.iteration == it) if it is not None else q).distinct()
+        return q.where(E.c.iteration == it) if it is not None else q
 
-    q = tasks(*a).intersect(tasks(*b)).limit(limit)
     with db.read() as conn:
-        return sorted(conn.scalars(q))
+        first = list(conn.scalars(side(*a).distinct().order_by(E.c.task_id).limit(limit)))
+        if not first:
+            return []
+        return sorted(conn.scalars(side(*b).where(E.c.task_id.in_(first)).distinct()))
 
 
 def first_episode(db: ReadOnlyDB, run_id: str, it: int | None, task_id: str) -> str | None:

@@ -38,6 +38,7 @@ from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from agentrl.errors import ConfigError, ContractError, InfraError
+from agentrl.replay import query_plans
 from agentrl.replay.migrations import HEAD, current_revision, known_revisions
 from agentrl.replay.models import SCHEMA_VERSION, Base, EpisodeRow, IterationRow, MetricRow, RunRow, TurnRow
 
@@ -123,6 +124,8 @@ class ReadOnlyDB:
                 if rev is not None and rev not in known_revisions():
                     raise ContractError(f"{self.url} is at replay schema revision {rev!r}, newer than this "
                                         f"agentrl's {HEAD!r}; view it with a newer agentrl")
+                self.index_prefixes = {t: {tuple(ix["column_names"][:2]) for ix in ins.get_indexes(t)}
+                                       for t in ("episodes",)}
                 self.turn_columns = {c["name"] for c in ins.get_columns("turns")}
                 self.episode_columns = {c["name"] for c in ins.get_columns("episodes")}
                 self.tables = tables
@@ -133,6 +136,10 @@ class ReadOnlyDB:
     def has_fts(self) -> bool:
         """The database has the full-text index of ``agentrl.replay.search`` (schema 6)."""
         return "turns_fts" in self.tables if self.is_sqlite else "search_tsv" in self.turn_columns
+
+    def has_index(self, table: str, column: str) -> bool:
+        """The database has an index on ``table`` whose columns start with (run_id, column)."""
+        return ("run_id", column) in self.index_prefixes.get(table, set())
 
     @property
     def has_kind(self) -> bool:
@@ -291,10 +298,9 @@ SORTS = {
     "reward": (E.c.total_reward,),
     "length": (E.c.num_generated_tokens,),
     "turns": (E.c.num_turns,),
-    "advantage": (E.c.advantage_mean,),
 }
 """Sort name → key columns (``episode_id`` is always appended as the tie-breaker)."""
-_NULLABLE_SORTS = {"reward", "advantage"}
+_NULLABLE_SORTS = {"reward"}
 
 LIST_COLUMNS = (E.c.episode_id, E.c.run_id, E.c.iteration, E.c.group_id, E.c.env_id, E.c.task_id,
                 E.c.seed, E.c.terminated, E.c.truncated, E.c.termination_reason, E.c.success,
@@ -372,38 +378,47 @@ def decode_cursor(cursor: str, sort: Sort) -> list[Any]:
     return values
 
 
-def _filter_clauses(db: ReadOnlyDB, run_id: str, f: EpisodeFilter) -> list[Any]:
+def _filter_clauses(db: ReadOnlyDB, conn: Connection, run_id: str, f: EpisodeFilter) -> tuple[list[Any], list[Any]]:
+    """``(every clause, the clauses an index (run_id, column, ...) serves)`` of filter ``f``."""
     c: list[Any] = [E.c.run_id == run_id]
+    indexed: list[Any] = []
+
+    def add(clause: Any, column: str | None = None) -> None:
+        c.append(clause)
+        if column is not None and db.has_index("episodes", column):
+            indexed.append(clause)
+
     if f.env is not None:
-        c.append(E.c.env_id == f.env)
+        add(E.c.env_id == f.env, "env_id")
     if f.task is not None:
-        c.append(E.c.task_id == f.task)
+        add(E.c.task_id == f.task, "task_id")
     if f.iteration is not None:
-        c.append(E.c.iteration == f.iteration)
-    if f.reward_min is not None:
-        c.append(E.c.total_reward >= f.reward_min)
-    if f.reward_max is not None:
-        c.append(E.c.total_reward <= f.reward_max)
+        add(E.c.iteration == f.iteration, "iteration")
+    if f.reward_min is not None or f.reward_max is not None:
+        lo = E.c.total_reward >= f.reward_min if f.reward_min is not None else None
+        hi = E.c.total_reward <= f.reward_max if f.reward_max is not None else None
+        add(and_(*[x for x in (lo, hi) if x is not None]), "total_reward")
     if f.termination is not None:
-        c.append(E.c.termination_reason.is_(None) if f.termination == "none" else E.c.termination_reason == f.termination)
+        add(E.c.termination_reason.is_(None) if f.termination == "none" else E.c.termination_reason == f.termination,
+            "termination_reason")
     if f.success is not None:
-        c.append(E.c.success == f.success)
+        add(E.c.success == f.success, "success")
     if f.group is not None:
-        c.append(E.c.group_id == f.group)
+        add(E.c.group_id == f.group, "group_id")
     if f.policy_version is not None:
-        c.append(and_(E.c.policy_version_min <= f.policy_version, E.c.policy_version_max >= f.policy_version))
-    if f.length_min is not None:
-        c.append(E.c.num_generated_tokens >= f.length_min)
-    if f.length_max is not None:
-        c.append(E.c.num_generated_tokens <= f.length_max)
+        add(and_(E.c.policy_version_min <= f.policy_version, E.c.policy_version_max >= f.policy_version))
+    if f.length_min is not None or f.length_max is not None:
+        lo = E.c.num_generated_tokens >= f.length_min if f.length_min is not None else None
+        hi = E.c.num_generated_tokens <= f.length_max if f.length_max is not None else None
+        add(and_(*[x for x in (lo, hi) if x is not None]), "num_generated_tokens")
     if f.kind is not None and db.has_kind:
-        c.append(E.c["kind"] == f.kind)
+        add(E.c["kind"] == f.kind)
     if f.q:
-        c.append(text_search(db, f.q))
-    return c
+        add(text_search(db, conn, f.q))
+    return c, indexed
 
 
-def text_search(db: ReadOnlyDB, q: str) -> Any:
+def text_search(db: ReadOnlyDB, conn: Connection, q: str) -> Any:
     """Clause "an action or observation of the episode holds every word of ``q``": through
     the full-text index (``agentrl.replay.search``: SQLite FTS5, PostgreSQL tsvector) when
     the database has one, else a case-insensitive substring match of ``q`` (schema 5).
@@ -412,10 +427,7 @@ def text_search(db: ReadOnlyDB, q: str) -> Any:
         ContractError: ``q`` has no word to search for (full-text index only).
     """
     if db.has_fts:
-        from agentrl.replay.search import matching_turns
-
-        hits = matching_turns(db.engine.dialect.name, q).subquery()
-        return E.c.episode_id.in_(select(hits.c.episode_id))
+        return query_plans.text_clause(conn, db.engine.dialect.name, q)
     pattern = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     return exists().where(T.c.episode_id == E.c.episode_id,
                           or_(T.c.action_text.ilike(pattern, escape="\\"),
@@ -435,10 +447,14 @@ def episode_page(db: ReadOnlyDB, run_id: str, f: EpisodeFilter = EpisodeFilter()
     keys = (*SORTS[sort.key], E.c.episode_id)
     after = decode_cursor(cursor, sort) if cursor else None
     null_phase = bool(after and after[-1] == 1)
-    base = _filter_clauses(db, run_id, f)
     nullable = sort.key in _NULLABLE_SORTS
     rows: list[Any] = []
     with db.read() as conn:
+        base, indexed = _filter_clauses(db, conn, run_id, f)
+        # SQLite: a selective filter's index, not the sort's (agentrl.replay.query_plans)
+        by_filter = False
+        if db.is_sqlite:
+            base, by_filter = query_plans.plan_filters(conn, run_id, base, indexed)
         if not null_phase:
             where = list(base)
             if nullable:
@@ -446,13 +462,14 @@ def episode_page(db: ReadOnlyDB, run_id: str, f: EpisodeFilter = EpisodeFilter()
             if after:
                 cmp = tuple_(*keys) < tuple(after[:-1]) if sort.desc else tuple_(*keys) > tuple(after[:-1])
                 where.append(cmp)
-            order = [k.desc() if sort.desc else k.asc() for k in keys]
+            order = [k.desc() if sort.desc else k.asc() for k in (query_plans.unordered(keys) if by_filter else keys)]
             rows = list(conn.execute(select(*LIST_COLUMNS).where(*where).order_by(*order).limit(limit + 1)))
         if nullable and len(rows) <= limit:
             where = [*base, keys[0].is_(None)]
             if null_phase:
                 where.append(E.c.episode_id < after[-2] if sort.desc else E.c.episode_id > after[-2])
-            order_id = E.c.episode_id.desc() if sort.desc else E.c.episode_id.asc()
+            last_key = query_plans.unordered(keys[-1:])[0] if by_filter else E.c.episode_id
+            order_id = last_key.desc() if sort.desc else last_key.asc()
             rows += list(conn.execute(select(*LIST_COLUMNS).where(*where).order_by(order_id)
                                       .limit(limit + 1 - len(rows))))
     more = len(rows) > limit

@@ -112,6 +112,21 @@ def _scale(lo: float, hi: float, a: float, b: float):
     return lambda v: a + (v - lo) / span * (b - a)
 
 
+MAX_POINTS = 300
+"""Points drawn per series; longer series are thinned to every k-th point (the last kept)."""
+
+
+def thin(points: Sequence, max_points: int = MAX_POINTS) -> list:
+    """Every ``k``-th of ``points`` (and the last) so that at most about ``max_points`` remain."""
+    if len(points) <= max_points:
+        return list(points)
+    k = math.ceil(len(points) / max_points)
+    idx = list(range(0, len(points), k))
+    if idx[-1] != len(points) - 1:
+        idx.append(len(points) - 1)
+    return [points[i] for i in idx]
+
+
 def line_chart(chart_id: str, title: str, x_label: str, y_label: str,
                series: Sequence[tuple[str, Sequence[tuple[float, float, str | None]]]],
                x_unit: str = "", y_range: tuple[float, float] | None = None) -> Chart:
@@ -138,7 +153,7 @@ def line_chart(chart_id: str, title: str, x_label: str, y_label: str,
     for k, (name, s) in enumerate(series):
         color = COLORS[k % len(COLORS)]
         points = [Point(x, y, sx(x), sy(y), f"{name}: {fmt(y)} at {x_label} {fmt(x)}{x_unit}", href)
-                  for x, y, href in s if math.isfinite(x) and math.isfinite(y)]
+                  for x, y, href in thin([p for p in s if math.isfinite(p[0]) and math.isfinite(p[1])])]
         chart.lines.append(Line(name, color, points))
         chart.legend.append((name, color))
     return chart
@@ -157,19 +172,21 @@ def stacked_bars(chart_id: str, title: str, y_label: str, xs: Sequence[int],
     top = max(top, yt[-1]) if yt else top
     l, t, r, b = chart.plot
     sy = _scale(0.0, top, b, t)
-    slot = (r - l) / len(xs)
-    w = min(48.0, max(1.0, slot * 0.8))
     chart.y_ticks = [Tick(sy(v), fmt(v)) for v in yt if v <= top]
-    every = max(1, len(xs) // 10)
-    chart.x_ticks = [Tick(l + slot * (i + 0.5), str(x)) for i, x in enumerate(xs) if i % every == 0]
-    for i, x in enumerate(xs):
+    shown = thin(list(range(len(xs))))  # bars of every k-th iteration when there are many
+    slot = (r - l) / len(shown)
+    w = min(48.0, max(1.0, slot * 0.8))
+    every = max(1, len(shown) // 10)
+    chart.x_ticks = [Tick(l + slot * (j + 0.5), str(xs[i])) for j, i in enumerate(shown) if j % every == 0]
+    for j, i in enumerate(shown):
+        x = xs[i]
         acc, col = 0.0, []
         for k, (name, v) in enumerate(stacks):
             val = v[i] if math.isfinite(v[i]) else 0.0
             if val <= 0:
                 continue
             y0, y1 = sy(acc), sy(acc + val)
-            col.append(Bar(l + slot * i + (slot - w) / 2, y1, w, y0 - y1, COLORS[k % len(COLORS)],
+            col.append(Bar(l + slot * j + (slot - w) / 2, y1, w, y0 - y1, COLORS[k % len(COLORS)],
                            f"iteration {x}: {name} {fmt(val)} {y_label}", hrefs[i]))
             acc += val
         chart.bars.append(col)

@@ -28,6 +28,8 @@ router = APIRouter()
 PAGE_SIZES = (25, 50, 100, 200)
 HEAT_FIELDS = ("loss_mask",) + eq.TOKEN_FIELDS
 HEAT_BUCKETS = 10
+TOKEN_ROWS = 200
+"""Iterations shown in the run page's token accounting table (the last ones)."""
 
 
 def _viewer(request: Request) -> Viewer:
@@ -92,7 +94,8 @@ def run_page(request: Request) -> HTMLResponse:
         return "/episodes?" + v.env.globals["qs"](run=run_id, iteration=it)
 
     charts = run_charts(metrics, link, run.is_async)
-    return v.render("run.html", run=run, charts=charts, tokens=token_table(metrics), done=done,
+    tokens = token_table(metrics)
+    return v.render("run.html", run=run, charts=charts, tokens=tokens[-TOKEN_ROWS:], tokens_total=len(tokens), done=done,
                     in_progress=sorted({it for s in metrics.values() for it, _ in s} - done))
 
 
