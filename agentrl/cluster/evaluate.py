@@ -154,7 +154,7 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     before the eval section is put in place of the rollout's.
 
     Raises:
-        ConfigError: a bad override, or no env id for a bare model's default config.
+        ConfigError: a bad override (the key and value named).
     """
     train_cfg = RunDir(target.run_dir).load_config([]) if target.run_dir is not None else None
     extra = [f"env.id={env_id}"] if env_id else []
