@@ -379,6 +379,56 @@ def view(
         db.close()
 
 
+@app.command()
+def diagnose(
+    target: str = typer.Argument(..., help="A run directory, its replay.db, or a database URL (sqlite:///..., postgresql+psycopg://...)."),
+    run: Optional[str] = typer.Option(None, "--run", help="Run id in that store (default: its only run, else its newest training run)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as one JSON object on stdout instead of the report."),
+    base_url: str = typer.Option("", "--base-url", help="Viewer address the example links start with, e.g. http://127.0.0.1:8765 (default: bare /episode?id=... paths)."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Check each row of the symptom table (reward flat, reward up but eval flat, answers
+    converging, responses growing, loss or ratio spikes, async faster but worse) against a
+    run's own metrics and episodes: which checks fire, the numbers behind each, and example
+    episodes to open in `agentrl view`; tasks whose samples agree on an answer the judge
+    rejects are listed as likely wrong references, apart from hard ones. Exit 0 when no check
+    fires, 1 when one does, 2 on an error."""
+    import json
+
+    from agentrl.replay import ReplayStore
+    from agentrl.replay.diagnose import diagnose as run_diagnosis
+    from agentrl.replay.diagnose import render
+    from agentrl.replay.viewer import resolve_db_url
+
+    try:
+        url = resolve_db_url(target, _run_dir_replay_url(Path(target)))
+        with ReplayStore(url, read_only=True) as store:
+            run_id = run if run is not None else _default_run(store)
+            with console.status(f"reading {run_id}"):
+                d = run_diagnosis(store, run_id)
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    if as_json:
+        typer.echo(json.dumps(d.to_json(base_url), default=str))
+    else:
+        Console().print(render(d, base_url))
+    raise typer.Exit(1 if d.fired() else 0)
+
+
+def _default_run(store: Any) -> str:
+    """The store's only run, else its newest run that is not an eval run."""
+    from agentrl.errors import ConfigError
+
+    runs = store.runs()
+    if len(runs) == 1:
+        return runs[0].run_id
+    train = [r for r in runs if (r.config or {}).get("kind") != "eval"] or runs
+    if not train:
+        raise ConfigError(f"{store.url} holds no runs")
+    return max(train, key=lambda r: r.created_at).run_id
+
+
 def _run_dir_replay_url(path: Path) -> Optional[str]:
     """``replay.url`` of a run directory's config.yaml, when the run did not use its replay.db."""
     import yaml

@@ -19,6 +19,8 @@ does not name:
 - ``agentrl.eval``: held-out evaluation's metrics (pass@k, bootstrap intervals) and their
   terminal table: types, errors, numpy, rich; the eval run itself is wiring
   (``agentrl.cluster.evaluate``).
+- ``agentrl.replay.diagnose``: ``agentrl diagnose``'s checks (pure functions of a run read
+  through the store's read API) and their terminal report: the replay room's row plus ``rich``.
 - ``agentrl.model_zoo``: model preparation (``agentrl models prepare``): errors only of ours.
 - ``agentrl`` (``agentrl/__init__.py``): the public API facade. Like the CLI it may reach
   anything, but only lazily (inside functions), so ``import agentrl`` stays cheap: its
@@ -100,6 +102,9 @@ RULES: tuple[Rule, ...] = (
     Rule("agentrl.replay", "agentrl.replay: types, errors, SQLAlchemy, Alembic, the web app",
          ours=_fs(*TE), own="agentrl.replay",
          third_party=_fs("sqlalchemy", "alembic", "fastapi", "jinja2", "starlette", "uvicorn", "numpy")),
+    Rule("agentrl.replay.diagnose", "agentrl.replay.diagnose: the symptom-table checks over the store's read API "
+         "and their terminal report: types, errors, the replay room, rich",
+         ours=_fs(*TE), own="agentrl.replay", third_party=_fs("sqlalchemy", "rich")),
     Rule("agentrl.cluster", "agentrl.cluster: the wiring (anything but docker)", ours=ANY,
          forbidden=_fs(*NEVER_DOCKER)),
     Rule("agentrl.cli", "agentrl.cli: the one entry point (anything but docker)", ours=ANY,

@@ -1,0 +1,19 @@
+"""``agentrl diagnose``: the symptom table checked against one run's own data.
+
+    with ReplayStore(url, read_only=True) as store:
+        d = diagnose(store, run_id)        # Diagnosis: findings, task classes
+    d.fired()                              # the checks that fire
+    d.to_json()                            # the --json form
+
+The checks (``agentrl.replay.diagnose.checks``) are pure functions of ``RunData``
+(``agentrl.replay.diagnose.data.load_run``), so the viewer's ``/diagnose?run=RUN`` page and the
+terminal report show the same thing.
+"""
+
+from agentrl.replay.diagnose.checks import CHECKS, Finding
+from agentrl.replay.diagnose.data import RunData, load_run, normalize_answer
+from agentrl.replay.diagnose.report import Diagnosis, diagnose, diagnose_data, episode_link, render
+from agentrl.replay.diagnose.tasks import TaskVerdict, classify_tasks
+
+__all__ = ["CHECKS", "Diagnosis", "Finding", "RunData", "TaskVerdict", "classify_tasks", "diagnose",
+           "diagnose_data", "episode_link", "load_run", "normalize_answer", "render"]

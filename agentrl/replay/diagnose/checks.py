@@ -1,0 +1,398 @@
+"""The symptom table (seed 000, restated by issue 14) as checks over one run's own data.
+
+Each check returns a ``Finding``: whether it fires, the numbers behind it, the thresholds it
+used (the module constants below, each with why) and example episode ids (the viewer opens
+them at ``/episode?id=...``). Symptom rows and the checks that tell their causes apart:
+
+- reward flat → ``reward_flat`` (zero-variance group fraction, per-task success slices),
+  ``constant_judge`` (the same score for different answers), ``wrong_reference`` (samples
+  agree and the judge says wrong; see ``agentrl.replay.diagnose.tasks``)
+- reward up but eval flat → ``train_up_eval_flat`` (``eval/*`` metrics)
+- answers converging → ``answers_converging`` (within-group agreement rising, entropy falling)
+- responses growing → ``length_growth`` (truncation / EOS / tool-loop rates by length bucket),
+  ``reward_pays_length`` (reward rank-correlated with response length within a task)
+- loss or ratio spikes → ``update_spikes`` (loss, ratio, KL, grad norm, engine↔trainer gap;
+  the iteration whose batch caused it)
+- async faster but worse → ``stale_async`` (reward, success and engine↔trainer gap by
+  policy-lag bucket; ``async/*`` metrics)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl.replay.diagnose.data import EpisodeFacts, RunData
+from agentrl.replay.diagnose.tasks import AGREE_FRAC, HARD_MAX_SUCCESS, MIN_TASK_SAMPLES, classify_tasks
+
+MAX_EXAMPLES = 5
+"""Example episodes per finding: enough to open and compare, few enough to read."""
+ZERO_VARIANCE_FRAC = 0.5
+"""Fires above this share of groups whose rewards are all equal: GRPO gives such groups zero
+advantage, so over half the batch teaches nothing (issue 14 measured 16 of 16)."""
+MIN_JUDGE_EPISODES = 8
+"""Fewest scored episodes of an env before its judge is called constant."""
+MIN_DISTINCT_ANSWERS = 4
+"""Fewest distinct normalised answers that got the one score: a judge that pays the same for
+four different answers is not reading them. A constant 0 is not called a constant judge:
+all-fail tasks give it too (``reward_flat`` reports it; feed the judge a known-good answer)."""
+TRAIN_RISE = 0.1
+"""Train reward rise (last minus first iteration, reward units) that counts as rising."""
+EVAL_FLAT = 0.02
+"""Eval change (last minus first eval point, the metric's units) at or below which eval is flat."""
+AGREE_RISE = 0.25
+"""Rise of mean within-group answer agreement (modal share, 0..1) from the first to the last
+iteration that counts as converging: sampling noise moves it by a few hundredths."""
+ENTROPY_DROP = 0.3
+"""Relative fall of the mean token entropy (first to last iteration) that counts as falling."""
+LENGTH_RISE = 0.25
+"""Relative rise of the mean response length (tokens, first to last iteration) that counts as growing."""
+LENGTH_CORR = 0.7
+"""Spearman rank correlation of reward with response length (tokens or characters) within a
+task above which the reward pays for length: a real judge of correctness correlates weakly."""
+MIN_CORR_SAMPLES = 8
+"""Fewest scored samples of a task (with at least 3 distinct lengths and 2 distinct rewards)
+before its correlation is computed."""
+SPIKE_MADS = 6.0
+"""A metric value more than this many median absolute deviations above the run's median is a
+spike (robust to the spike itself, unlike a standard deviation)."""
+MIN_SPIKE_ITERATIONS = 4
+"""Fewest iterations of a metric before a spike can be told from the trend."""
+SPIKE_KEYS = ("actor/pg_loss", "actor/ratio_mean", "actor/ppo_kl", "actor/kl_loss", "actor/grad_norm",
+              "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_max")
+"""Metrics checked for spikes (``actor/ratio_mean`` as its distance from 1)."""
+MIN_BUCKET = 4
+"""Fewest trained episodes in a policy-lag bucket before it is compared."""
+STALE_GAP_RATIO = 2.0
+"""Stale buckets' mean |trainer - behavior| log-prob gap over the fresh bucket's above which
+staleness is what moves the data off-policy (on-policy, the gap is numerics only)."""
+STALE_GAP_MIN = 0.01
+"""...and at least this many nats, so that two numerics-sized gaps never fire."""
+STALE_SUCCESS_DROP = 0.2
+"""Success-rate drop from the fresh bucket to the stale ones that counts as worse."""
+
+
+@dataclass
+class Finding:
+    """One check's result. ``check``: its name; ``symptom``: the table row; ``fired``;
+    ``summary``: one line; ``numbers``: what it measured; ``thresholds``: what it compared
+    with; ``examples``: episode ids; ``tasks``: task ids it names (where it is per task)."""
+
+    check: str
+    symptom: str
+    fired: bool
+    summary: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "symptom": self.symptom, "fired": self.fired, "summary": self.summary,
+                "numbers": self.numbers, "thresholds": self.thresholds, "examples": self.examples,
+                "tasks": self.tasks}
+
+
+def _groups(eps: Sequence[EpisodeFacts]) -> dict[str, list[EpisodeFacts]]:
+    out: dict[str, list[EpisodeFacts]] = defaultdict(list)
+    for e in eps:
+        if e.scored:
+            out[f"{e.iteration}/{e.group_id}"].append(e)
+    return out
+
+
+def _train(data: RunData) -> list[EpisodeFacts]:
+    train = [e for e in data.episodes if e.kind == "train"]
+    return train or list(data.episodes)  # an eval run: its eval episodes
+
+
+def _ranks(xs: Sequence[float]) -> list[float]:
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman rank correlation (ties get mean ranks); ``None`` when either side is constant."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx, syy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return None if sxx == 0 or syy == 0 else sxy / (sxx * syy) ** 0.5
+
+
+def check_reward_flat(data: RunData) -> Finding:
+    groups = _groups(_train(data))
+    flat = {g: eps for g, eps in groups.items() if len(eps) > 1 and len({e.reward for e in eps}) == 1}
+    sized = [g for g, eps in groups.items() if len(eps) > 1]
+    frac = len(flat) / len(sized) if sized else 0.0
+    kinds = Counter({"all_fail": 0, "all_pass": 0, "constant": 0})
+    kinds.update("all_pass" if all(e.success for e in eps) else "all_fail" if eps[0].reward == 0 else "constant"
+                 for eps in flat.values())
+    slices = {}
+    for t in classify_tasks(_train(data)):
+        slices[t.task_id] = {"samples": t.samples, "success_rate": round(t.success_rate, 4), "class": t.verdict}
+    fired = len(sized) >= 2 and frac > ZERO_VARIANCE_FRAC
+    examples = [eps[0].episode_id for eps in list(flat.values())[:MAX_EXAMPLES]]
+    return Finding("reward_flat", "reward flat", fired,
+                   f"{len(flat)} of {len(sized)} groups have zero reward variance ({frac:.0%}): "
+                   f"{kinds['all_fail']} all fail, {kinds['all_pass']} all pass, {kinds['constant']} other",
+                   {"zero_variance_group_frac": round(frac, 4), "groups": len(sized), "zero_variance_groups": len(flat),
+                    **{f"zero_variance_{k}": v for k, v in kinds.items()}, "tasks": slices},
+                   {"zero_variance_frac": ZERO_VARIANCE_FRAC}, examples)
+
+
+def check_constant_judge(data: RunData) -> Finding:
+    by_env: dict[str, list[EpisodeFacts]] = defaultdict(list)
+    for e in data.episodes:
+        if e.scored:
+            by_env[e.env_id].append(e)
+    hits, numbers = [], {}
+    for env, eps in sorted(by_env.items()):
+        rewards = {e.reward for e in eps}
+        answers = {e.answer for e in eps}
+        numbers[env] = {"episodes": len(eps), "distinct_rewards": len(rewards), "distinct_answers": len(answers),
+                        "tasks": len({e.task_id for e in eps})}
+        if len(eps) >= MIN_JUDGE_EPISODES and len(rewards) == 1 and len(answers) >= MIN_DISTINCT_ANSWERS:
+            (value,) = rewards
+            numbers[env]["reward"] = value
+            if value != 0:
+                hits.append((env, eps))
+    fired = bool(hits)
+    summary = ("; ".join(f"{env}: every one of {len(eps)} episodes scored {eps[0].reward:g} across "
+                         f"{numbers[env]['distinct_answers']} different answers" for env, eps in hits)
+               if fired else "no env gives one score to different answers")
+    examples = [e.episode_id for _, eps in hits for e in eps][:MAX_EXAMPLES]
+    return Finding("constant_judge", "reward flat", fired, summary, numbers,
+                   {"min_judge_episodes": MIN_JUDGE_EPISODES, "min_distinct_answers": MIN_DISTINCT_ANSWERS},
+                   examples, sorted({e.task_id for _, eps in hits for e in eps}))
+
+
+def check_wrong_reference(data: RunData) -> Finding:
+    verdicts = classify_tasks(data.episodes)
+    wrong = [t for t in verdicts if t.verdict == "wrong_reference"]
+    hard = [t for t in verdicts if t.verdict == "hard"]
+    numbers = {"likely_wrong_reference": {t.task_id: {"samples": t.samples, "agreed_answer": t.agreed_answer,
+                                                      "agree_frac": round(t.agree_frac, 4)} for t in wrong},
+               "hard": {t.task_id: {"samples": t.samples, "successes": t.successes} for t in hard},
+               "unsolved": [t.task_id for t in verdicts if t.verdict == "unsolved"],
+               "classes": dict(Counter(t.verdict for t in verdicts))}
+    summary = (f"{len(wrong)} task(s) where the samples agree and the judge says wrong (likely wrong reference): "
+               + ", ".join(f"{t.task_id} ({t.agree_frac:.0%} answer {t.agreed_answer!r})" for t in wrong)
+               if wrong else "no task whose samples agree on an answer the judge rejects")
+    if hard:
+        summary += f"; hard (rare successes): {', '.join(t.task_id for t in hard)}"
+    return Finding("wrong_reference", "reward flat", bool(wrong), summary, numbers,
+                   {"agree_frac": AGREE_FRAC, "min_task_samples": MIN_TASK_SAMPLES, "hard_max_success": HARD_MAX_SUCCESS},
+                   [t.episode_ids[0] for t in wrong][:MAX_EXAMPLES], [t.task_id for t in wrong])
+
+
+def _first_last(series: list[tuple[int, float]]) -> tuple[float, float] | None:
+    return (series[0][1], series[-1][1]) if len(series) >= 2 else None
+
+
+def check_train_up_eval_flat(data: RunData) -> Finding:
+    train = _first_last(data.series("rollout/reward_mean"))
+    key = next((k for k in ("eval/pass@1", "eval/reward_mean") if data.series(k)), None)
+    ev = _first_last(data.series(key)) if key else None
+    numbers: dict[str, Any] = {"eval_metric": key}
+    if train:
+        numbers.update(train_first=train[0], train_last=train[1])
+    if ev:
+        numbers.update(eval_first=ev[0], eval_last=ev[1])
+    if not train or not ev:
+        return Finding("train_up_eval_flat", "reward up but eval flat", False,
+                       "not enough points: needs 2+ iterations of rollout/reward_mean and 2+ eval points (eval.every)",
+                       numbers, {"train_rise": TRAIN_RISE, "eval_flat": EVAL_FLAT})
+    fired = train[1] - train[0] >= TRAIN_RISE and ev[1] - ev[0] <= EVAL_FLAT
+    return Finding("train_up_eval_flat", "reward up but eval flat", fired,
+                   f"train reward {train[0]:.3f} -> {train[1]:.3f}, {key} {ev[0]:.3f} -> {ev[1]:.3f}",
+                   numbers, {"train_rise": TRAIN_RISE, "eval_flat": EVAL_FLAT})
+
+
+def _agreement(eps: Sequence[EpisodeFacts]) -> float | None:
+    shares = [Counter(e.answer for e in g).most_common(1)[0][1] / len(g)
+              for g in _groups(eps).values() if len(g) > 1]
+    return statistics.fmean(shares) if shares else None
+
+
+def check_answers_converging(data: RunData) -> Finding:
+    eps = _train(data)
+    its = sorted({e.iteration for e in eps})
+    per_it = {it: _agreement([e for e in eps if e.iteration == it]) for it in its}
+    per_it = {it: a for it, a in per_it.items() if a is not None}
+    ent = data.series("actor/entropy")
+    numbers: dict[str, Any] = {"agreement_by_iteration": {str(k): round(v, 4) for k, v in per_it.items()},
+                               "entropy_by_iteration": {str(k): v for k, v in ent}}
+    th = {"agree_rise": AGREE_RISE, "entropy_drop": ENTROPY_DROP}
+    if len(per_it) < 2:
+        return Finding("answers_converging", "answers converging", False,
+                       "needs 2+ iterations with groups of 2+ scored samples", numbers, th)
+    first, last = per_it[min(per_it)], per_it[max(per_it)]
+    e0e1 = _first_last(ent)
+    falling = e0e1 is None or (e0e1[0] > 0 and (e0e1[0] - e0e1[1]) / e0e1[0] >= ENTROPY_DROP)
+    fired = last - first >= AGREE_RISE and falling
+    last_it = max(per_it)
+    examples = [g[0].episode_id for g in _groups([e for e in eps if e.iteration == last_it]).values()
+                if len({e.answer for e in g}) == 1][:MAX_EXAMPLES] if fired else []
+    ent_txt = f", entropy {e0e1[0]:.3f} -> {e0e1[1]:.3f}" if e0e1 else ", no entropy metric"
+    return Finding("answers_converging", "answers converging", fired,
+                   f"within-group answer agreement {first:.2f} -> {last:.2f}{ent_txt}", numbers, th, examples)
+
+
+def _rate(eps: Sequence[EpisodeFacts], pred: Callable[[EpisodeFacts], bool]) -> float:
+    return sum(1 for e in eps if pred(e)) / len(eps) if eps else 0.0
+
+
+def check_length_growth(data: RunData) -> Finding:
+    eps = [e for e in _train(data) if e.termination is None or not e.termination.is_error]
+    by_it: dict[int, list[int]] = defaultdict(list)
+    for e in eps:
+        by_it[e.iteration].append(e.response_tokens)
+    means = {it: statistics.fmean(v) for it, v in sorted(by_it.items())}
+    lengths = sorted(e.response_tokens for e in eps)
+    buckets: dict[str, dict[str, float]] = {}
+    if lengths:
+        edges = sorted({lengths[int(q * (len(lengths) - 1))] for q in (0.25, 0.5, 0.75)})
+        lo = 0
+        for hi in [*edges, None]:
+            b = [e for e in eps if e.response_tokens >= lo and (hi is None or e.response_tokens < hi)]
+            if b:
+                buckets[f"{lo}-{'' if hi is None else hi - 1}"] = {
+                    "episodes": len(b), "truncation_rate": round(_rate(b, lambda e: e.truncated_by_length), 4),
+                    "eos_rate": round(_rate(b, lambda e: bool(e.finish_reasons) and e.finish_reasons[-1] == "stop"), 4),
+                    "tool_loop_rate": round(_rate(b, lambda e: e.termination is not None
+                                                  and e.termination.value == "max_turns" and e.tool_calls > 0), 4)}
+            lo = hi if hi is not None else lo
+    numbers: dict[str, Any] = {"mean_tokens_by_iteration": {str(k): round(v, 2) for k, v in means.items()},
+                               "buckets": buckets}
+    th = {"length_rise": LENGTH_RISE}
+    if len(means) < 2:
+        return Finding("length_growth", "responses growing", False, "needs 2+ iterations", numbers, th)
+    first, last = means[min(means)], means[max(means)]
+    rise = (last - first) / first if first > 0 else 0.0
+    numbers["rise"] = round(rise, 4)
+    fired = rise >= LENGTH_RISE
+    longest = sorted(eps, key=lambda e: -e.response_tokens)[:MAX_EXAMPLES] if fired else []
+    return Finding("length_growth", "responses growing", fired,
+                   f"mean response {first:.1f} -> {last:.1f} tokens ({rise:+.0%})", numbers, th,
+                   [e.episode_id for e in longest])
+
+
+def check_reward_pays_length(data: RunData) -> Finding:
+    by_task: dict[str, list[EpisodeFacts]] = defaultdict(list)
+    for e in data.episodes:
+        if e.scored:
+            by_task[e.task_id].append(e)
+    corrs, hits = {}, []
+    for task, eps in sorted(by_task.items()):
+        if len(eps) < MIN_CORR_SAMPLES or len({e.reward for e in eps}) < 2:
+            continue
+        rewards = [float(e.reward) for e in eps]  # type: ignore[arg-type]
+        best = None
+        for name, get in (("tokens", lambda e: e.response_tokens), ("chars", lambda e: e.response_chars)):
+            xs = [float(get(e)) for e in eps]
+            if len(set(xs)) >= 3:
+                rho = spearman(xs, rewards)
+                if rho is not None and (best is None or rho > best[1]):
+                    best = (name, rho)
+        if best:
+            corrs[task] = {"by": best[0], "spearman": round(best[1], 4), "samples": len(eps)}
+            if best[1] >= LENGTH_CORR:
+                hits.append((task, eps))
+    examples = [max(eps, key=lambda e: e.reward).episode_id for _, eps in hits][:MAX_EXAMPLES]
+    summary = (", ".join(f"{t}: reward~length spearman {corrs[t]['spearman']:.2f} ({corrs[t]['by']})" for t, _ in hits)
+               if hits else "no task's reward follows response length")
+    return Finding("reward_pays_length", "responses growing", bool(hits), summary, {"tasks": corrs},
+                   {"length_corr": LENGTH_CORR, "min_corr_samples": MIN_CORR_SAMPLES}, examples, [t for t, _ in hits])
+
+
+def check_update_spikes(data: RunData) -> Finding:
+    spikes, numbers = [], {}
+    for key in SPIKE_KEYS:
+        s = data.series(key)
+        if len(s) < MIN_SPIKE_ITERATIONS:
+            continue
+        vals = [abs(v - 1.0) if key == "actor/ratio_mean" else v for _, v in s]
+        med = statistics.median(vals)
+        mad = statistics.median(abs(v - med) for v in vals) or 1e-12
+        worst = max(range(len(vals)), key=lambda i: vals[i])
+        score = (vals[worst] - med) / mad
+        numbers[key] = {"median": med, "worst_iteration": s[worst][0], "worst": s[worst][1], "mads": round(score, 2)}
+        if score > SPIKE_MADS:
+            spikes.append((key, s[worst][0]))
+    if not numbers:
+        return Finding("update_spikes", "loss or ratio spikes", False,
+                       f"needs {MIN_SPIKE_ITERATIONS}+ iterations of the update metrics", numbers,
+                       {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS})
+    # the batch that caused it: that iteration's trained episodes, largest engine-trainer gap first
+    examples: list[str] = []
+    for _, it in spikes:
+        batch = [e for e in data.episodes if e.iteration == it and e.trained]
+        batch.sort(key=lambda e: -(e.gap_abs_mean or 0.0))
+        examples += [e.episode_id for e in batch[:2]]
+    summary = ("; ".join(f"{k} spikes at iteration {it} (batch of iteration {it})" for k, it in spikes)
+               if spikes else "no update metric spikes")
+    return Finding("update_spikes", "loss or ratio spikes", bool(spikes), summary, numbers,
+                   {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS}, examples[:MAX_EXAMPLES])
+
+
+def _bucket(lag: int) -> str:
+    return str(lag) if lag < 3 else "3+"
+
+
+def check_stale_async(data: RunData) -> Finding:
+    eps = [e for e in data.episodes if e.trained and e.lag is not None and e.scored]
+    by: dict[str, list[EpisodeFacts]] = defaultdict(list)
+    for e in eps:
+        by[_bucket(e.lag)].append(e)  # type: ignore[arg-type]
+    buckets = {}
+    for b, bes in sorted(by.items()):
+        gaps = [e.gap_abs_mean for e in bes if e.gap_abs_mean is not None]
+        buckets[b] = {"episodes": len(bes), "reward_mean": round(statistics.fmean(e.reward for e in bes), 4),  # type: ignore[misc]
+                      "success_rate": round(_rate(bes, lambda e: bool(e.success)), 4),
+                      "gap_abs_mean": statistics.fmean(gaps) if gaps else None}
+    stale_max = max((v for _, v in data.series("async/staleness_max")), default=None)
+    numbers: dict[str, Any] = {"buckets": buckets, "async_staleness_max": stale_max,
+                               "async_stale_dropped": sum(v for _, v in data.series("async/stale_dropped"))}
+    th = {"min_bucket": MIN_BUCKET, "stale_gap_ratio": STALE_GAP_RATIO, "stale_gap_min": STALE_GAP_MIN,
+          "stale_success_drop": STALE_SUCCESS_DROP}
+    fresh = buckets.get("0")
+    stale = [e for b, bes in by.items() if b != "0" for e in bes]
+    if not fresh or fresh["episodes"] < MIN_BUCKET or len(stale) < MIN_BUCKET:
+        return Finding("stale_async", "async faster but worse", False,
+                       f"needs {MIN_BUCKET}+ trained episodes at lag 0 and at lag 1+ ({len(stale)} stale)", numbers, th)
+    reasons = []
+    sgaps = [e.gap_abs_mean for e in stale if e.gap_abs_mean is not None]
+    if fresh["gap_abs_mean"] is not None and sgaps:
+        sg = statistics.fmean(sgaps)
+        numbers["stale_gap_abs_mean"] = sg
+        if sg >= STALE_GAP_MIN and sg >= STALE_GAP_RATIO * fresh["gap_abs_mean"]:
+            reasons.append(f"engine-trainer log-prob gap {fresh['gap_abs_mean']:.4f} at lag 0, {sg:.4f} at lag 1+")
+    s_succ = _rate(stale, lambda e: bool(e.success))
+    if fresh["success_rate"] - s_succ >= STALE_SUCCESS_DROP:
+        reasons.append(f"success {fresh['success_rate']:.2f} at lag 0, {s_succ:.2f} at lag 1+")
+    examples = [e.episode_id for e in sorted(stale, key=lambda e: -(e.gap_abs_mean or 0.0))[:MAX_EXAMPLES]] if reasons else []
+    return Finding("stale_async", "async faster but worse", bool(reasons),
+                   "; ".join(reasons) if reasons else
+                   f"stale samples ({len(stale)}) no worse than fresh ones ({fresh['episodes']})", numbers, th, examples)
+
+
+CHECKS: tuple[Callable[[RunData], Finding], ...] = (
+    check_reward_flat, check_constant_judge, check_wrong_reference, check_train_up_eval_flat,
+    check_answers_converging, check_length_growth, check_reward_pays_length, check_update_spikes,
+    check_stale_async)
+"""Every check, in the symptom table's order."""
+
+__all__ = ["CHECKS", "Finding", "spearman"] + [c.__name__ for c in CHECKS]

@@ -1,0 +1,177 @@
+"""What ``agentrl diagnose`` reads of a run: per-iteration metrics and one small record per
+stored episode, through the replay store's read API (``ReplayStore.list_episodes``,
+``get_episode``, ``get_trainer_values``, ``metrics``). Nothing here writes.
+
+Final answers are normalised so that two samples that say the same thing compare equal
+(``normalize_answer``): the content of the last ``\\boxed{...}``, else what follows the last
+``answer:``, else the last number, else the whole text; lower-cased, whitespace collapsed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentrl.errors import ContractError
+from agentrl.replay.store import ReplayStore
+from agentrl.types import TerminationReason
+
+MAX_EPISODES = 20_000
+"""Most episodes read per run (the newest iterations' first). Each one is one read of its
+turns; 20k episodes take about a minute on SQLite, and a diagnosis needs far fewer."""
+
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_ANSWER = re.compile(r"answer\s*[:=]\s*(.+)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_SPACE = re.compile(r"\s+")
+
+
+def normalize_answer(text: str) -> str:
+    """The comparable form of a final answer (see the module docstring); ``""`` for none."""
+    text = text.strip()
+    boxed = _BOXED.findall(text)
+    if boxed:
+        text = boxed[-1]
+    else:
+        answers = _ANSWER.findall(text)
+        if answers:
+            text = answers[-1]
+        else:
+            numbers = _NUMBER.findall(text)
+            if numbers:
+                text = numbers[-1]
+    text = _SPACE.sub(" ", text).strip().strip(".").lower()
+    if _NUMBER.fullmatch(text):
+        text = f"{float(text):g}"
+    return text
+
+
+@dataclass(frozen=True)
+class EpisodeFacts:
+    """One stored episode, reduced to what the checks use.
+
+    ``reward``: total reward, ``None`` when errored or unscored (never 0). ``success``: the
+    env's flag, else ``reward >= 1`` (``Episode.success``'s rule), ``None`` when unscored.
+    ``answer``: the last turn's action, normalised. ``response_tokens`` / ``response_chars``:
+    summed over turns. ``lag``: policy versions between the oldest token and the version the
+    update that trained it started from (``None``: not trained or unknown). ``gap_abs_mean``:
+    mean |trainer log-prob - behavior log-prob| (nats) over its trained tokens, ``None`` when
+    the store has no trainer values for it. ``entropy_mean``: the trainer's mean token entropy
+    (nats), likewise.
+    """
+
+    episode_id: str
+    iteration: int
+    group_id: str
+    env_id: str
+    task_id: str
+    kind: str
+    reward: float | None
+    success: bool | None
+    termination: TerminationReason | None
+    num_turns: int
+    response_tokens: int
+    response_chars: int
+    finish_reasons: tuple[str, ...]
+    tool_calls: int
+    answer: str
+    trained: bool
+    policy_version_min: int | None
+    lag: int | None = None
+    gap_abs_mean: float | None = None
+    entropy_mean: float | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.reward is not None
+
+    @property
+    def truncated_by_length(self) -> bool:
+        return self.termination == TerminationReason.LENGTH or (bool(self.finish_reasons)
+                                                                  and self.finish_reasons[-1] == "length")
+
+
+@dataclass
+class RunData:
+    """A run as the checks see it. ``metrics``: ``{iteration: {key: value}}`` (the store's,
+    0-based iterations); ``episodes``: in insertion order; ``truncated``: more than
+    ``MAX_EPISODES`` were stored and the oldest were left out."""
+
+    run_id: str
+    metrics: dict[int, dict[str, float]]
+    episodes: list[EpisodeFacts] = field(default_factory=list)
+    truncated: bool = False
+    config: dict = field(default_factory=dict)
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        """``[(iteration, value)]`` of one metric where it is finite, iterations ascending."""
+        return [(it, m[key]) for it, m in sorted(self.metrics.items())
+                if key in m and m[key] is not None and math.isfinite(m[key])]
+
+
+def _trainer_stats(store: ReplayStore, episode_id: str, behavior: list[list[float]]) -> tuple[float | None, float | None]:
+    get = getattr(store, "get_trainer_values", None)
+    if get is None:
+        return None, None
+    gaps: list[float] = []
+    ents: list[float] = []
+    for (lps, entropies), blps in zip(get(episode_id), behavior):
+        if lps is not None:
+            gaps.extend(abs(a - b) for a, b in zip(lps, blps))
+        if entropies is not None:
+            ents.extend(entropies)
+    return (sum(gaps) / len(gaps) if gaps else None), (sum(ents) / len(ents) if ents else None)
+
+
+def load_run(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODES) -> RunData:
+    """Read one run's metrics and episodes (see ``EpisodeFacts``).
+
+    Raises:
+        ContractError: ``run_id`` is not in the store (the message lists the runs there).
+    """
+    known = [r.run_id for r in store.runs()]
+    if run_id not in known:
+        raise ContractError(f"run {run_id!r} is not in {store.url}; runs there: {', '.join(known) or 'none'}")
+    metrics = store.metrics(run_id)
+    # the version each iteration's update started from: the metric is the version after it
+    start_version = {it: int(m["policy_version"]) - 1 for it, m in metrics.items()
+                     if m.get("policy_version") is not None and math.isfinite(m["policy_version"])}
+    total = store.count_episodes(run_id)
+    offset = max(0, total - max_episodes)
+    data = RunData(run_id, metrics, truncated=offset > 0, config=store.get_run(run_id).config)
+    while offset < total:
+        page = store.list_episodes(run_id, limit=1000, offset=offset)
+        if not page:
+            break
+        offset += len(page)
+        for s in page:
+            ep = store.get_episode(s.episode_id)
+            turns = ep.turns
+            success = ep.success if ep.success is not None else (
+                None if s.total_reward is None else s.total_reward >= 1.0)
+            trained = s.advantage_mean is not None
+            lag = None
+            if trained and s.policy_version_min is not None and s.iteration in start_version:
+                lag = max(0, start_version[s.iteration] - s.policy_version_min)
+            gap, ent = _trainer_stats(store, s.episode_id, [t.behavior_log_probs for t in turns])
+            data.episodes.append(EpisodeFacts(
+                episode_id=s.episode_id, iteration=s.iteration, group_id=s.group_id, env_id=s.env_id,
+                task_id=s.task_id, kind=s.kind, reward=s.total_reward, success=success if s.total_reward is not None else None,
+                termination=s.termination_reason, num_turns=s.num_turns, response_tokens=s.num_generated_tokens,
+                response_chars=sum(len(t.action_text) for t in turns),
+                finish_reasons=tuple(t.finish_reason for t in turns),
+                tool_calls=sum(len(t.exec_results) for t in turns),
+                answer=normalize_answer(turns[-1].action_text) if turns else "",
+                trained=trained, policy_version_min=s.policy_version_min, lag=lag,
+                gap_abs_mean=gap, entropy_mean=ent))
+    return data
+
+
+def metric_keys(metrics: Mapping[int, Mapping[str, float]], prefix: str) -> list[str]:
+    """Sorted metric keys starting with ``prefix`` over all iterations."""
+    return sorted({k for m in metrics.values() for k in m if k.startswith(prefix)})
+
+
+__all__ = ["EpisodeFacts", "MAX_EPISODES", "RunData", "load_run", "metric_keys", "normalize_answer"]
