@@ -9,6 +9,7 @@ store's packed columns (``agentrl.replay.models``: ``<i4`` ids, ``<f8`` log-prob
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,9 +226,10 @@ def first_episode(db: ReadOnlyDB, run_id: str, it: int | None, task_id: str) -> 
         return conn.scalar(q.order_by(E.c.iteration, E.c.created_at, E.c.position, E.c.episode_id).limit(1))
 
 
-def align_turns(a: EpisodeView | None, b: EpisodeView | None) -> list[tuple[TurnView | None, TurnView | None, bool]]:
-    """Turn k of ``a`` beside turn k of ``b`` (None past the shorter one); the flag is True
-    when action and observation are equal."""
+def align_turns(a: EpisodeView | None, b: EpisodeView | None
+                ) -> list[tuple[TurnView | None, TurnView | None, bool, str]]:
+    """Turn k of ``a`` beside turn k of ``b`` (None past the shorter one), whether action and
+    observation are equal, and their unified diff (``difflib``, "" when equal or one-sided)."""
     ta = a.turns if a else []
     tb = b.turns if b else []
     out = []
@@ -236,7 +238,16 @@ def align_turns(a: EpisodeView | None, b: EpisodeView | None) -> list[tuple[Turn
         y = tb[k] if k < len(tb) else None
         same = (x is not None and y is not None and x.row.action_text == y.row.action_text
                 and x.row.observation_text == y.row.observation_text)
-        out.append((x, y, same))
+        diff = ""
+        if x is not None and y is not None and not same:
+            parts = []
+            for name in ("action_text", "observation_text"):
+                ax, bx = getattr(x.row, name), getattr(y.row, name)
+                if ax != bx:
+                    parts += difflib.unified_diff(ax.splitlines(), bx.splitlines(), f"A {name}", f"B {name}",
+                                                  lineterm="", n=2)
+            diff = "\n".join(parts)
+        out.append((x, y, same, diff))
     return out
 
 

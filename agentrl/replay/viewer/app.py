@@ -56,6 +56,7 @@ def template_env() -> Environment:
     env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = _num
+    env.filters["short"] = lambda v, n=28: v if len(v) <= n else "…" + v[-(n - 1):]  # ids share long prefixes
     env.globals["qs"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v not in (None, "")})
     return env
 

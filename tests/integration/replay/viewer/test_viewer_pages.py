@@ -204,6 +204,8 @@ def test_diff_of_two_runs_and_of_two_iterations(client) -> None:
     rows = re.findall(r'data-testid="diff-row" data-same="(true|false)"', runs)
     assert rows == ["false", "false"]  # other actions in every turn
     assert "ls a0" in runs and "ls b0" in runs
+    diffs = re.findall(r'data-testid="diff-text">([^<]*)</pre>', runs)
+    assert len(diffs) == 2 and "-&lt;bash&gt;ls a0&lt;/bash&gt;\n+&lt;bash&gt;ls b0&lt;/bash&gt;" in diffs[0]
     its = _get(client, "/diff?a=run-a&ia=0&b=run-a&ib=1")
     assert re.findall(r'<option value="(task-[01])"', its) == ["task-0", "task-1"]
     assert re.findall(r'data-testid="diff-row" data-same="(true|false)"', its) == ["true", "true"]
