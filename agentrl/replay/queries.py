@@ -77,6 +77,8 @@ class ReadOnlyDB:
             raise ConfigError(f"{url!r} is not a database URL; expected a run directory, a replay.db "
                               "file, 'sqlite:///path/replay.db' or 'postgresql+psycopg://user@host/db'") from None
         self.url = parsed.render_as_string(hide_password=True)
+        self.source_url = url
+        """The URL as given (password included: never shown; ``agentrl.replay.diagnose`` opens it)."""
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         kwargs: dict[str, Any] = {}
         if self.is_sqlite:

@@ -223,3 +223,28 @@ def diff_page(request: Request) -> HTMLResponse:
         ea, eb = eq.get_episode(v.db, ida), eq.get_episode(v.db, idb)
         ctx.update(ea=ea, eb=eb, rows=eq.align_turns(ea, eb))
     return v.render("diff.html", **ctx)
+
+
+DIAGNOSE_EPISODES = 2000
+"""Episodes a diagnosis reads by default on the page (``agentrl diagnose`` reads up to 20,000)."""
+
+
+@router.get("/diagnose", response_class=HTMLResponse)
+def diagnose_page(request: Request) -> HTMLResponse:
+    """``agentrl diagnose``'s checks of one run (``agentrl.replay.diagnose``), with links to
+    the episodes they name. Reads the newest ``max`` episodes (one query each: seconds)."""
+    from agentrl.replay import ReplayStore
+    from agentrl.replay.diagnose import diagnose
+
+    v = _viewer(request)
+    run_id = _need(request, "run")
+    run = _run_or_404(v, run_id)
+    limit = _param(request, "max", int, DIAGNOSE_EPISODES)
+    if not 1 <= limit <= 20_000:
+        raise HTTPException(400, f"parameter max={limit}; expected 1..20000 episodes")
+    store = ReplayStore(v.db.source_url, read_only=True)
+    try:
+        report = diagnose(store, run_id, max_episodes=limit).to_json()
+    finally:
+        store.close()
+    return v.render("diagnose.html", run=run, d=report, limit=limit)

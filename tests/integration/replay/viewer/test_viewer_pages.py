@@ -294,3 +294,15 @@ def test_reruns_are_shown_on_the_episode_page(client) -> None:
     assert '<span class="bad">different</span>' in row and "<td>1</td>" in row
     assert "turn 1: different" in row and str(escape("+file1 " + XSS)) in row and "<script>window" not in page
     assert "Not rerun yet" in _get(client, "/episode?id=a0-0-2")
+
+
+def test_diagnose_page_runs_the_checks_of_agentrl_diagnose(client) -> None:
+    page = _get(client, "/diagnose?run=run-a")
+    checks = re.findall(r'data-testid="finding" data-check="([^"]+)" data-fired="(true|false)"', page)
+    from agentrl.replay.diagnose.checks import CHECKS
+
+    assert len(checks) == len(CHECKS) > 0
+    assert 'data-testid="diagnose-link"' in _get(client, "/run?id=run-a")
+    assert "<script>window" not in page
+    _get(client, "/diagnose?run=nope", 404)
+    _get(client, "/diagnose?run=run-a&max=0", 400)
