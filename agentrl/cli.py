@@ -64,6 +64,8 @@ def _summary_table(summary: Any) -> Table:
             ("train", "tokens/trained", "{:.0f}"), ("roll s", "time/rollout_s", "{:.0f}"),
             ("upd s", "time/update_s", "{:.0f}"), ("sync s", "time/sync_s", "{:.1f}"),
             ("lp gap", "rollout_corr/gap_abs_mean", "{:.0e}")]
+    if any(row.get("eval/pass@1") is not None for row in summary.history):  # eval.every: held-out pass@1 beside train
+        cols.append(("eval pass@1", "eval/pass@1", "{:.3f}"))
     for name, _, _ in cols:
         t.add_column(name, justify="right")
     for row in summary.history:

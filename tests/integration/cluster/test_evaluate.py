@@ -31,7 +31,8 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
     run_dir = tmp_path / "run"
     cfg = load_config(None, [f"run.dir={run_dir}", "run.iterations=1", f"model.path={tiny_model_path}",
                              "env.id=agentrl/GuessNumber-v0", "env.tasks_per_iteration=2", "env.group_size=2",
-                             "rollout.max_turns=2", "rollout.max_new_tokens=8", "rollout.max_context_tokens=512",
+                             # the training's own limits differ from the eval's: the eval's budget must win
+                             "rollout.max_turns=1", "rollout.max_new_tokens=16", "rollout.max_context_tokens=1024",
                              "trainer.lr=1e-3", "trainer.micro_batch_size=2", "eval.every=1", *OVERRIDES])
     summary = train(cfg)
     assert summary.policy_version == 1
@@ -53,6 +54,10 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
     for e in sorted(after.episodes, key=lambda e: e.episode_id):
         by_task[e.task_id].append([t.completion_ids for t in e.turns])
     assert by_task == during
+    assert max(len(ids) for turns in during.values() for ep in turns for ids in ep) <= 8  # eval.max_new_tokens
+    with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:  # the training episodes kept their limits
+        train_eps = [store.get_episode(r.episode_id) for r in store.list_episodes(summary.run_id, 0) if r.kind == "train"]
+    assert all(len(e.turns) == 1 for e in train_eps) and max(len(e.turns[0].completion_ids) for e in train_eps) > 8
     got = after.report.metrics()
     assert {k: got[k] for k in got if k.startswith("eval/pass@")} == {k: m[k] for k in got if k.startswith("eval/pass@")}
     assert after.report.tokens_generated == m["eval/tokens_generated"] > 0

@@ -143,3 +143,20 @@ def test_eval_during_training_settings_are_checked_at_start():
         TrainingEval(load_config(None, [f"env.id={GUESS}", "eval.every=1", "eval.split=all"]))
     assert TrainingEval(load_config(None, [f"env.id={GUESS}", "eval.every=1", "eval.split=all", "eval.num_tasks=2",
                                           "eval.allow_overlap=true"])).task_ids
+
+
+def test_the_train_summary_shows_eval_pass_at_1_only_when_measured():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from agentrl.cli import _summary_table
+
+    def render(history):
+        c = Console(width=200, record=True)
+        c.print(_summary_table(SimpleNamespace(run_id="r", status="finished", history=history)))
+        return c.export_text()
+
+    assert "eval pass@1" not in render([{"iteration": 1.0}])
+    out = render([{"iteration": 1.0, "eval/pass@1": 0.25}, {"iteration": 2.0}])
+    assert "eval pass@1" in out and "0.250" in out
