@@ -297,6 +297,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="output folder (new or empty): runs, SVGs, results.json")
     p.add_argument("--tiny", action="store_true", help="the tiny random model (quick check; its curve means nothing)")
+    p.add_argument("--tiny-semantic", action="store_true",
+                   help="the tiny model with SmolLM2's token embeddings projected to its 64 dimensions "
+                        "(semantic_tiny.py): a model whose --env words reward moves within the bench's updates")
     p.add_argument("--model", help="model: an agentrl.model_zoo name or a folder (default smollm2-135m-instruct, "
                                    "or tiny-random-smollm2 with --tiny)")
     p.add_argument("--modes", nargs="+", default=["sync", "async"], choices=["sync", "async"],
@@ -357,9 +360,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    model_name = args.model or ("tiny-random-smollm2" if args.tiny else "smollm2-135m-instruct")
+    model_name = args.model or ("tiny-random-smollm2" if args.tiny or args.tiny_semantic else "smollm2-135m-instruct")
     model = str(prepare_model(model_name)) if not Path(model_name).is_dir() else model_name
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.tiny_semantic:  # the tiny model with SmolLM2's embeddings (PCA): a reward it can learn (semantic_tiny)
+        import semantic_tiny
+
+        model_name = "tiny-semantic"
+        model = str(semantic_tiny.build(args.out / "model-tiny-semantic", Path(model),
+                                        prepare_model("smollm2-135m-instruct")))
     print(f"model: {model}; CPU ({os.cpu_count()} cores); {args.tasks} tasks x {args.group_size} per update, "
           f"{args.iterations} updates; steps {args.fast_step_s} s, {args.slow_step_s} s with p={args.slow_prob}; "
           f"async: max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}; env {args.env}; "

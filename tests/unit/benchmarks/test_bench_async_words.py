@@ -97,3 +97,22 @@ def test_curves_svg_draws_one_line_per_run():
     assert svg.count('class="curve"') == 2 and 'data-mode="async"' in svg and svg.startswith("<svg")
     with pytest.raises(ValueError, match="no curve"):
         curves.curves_svg([("x", "sync", [])], "t")
+
+
+def test_pca_embeddings_keep_the_leading_directions_at_the_wanted_scale():
+    import torch
+
+    import semantic_tiny
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(500, 2, generator=g) * torch.tensor([5.0, 1.0])  # two strong directions
+    source = base @ torch.randn(2, 12, generator=g) + 0.01 * torch.randn(500, 12, generator=g)  # (500, 12)
+    out = semantic_tiny.pca_embeddings(source, 2, 0.02)
+    assert out.shape == (500, 2) and abs(float(out.std()) - 0.02) < 1e-6
+    # the projection keeps the source's geometry: distances agree up to one scale factor
+    d_src = torch.cdist(source[:50] - source.mean(0), source[:50] - source.mean(0))
+    d_out = torch.cdist(out[:50], out[:50])
+    corr = torch.corrcoef(torch.stack([d_src.flatten(), d_out.flatten()]))[0, 1]
+    assert float(corr) > 0.999
+    with pytest.raises(ValueError, match="dim=13"):
+        semantic_tiny.pca_embeddings(source, 13, 0.02)
