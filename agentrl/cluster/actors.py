@@ -588,6 +588,11 @@ class TrainerActor:
     def step(self, batch) -> dict[str, float]:
         return self.trainer.step(batch)
 
+    def last_token_values(self) -> Any:
+        """``PolicyTrainer.last_token_values``: the last step's per-token trainer log-probs
+        and entropies (``[T]`` float32 each), or ``None``. Local to the rank."""
+        return self.trainer.last_token_values()
+
     def compute_log_probs(self, batch) -> Any:
         return self.trainer.compute_log_probs(batch)
 

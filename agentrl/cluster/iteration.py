@@ -25,6 +25,7 @@ from typing import Any, Callable
 from agentrl.cluster.checkpoint import RunDir, kill_point
 from agentrl.config import Config
 from agentrl.credit import CreditResult, assign_credit, critic_step_metrics, reference_batch, turn_penalties
+from agentrl.replay.trainer_values import turn_trainer_values
 from agentrl.rollout.loop import rollout_metrics
 
 
@@ -102,11 +103,27 @@ def train_on(group: Any, credit: CreditResult) -> dict[str, float]:
     return train_metrics
 
 
+def trainer_token_values(group: Any, credit: CreditResult, episodes: list) -> dict[str, list] | None:
+    """The trainer-side log-prob and entropy of each sampled token of ``episodes`` from the
+    update just made on ``credit.batch`` (``PolicyTrainer.last_token_values`` of rank 0, cut
+    per turn by ``agentrl.replay.trainer_values``), for the replay store; ``None`` when no
+    update ran."""
+    if credit.batch is None:
+        return None
+    values = group.last_token_values()
+    if values is None:
+        return None
+    lp, ent = values  # (T,) float32 each, aligned with credit.batch's tokens
+    b = credit.batch
+    return turn_trainer_values(episodes, b.episode_ids, b.seq_lens.tolist(), lp.numpy(), ent.numpy())
+
+
 def record_iteration(run: RunContext, it: int, episodes: list, credit: CreditResult, *,
                      pool_metrics: dict[str, float], sync_metrics: dict[str, float],
                      train_metrics: dict[str, float], times: dict[str, float], t_iter: float,
                      extra: dict[str, float] | None = None) -> dict[str, float | None]:
-    """Store iteration ``it``'s episodes (not complete until checkpointed), then its metrics
+    """Store iteration ``it``'s episodes (not complete until checkpointed; with the update's
+    per-token trainer log-probs and entropies: ``trainer_token_values``), then its metrics
     line (``metrics.jsonl``, the store, ``run.history``); returns the line.
 
     ``times``: ``time/rollout_s``, ``time/credit_s``, ``time/update_s``, ``time/sync_s``
@@ -115,7 +132,8 @@ def record_iteration(run: RunContext, it: int, episodes: list, credit: CreditRes
     """
     cfg, store = run.cfg, run.store
     t0 = time.perf_counter()
-    store.add_episodes(run.run_id, it, episodes, credit.turn_advantages)  # not complete until checkpointed
+    store.add_episodes(run.run_id, it, episodes, credit.turn_advantages,  # not complete until checkpointed
+                       trainer_values=trainer_token_values(run.group, credit, episodes))
     replay_s = time.perf_counter() - t0
     kill_point("after_replay_write", it + 1)
 
@@ -177,4 +195,4 @@ def span(name: str, start_s: float, end_s: float) -> dict[str, float]:
 
 
 __all__ = ["RunContext", "checkpoint_if_due", "compute_credit", "end_iteration", "kl_reward_penalties",
-           "record_iteration", "span", "train_on"]
+           "record_iteration", "span", "train_on", "trainer_token_values"]

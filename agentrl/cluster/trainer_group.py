@@ -253,6 +253,13 @@ class TrainerGroup:
         metrics (``actor/*``, already reduced over the ranks)."""
         return self._call("step", batch)
 
+    def last_token_values(self) -> Any:
+        """Rank 0's ``PolicyTrainer.last_token_values`` (every rank's rows: ``step``
+        gathered them): ``(log_probs [T], entropies [T])`` float32 on CPU of the last
+        step's batch, or ``None``. One call to rank 0 only (no collective)."""
+        self.ready()
+        return self._gather([self._actors[0].last_token_values.remote()], "last_token_values")[0]
+
     def critic_step(self, batch: Any) -> dict[str, float]:
         """``CriticTrainer.step`` on every rank (a ``ValueBatch``); rank 0's metrics."""
         return self._call("critic_step", batch)

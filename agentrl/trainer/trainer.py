@@ -107,6 +107,7 @@ class PolicyTrainer:
         self.device = self._core.device
         self.model = self._core.model
         self.reference = self._load_reference()
+        self._token_values: torch.Tensor | None = None  # (2, T) of the last step: log-probs, entropies
 
     def _load_reference(self) -> torch.nn.Module | None:
         """The frozen reference policy of the KL term, or ``None`` when ``kl.coef == 0``.
@@ -262,6 +263,7 @@ class PolicyTrainer:
         corrections: list[RolloutCorrection | None] = [None] * len(groups)
         corr_sums = torch.zeros(len(ROLLOUT_CORR_SUMS), dtype=torch.float64, device=dev)  # (K,)
         gaps: list[torch.Tensor] = []
+        token_parts: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []  # epoch 0: (rows, lp, ent)
 
         # 3. reference log-probs of the KL term (kl.mode "loss"), no grad, once per step
         # before the epochs (reused by every epoch): a separate aligned pass over this
@@ -292,6 +294,7 @@ class PolicyTrainer:
                 corrections[g] = corr if correct else None
                 corr_sums.add_(corr.sums)
                 gaps.append(corr.gaps)
+                token_parts.append((rows, lp.detach(), ent.detach()))  # for last_token_values
             loss, m = ppo_loss(
                 lp,
                 prox_lps[g],
@@ -314,6 +317,7 @@ class PolicyTrainer:
             return torch.stack([m[k].double() for k in metric_names])  # (M,)
 
         stats = self._core.optimize(groups, cfg.ppo_epochs, micro_step, len(metric_names))
+        self._token_values = self._assemble_token_values(batch, token_parts)
         self._core.all_reduce(corr_sums, dist.ReduceOp.SUM)
         all_gaps = self._gather_gaps(torch.cat(gaps) if gaps else torch.zeros(0, device=dev))  # (N_loss,)
         totals = {k: 0.0 for k in metric_names}
@@ -340,6 +344,35 @@ class PolicyTrainer:
             }
         )
         return out
+
+    def last_token_values(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The trainer-side value of each token of the last ``step``'s batch, for the replay
+        store: ``(log_probs [T], entropies [T])`` float32 on CPU, aligned with the batch's
+        ``input_ids`` (every rank's rows; 0 where ``loss_mask`` is 0). Both come from epoch
+        0's forward, i.e. at the weights the update started from and with the sampling
+        transform of ``behavior_log_probs`` (temperature): the log-prob the trainer gave each
+        sampled token (the proximal log-prob when the batch carries none) and the entropy
+        (nats) of the distribution that predicted it. ``None`` before the first step.
+        Local: ``step`` already gathered them."""
+        if self._token_values is None:
+            return None
+        return self._token_values[0], self._token_values[1]
+
+    def _assemble_token_values(
+        self, batch: TokenBatch, parts: list[tuple[list[int], torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """Epoch 0's per-micro-batch log-probs and entropies placed at their rows' token
+        ranges of the full batch, summed over ranks (the rows are disjoint, and ``x + 0`` is
+        exact). Collective. Cost: one all-reduce of ``2 * T`` float32 when ``W > 1``."""
+        out = torch.zeros(2, batch.num_tokens, dtype=torch.float32, device=self.device)  # (2, T)
+        slices = batch.row_slices()
+        for rows, lp, ent in parts:
+            idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]).to(self.device)  # (Tm,)
+            out[0, idx] = lp.float()
+            out[1, idx] = ent.float()
+        if self.world_size > 1:
+            self._core.all_reduce(out, dist.ReduceOp.SUM)
+        return out.cpu()
 
     # ------------------------------------------------------------------ reference policy
 

@@ -55,6 +55,17 @@ def test_one_iteration_end_to_end(ray_session, tmp_path, tiny_model_path):
     assert m["rollout_corr/gap_abs_mean"] < 1e-3
     store = ReplayStore(f"sqlite:///{run_dir / 'replay.db'}")
     assert store.count_episodes(summary.run_id) == 4
+    # per sampled token the update's own log-prob and entropy (the viewer's trainer-side
+    # columns), next to the engine's: their gap is the rollout_corr/gap metric's
+    gaps = []
+    for s in store.list_episodes(summary.run_id):
+        ep = store.get_episode(s.episode_id)
+        for t, (lp, ent) in zip(ep.turns, store.get_trainer_values(s.episode_id)):
+            if lp is not None:
+                assert len(lp) == len(ent) == len(t.completion_ids)
+                assert all(math.isfinite(x) for x in lp + ent) and all(x >= 0 for x in ent)
+                gaps += [abs(a - b) for a, b in zip(lp, t.behavior_log_probs)]
+    assert gaps and sum(gaps) / len(gaps) < 1e-3
     # the replay store's metrics rows carry the same names and values as metrics.jsonl
     assert store.metrics(summary.run_id)[0] == {k: v for k, v in m.items() if v is not None}
     ep = store.get_episode(store.list_episodes(summary.run_id)[0].episode_id)

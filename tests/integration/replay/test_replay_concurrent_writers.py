@@ -20,11 +20,11 @@ from agentrl.replay.models import EpisodeRow, MetricRow, SandboxEventRow, TurnRo
 from tests.integration.replay.concurrent_writer import batch
 
 REPO = Path(__file__).resolve().parents[3]
-WRITERS, BATCHES, EPISODES = 4, 6, 12
+WRITERS, BATCHES, EPISODES = 4, 4, 10
 
 
 def test_four_processes_writing_at_once_lose_nothing(db_url: str) -> None:
-    start_at = time.time() + 4.0  # every process is up and imported by then (2 busy cores)
+    start_at = time.time() + 3.0  # every process is up and imported by then (2 cores)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [subprocess.Popen([sys.executable, "-m", "tests.integration.replay.concurrent_writer", db_url,
                                str(w), str(BATCHES), str(EPISODES), str(start_at)],

@@ -237,6 +237,29 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> 
     assert 0 < m["rollout_corr/gap_abs_mean"] <= m["rollout_corr/gap_abs_p99"] <= m["rollout_corr/gap_abs_max"]
 
 
+def test_last_token_values_are_epoch_zeros_log_probs_and_entropies(tiny_llama_path: str) -> None:
+    """What the replay store keeps per sampled token (``last_token_values``): the log-prob at
+    the weights the update started from (a plain HF forward agrees) and the entropy whose
+    token mean is ``actor/entropy``; 0 off the loss tokens; the metrics are those of a step
+    on a fresh trainer (the capture changes nothing)."""
+    batch = make_batch(num_rows=4, seed=5)
+    trainer = _trainer(tiny_llama_path)
+    assert trainer.last_token_values() is None
+    ref = _reference_log_probs(tiny_llama_path, batch, batch.sampling.temperature)  # (T,) at the start weights
+    m = trainer.step(batch)
+    lp, ent = trainer.last_token_values()
+    mask = batch.loss_mask > 0
+    assert lp.shape == ent.shape == (batch.num_tokens,) and lp.dtype == ent.dtype == torch.float32
+    assert lp.device.type == ent.device.type == "cpu"
+    assert torch.allclose(lp[mask], ref[mask], atol=1e-5)
+    assert bool((lp[~mask] == 0).all()) and bool((ent[~mask] == 0).all())
+    assert bool((ent[mask] > 0).all()) and float(ent[mask].max()) <= np.log(256) + 1e-4
+    assert float(ent[mask].double().mean()) == pytest.approx(m["actor/entropy"], abs=1e-6)
+    again = _trainer(tiny_llama_path).step(batch)
+    assert {k: v for k, v in again.items() if not k.startswith("perf/")} == \
+        {k: v for k, v in m.items() if not k.startswith("perf/")}
+
+
 # ---------------------------------------------------------------- state
 
 
