@@ -202,19 +202,30 @@ def get_group(db: ReadOnlyDB, run_id: str, group_id: str, limit: int = 64) -> Gr
     return GroupView(eps, turns, shared)
 
 
-def common_tasks(db: ReadOnlyDB, a: tuple[str, int | None], b: tuple[str, int | None], limit: int = 200) -> list[str]:
-    """Task ids that both sides ran, at most ``limit`` (the first in task order of side A):
-    a side is ``(run_id, iteration or None for any)``. Two bounded index scans: side A's
-    first ``limit`` distinct tasks, then which of those side B has."""
+COMMON_TASK_SCAN = 5000
+"""Side A's episodes (in task order) whose tasks the diff page offers."""
+
+
+def common_tasks(db: ReadOnlyDB, a: tuple[str, int | None], b: tuple[str, int | None], limit: int = 100) -> list[str]:
+    """Task ids that both sides ran, at most ``limit``: a side is ``(run_id, iteration or None
+    for any)``. Bounded work on any run size: the tasks of side A's first ``COMMON_TASK_SCAN``
+    episodes (in task order, or of the one iteration), then which of its first ``limit`` tasks
+    side B has: among one iteration's episodes, or by one ``LIMIT 1`` probe per task (neither
+    database skips through an index for ``DISTINCT``)."""
     def side(run_id: str, it: int | None):
         q = select(E.c.task_id).where(E.c.run_id == run_id)
         return q.where(E.c.iteration == it) if it is not None else q
 
     with db.read() as conn:
-        first = list(conn.scalars(side(*a).distinct().order_by(E.c.task_id).limit(limit)))
-        if not first:
-            return []
-        return sorted(conn.scalars(side(*b).where(E.c.task_id.in_(first)).distinct()))
+        if a[1] is None:  # the run's (run_id, task_id) index range, in task order
+            found = conn.scalars(side(*a).order_by(E.c.task_id).limit(COMMON_TASK_SCAN))
+        else:  # one iteration's episodes (its index), sorted here
+            found = sorted(conn.scalars(side(*a).limit(COMMON_TASK_SCAN)))
+        first = list(dict.fromkeys(found))[:limit]
+        if b[1] is not None:  # one iteration of side B: its episodes, through its index
+            have = set(conn.scalars(side(*b).where(E.c.task_id.in_(first)).distinct()))
+            return [t for t in first if t in have]
+        return [t for t in first if conn.scalar(side(*b).where(E.c.task_id == t).limit(1)) is not None]
 
 
 def first_episode(db: ReadOnlyDB, run_id: str, it: int | None, task_id: str) -> str | None:

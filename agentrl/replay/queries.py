@@ -380,43 +380,47 @@ def decode_cursor(cursor: str, sort: Sort) -> list[Any]:
     return values
 
 
-def _filter_clauses(db: ReadOnlyDB, conn: Connection, run_id: str, f: EpisodeFilter) -> tuple[list[Any], list[Any]]:
-    """``(every clause, the clauses an index (run_id, column, ...) serves)`` of filter ``f``."""
+def _filter_clauses(db: ReadOnlyDB, conn: Connection, run_id: str, f: EpisodeFilter
+                    ) -> tuple[list[Any], list[tuple[Any, Any]]]:
+    """Filter ``f`` as ``(clauses, indexed)``: ``clauses`` no index of ours serves (or run_id's),
+    ``indexed`` ``(column, build)`` pairs for the filters an index (run_id, column, ...) serves,
+    ``build(column expression) -> clause`` (``agentrl.replay.query_plans`` decides which
+    of them may use their index)."""
     c: list[Any] = [E.c.run_id == run_id]
-    indexed: list[Any] = []
+    indexed: list[tuple[Any, Any]] = []
 
-    def add(clause: Any, column: str | None = None) -> None:
-        c.append(clause)
-        if column is not None and db.has_index("episodes", column):
-            indexed.append(clause)
+    def add(col: Any, build: Any) -> None:
+        if db.has_index("episodes", col.name):
+            indexed.append((col, build))
+        else:
+            c.append(build(col))
+
+    def between(lo: Any, hi: Any):
+        return lambda x: and_(*[cl for cl in ((x >= lo) if lo is not None else None,
+                                             (x <= hi) if hi is not None else None) if cl is not None])
 
     if f.env is not None:
-        add(E.c.env_id == f.env, "env_id")
+        add(E.c.env_id, lambda x: x == f.env)
     if f.task is not None:
-        add(E.c.task_id == f.task, "task_id")
+        add(E.c.task_id, lambda x: x == f.task)
     if f.iteration is not None:
-        add(E.c.iteration == f.iteration, "iteration")
+        add(E.c.iteration, lambda x: x == f.iteration)
     if f.reward_min is not None or f.reward_max is not None:
-        lo = E.c.total_reward >= f.reward_min if f.reward_min is not None else None
-        hi = E.c.total_reward <= f.reward_max if f.reward_max is not None else None
-        add(and_(*[x for x in (lo, hi) if x is not None]), "total_reward")
+        add(E.c.total_reward, between(f.reward_min, f.reward_max))
     if f.termination is not None:
-        add(E.c.termination_reason.is_(None) if f.termination == "none" else E.c.termination_reason == f.termination,
-            "termination_reason")
+        add(E.c.termination_reason, lambda x: x.is_(None) if f.termination == "none" else x == f.termination)
     if f.success is not None:
-        add(E.c.success == f.success, "success")
+        add(E.c.success, lambda x: x == f.success)
     if f.group is not None:
-        add(E.c.group_id == f.group, "group_id")
+        add(E.c.group_id, lambda x: x == f.group)
     if f.policy_version is not None:
-        add(and_(E.c.policy_version_min <= f.policy_version, E.c.policy_version_max >= f.policy_version))
+        c.append(and_(E.c.policy_version_min <= f.policy_version, E.c.policy_version_max >= f.policy_version))
     if f.length_min is not None or f.length_max is not None:
-        lo = E.c.num_generated_tokens >= f.length_min if f.length_min is not None else None
-        hi = E.c.num_generated_tokens <= f.length_max if f.length_max is not None else None
-        add(and_(*[x for x in (lo, hi) if x is not None]), "num_generated_tokens")
+        add(E.c.num_generated_tokens, between(f.length_min, f.length_max))
     if f.kind is not None and db.has_kind:
-        add(E.c["kind"] == f.kind)
+        c.append(E.c["kind"] == f.kind)
     if f.q:
-        add(text_search(db, conn, f.q))
+        c.append(text_search(db, conn, f.q))
     return c, indexed
 
 
@@ -453,10 +457,8 @@ def episode_page(db: ReadOnlyDB, run_id: str, f: EpisodeFilter = EpisodeFilter()
     rows: list[Any] = []
     with db.read() as conn:
         base, indexed = _filter_clauses(db, conn, run_id, f)
-        # SQLite: a selective filter's index, not the sort's (agentrl.replay.query_plans)
-        by_filter = False
-        if db.is_sqlite:
-            base, by_filter = query_plans.plan_filters(conn, run_id, base, indexed)
+        # a selective filter's index, or else the sort's (agentrl.replay.query_plans)
+        base, by_filter = query_plans.plan_filters(conn, run_id, base, indexed, keys[0])
         if not null_phase:
             where = list(base)
             if nullable:
