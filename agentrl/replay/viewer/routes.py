@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse
 from agentrl.replay import episode_queries as eq
 from agentrl.replay import queries as q
 from agentrl.replay.viewer.app import Viewer
-from agentrl.replay.viewer.run_charts import run_charts, token_table
+from agentrl.replay.viewer.run_charts import METRIC_PREFIXES, run_charts, token_table
 from agentrl.types import TerminationReason
 
 router = APIRouter()
@@ -87,7 +87,7 @@ def run_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
     run_id = _need(request, "id")
     run = _run_or_404(v, run_id)
-    metrics = q.run_metrics(v.db, run_id)
+    metrics = q.run_metrics(v.db, run_id, METRIC_PREFIXES)
     done = q.completed_iterations(v.db, run_id)
 
     def link(it: int) -> str:

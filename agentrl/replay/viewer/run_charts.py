@@ -19,6 +19,9 @@ Series = dict[str, list[tuple[int, float]]]
 PHASES = ("rollout", "credit", "update", "sync", "replay", "checkpoint")
 """Phases of one iteration, in the order they run."""
 TOKEN_KEYS = ("tokens/generated", "tokens/trained", "tokens/discarded")
+METRIC_PREFIXES = ("rollout/reward_mean", "rollout/success_rate", "rollout/generated_tokens", "tokens/", "time/",
+                   "timeline/", "rollout_corr/gap_abs_", "async/staleness_")
+"""The metrics the charts read (``queries.run_metrics(..., prefixes=METRIC_PREFIXES)``)."""
 
 
 def _by_it(metrics: Series, key: str) -> dict[int, float]:
