@@ -24,6 +24,12 @@ Game
     are capitalised, punctuation, or not ASCII) and climbs by preferring the large class of
     lowercase word tokens.
 
+    With ``max_turns > 1`` a reply that stops before ``max_new_tokens`` lets the episode go
+    on and earn more, so a learning policy also learns to stop early and take more turns
+    (``bench_async.py --tiny-semantic``: reward_mean 1.5 at update 7); the work per episode
+    then changes as the policy learns, which muddles a throughput comparison, so the
+    benchmark's learning-curve runs use ``--max-guesses 1`` (one turn, one step per episode).
+
 Latency
     Each ``step`` first sleeps ``longtail_env.step_latency_s(task_id, seed, step)`` (0.2 s,
     or 5 s one step in ten, deterministic per task instance and step: every member of a
