@@ -109,10 +109,10 @@ def fmt(v: float) -> str:
 
 def _scale(lo: float, hi: float, a: float, b: float):
     span = hi - lo or 1.0
-    return lambda v: a + (v - lo) / span * (b - a)
+    return lambda v: round(a + (v - lo) / span * (b - a), 1)  # SVG coordinates, 0.1 px
 
 
-MAX_POINTS = 300
+MAX_POINTS = 120
 """Points drawn per series; longer series are thinned to every k-th point (the last kept)."""
 
 
@@ -177,7 +177,7 @@ def stacked_bars(chart_id: str, title: str, y_label: str, xs: Sequence[int],
     slot = (r - l) / len(shown)
     w = min(48.0, max(1.0, slot * 0.8))
     every = max(1, len(shown) // 10)
-    chart.x_ticks = [Tick(l + slot * (j + 0.5), str(xs[i])) for j, i in enumerate(shown) if j % every == 0]
+    chart.x_ticks = [Tick(round(l + slot * (j + 0.5), 1), str(xs[i])) for j, i in enumerate(shown) if j % every == 0]
     for j, i in enumerate(shown):
         x = xs[i]
         acc, col = 0.0, []
@@ -186,7 +186,7 @@ def stacked_bars(chart_id: str, title: str, y_label: str, xs: Sequence[int],
             if val <= 0:
                 continue
             y0, y1 = sy(acc), sy(acc + val)
-            col.append(Bar(l + slot * j + (slot - w) / 2, y1, w, y0 - y1, COLORS[k % len(COLORS)],
+            col.append(Bar(round(l + slot * j + (slot - w) / 2, 1), y1, round(w, 1), round(y0 - y1, 1), COLORS[k % len(COLORS)],
                            f"iteration {x}: {name} {fmt(val)} {y_label}", hrefs[i]))
             acc += val
         chart.bars.append(col)

@@ -31,8 +31,8 @@
       var out = fig.querySelector(".chart-info");
       if (!out) return;
       fig.addEventListener("mouseover", function (ev) {
-        var t = ev.target;
-        if (t && t.dataset && t.dataset.label) out.textContent = t.dataset.label + " (click: its episodes)";
+        var title = ev.target && ev.target.querySelector ? ev.target.querySelector("title") : null;
+        if (title) out.textContent = title.textContent + " (click: its episodes)";
       });
     });
     var heat = document.getElementById("heat-select");

@@ -90,7 +90,7 @@ def test_runs_and_run_page(client) -> None:
     targets = {tuple(sorted((k, tuple(v)) for k, v in parse_qs(urlparse(html.unescape(h)).query).items()))
                for h in hrefs}
     assert targets == {(("iteration", (str(it),)), ("run", ("run-a",))) for it in (0, 1)}
-    bars = re.findall(r'data-testid="chart-bar"><rect[^>]*data-label="([^"]+)"', page)
+    bars = re.findall(r'data-testid="chart-bar"><rect[^>]*><title>([^<]+)</title>', page)
     assert {b.split(":")[1].split()[0] for b in bars} == {"rollout", "credit", "update", "sync"}
     # a point opens the episodes of its iteration
     one = _get(client, "/episodes?run=run-a&iteration=1&limit=200")
@@ -265,7 +265,7 @@ def test_read_only_and_a_run_in_progress(viewer_db_url: str, client, viewer_db: 
         store.add_episodes("run-b", 1, [episode("b1-new", "task-0", "b1-g0", reward=1.0)])
         store.add_metrics("run-b", 1, {"rollout/reward_mean": 0.75})
         assert _ids(_get(client, "/episodes?run=run-b&iteration=1")) == ["b1-new"]
-        assert 'data-label="reward: 0.75 at iteration 1"' in _get(client, "/run?id=run-b")
+        assert "<title>reward: 0.75 at iteration 1</title>" in _get(client, "/run?id=run-b")
     finally:
         store.rewind("run-b", 1)
         store.close()
