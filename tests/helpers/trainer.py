@@ -147,8 +147,9 @@ def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict
     """For each case ``{"batch": make_batch kwargs, "config": TrainerConfig kwargs}`` (and
     optionally ``"off_policy": off_policy_batch kwargs``, applied with the scored
     log-probs): build a fresh ``PolicyTrainer``, score the batch, take one ``step``, and
-    collect ``log_probs``, ``metrics``, ``grads`` (after the step's last backward, clipped)
-    and ``weights`` (after the update). Collective; rank 0 gets the results, other ranks
+    collect ``log_probs``, ``metrics``, ``grads`` (after the step's last backward, clipped),
+    ``weights`` (after the update) and ``token_values`` (``last_token_values``: what the
+    replay store keeps). Collective; rank 0 gets the results, other ranks
     ``{name: {"metrics": ...}}`` only. Used to compare set-ups that must agree (micro-batch
     sizes, world sizes)."""
     import torch.distributed as dist
@@ -167,7 +168,8 @@ def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict
         grads = full_grads(trainer)
         weights = trainer.full_state_dict()
         if dist.get_rank() == 0:
-            results[name] = {"log_probs": log_probs, "metrics": metrics, "grads": grads, "weights": weights}
+            results[name] = {"log_probs": log_probs, "metrics": metrics, "grads": grads, "weights": weights,
+                             "token_values": trainer.last_token_values()}
         else:
             results[name] = {"metrics": metrics}
     return results

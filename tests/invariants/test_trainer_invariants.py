@@ -30,6 +30,8 @@ BASE = {"lr": 1e-3, "max_grad_norm": 1.0, "eps": 1e-6}
 
 def _assert_same(a: dict, b: dict, what: str) -> None:
     torch.testing.assert_close(a["log_probs"], b["log_probs"], atol=TOL, rtol=0, msg=f"{what}: log_probs")
+    for k, (x, y) in enumerate(zip(a["token_values"], b["token_values"])):  # the replay store's per-token values
+        torch.testing.assert_close(x, y, atol=TOL, rtol=0, msg=f"{what}: last_token_values[{k}]")
     assert a["grads"].keys() == b["grads"].keys()
     for name in a["grads"]:
         torch.testing.assert_close(a["grads"][name], b["grads"][name], atol=TOL, rtol=0, msg=f"{what}: grad {name}")
