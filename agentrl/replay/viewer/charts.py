@@ -90,7 +90,9 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
     out, v = [], start
-    while v <= hi + step * 1e-9 and len(out) < 50:
+    while len(out) < 50:
+        if out and out[-1] >= hi - step * 1e-9:
+            break
         out.append(round(v, 12))
         v += step
     return out
