@@ -37,6 +37,14 @@ Semantics worth knowing:
   evaluation, ``agentrl replay rerun``) and any number of readers (the viewer) may share one
   database; four writing processes at once lose nothing (tests/integration/replay/
   test_replay_concurrent_writers.py).
+* **Schema.** Opening a database brings it to the newest Alembic revision
+  (``agentrl.replay.migrations``; pre-Alembic databases of schema 3-5 included), or with
+  ``read_only=True`` only checks that it is there.
+* **Kinds, trainer values, reruns.** ``add_episodes(..., kind="eval")`` keeps evaluation
+  episodes apart (``list_episodes`` / ``count_episodes`` take ``kind``; ``None`` counts
+  every kind). The update's per-token log-probs and entropies go in with
+  ``trainer_values=`` (or later, ``set_trainer_values``) and come back with
+  ``get_trainer_values``. ``add_rerun`` / ``reruns`` hold ``agentrl replay rerun`` results.
 * **PostgreSQL** needs a driver: ``pip install "psycopg[binary]"`` for ``postgresql+psycopg``.
   Two writers replacing the same episode at once are serialized by row locks (a deadlock is
   retried, above); opening a new database takes an advisory lock while the schema is made.
@@ -690,17 +698,19 @@ class ReplayStore:
 
     def list_episodes(
         self, run_id: str, iteration: int | None = None, limit: int = 100, offset: int = 0,
-        *, complete_only: bool = False,
+        *, complete_only: bool = False, kind: str | None = None,
     ) -> list[EpisodeSummary]:
         """Summaries of a run's episodes (one iteration's, if given; only those of complete
-        iterations with ``complete_only``), in insertion order (iteration, then batch, then
-        position in the batch), ``limit`` from ``offset``.
+        iterations with ``complete_only``; of one ``kind``, ``"train"`` or ``"eval"``, if
+        given), in insertion order (iteration, then batch, then position in the batch),
+        ``limit`` from ``offset``.
 
         Raises:
-            ContractError: ``limit < 0`` or ``offset < 0``.
+            ContractError: ``limit < 0`` or ``offset < 0``, or an unknown ``kind``.
         """
         if limit < 0 or offset < 0:
             raise ContractError(f"limit={limit}, offset={offset}; expected both >= 0")
+        _check_kind(kind)
         q = (select(EpisodeRow, IterationRow.iteration.is_not(None))
              .outerjoin(IterationRow, (IterationRow.run_id == EpisodeRow.run_id)
                         & (IterationRow.iteration == EpisodeRow.iteration))
@@ -709,15 +719,21 @@ class ReplayStore:
             q = q.where(EpisodeRow.iteration == iteration)
         if complete_only:
             q = q.where(IterationRow.iteration.is_not(None))
+        if kind is not None:
+            q = q.where(EpisodeRow.kind == kind)
         q = q.order_by(EpisodeRow.iteration, EpisodeRow.created_at, EpisodeRow.position,
                        EpisodeRow.episode_id).limit(limit).offset(offset)
         with self._read() as s:
             return [_summary(r, bool(done)) for r, done in s.execute(q)]
 
-    def count_episodes(self, run_id: str, iteration: int | None = None, *, complete_only: bool = False) -> int:
+    def count_episodes(self, run_id: str, iteration: int | None = None, *, complete_only: bool = False,
+                       kind: str | None = None) -> int:
         """Number of stored episodes of a run (of one iteration, if given; of complete
-        iterations only, with ``complete_only``)."""
+        iterations only, with ``complete_only``; of one ``kind``, if given)."""
+        _check_kind(kind)
         q = select(func.count()).select_from(EpisodeRow).where(EpisodeRow.run_id == run_id)
+        if kind is not None:
+            q = q.where(EpisodeRow.kind == kind)
         if iteration is not None:
             q = q.where(EpisodeRow.iteration == iteration)
         if complete_only:
@@ -774,6 +790,11 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
 
 def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+
+
+def _check_kind(kind: str | None) -> None:
+    if kind is not None and kind not in EPISODE_KINDS:
+        raise ContractError(f"kind={kind!r}; expected one of {list(EPISODE_KINDS)} or None (every kind)")
 
 
 def _run_info(row: RunRow) -> RunInfo:

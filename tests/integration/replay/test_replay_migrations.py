@@ -86,6 +86,10 @@ def test_kind_trainer_values_and_reruns_round_trip(store: ReplayStore, make_epis
     store.add_episodes("run-n", 0, [train], trainer_values=values)
     store.add_episodes("run-n", 0, [ev], kind="eval")
     assert {s.episode_id: s.kind for s in store.list_episodes("run-n")} == {train.episode_id: "train", "eval-1": "eval"}
+    assert [s.episode_id for s in store.list_episodes("run-n", kind="eval")] == ["eval-1"]
+    assert (store.count_episodes("run-n", kind="train"), store.count_episodes("run-n", 0)) == (1, 2)
+    with pytest.raises(ContractError, match="kind='x'"):
+        store.count_episodes("run-n", kind="x")
     back = store.get_trainer_values(train.episode_id)
     assert back[0] == values[train.episode_id][0] and back[1] == (None, None)
     assert back[2][1] == [2.0 ** -30] * n[2]
