@@ -1,9 +1,10 @@
-"""``agentrl export`` on a real run: one short training run (Ray, vLLM, the FSDP2 trainer,
-tiny random SmolLM2, GuessNumber without sandboxes) is exported by the real command, and the
-folder is loaded by plain transformers and by vLLM.
+"""``agentrl export`` on a real run: the suite's shared training run (conftest
+``trained_run``: Ray, vLLM, the FSDP2 trainer, tiny random SmolLM2, HumanEval in bubblewrap,
+two iterations) is exported by the real command, and the folder is loaded by plain
+transformers and by vLLM.
 
 The random model earns reward 0, so its advantages are 0; the run sets ``trainer.weight_decay``
-so that the one AdamW step still moves every weight (by lr x decay x w) and the exported
+so that each AdamW step still moves every weight (by lr x decay x w) and the exported
 weights differ from the model folder the run started from: what is exported is the
 checkpoint, not the source.
 """
@@ -31,19 +32,9 @@ def _agentrl(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def run_dir(ray_session, tmp_path_factory, tiny_model_path) -> Path:
-    from agentrl.cluster.controller import train
-    from agentrl.config import load_config
-
-    d = tmp_path_factory.mktemp("export") / "run"
-    cfg = load_config(None, [
-        f"run.dir={d}", "run.iterations=1", "run.seed=0", f"model.path={tiny_model_path}",
-        "env.id=agentrl/GuessNumber-v0", "env.tasks_per_iteration=2", "env.group_size=2",
-        "rollout.max_turns=2", "rollout.max_new_tokens=8", "rollout.max_context_tokens=1024",
-        "trainer.lr=1e-3", "trainer.weight_decay=0.1", "trainer.micro_batch_size=2",
-    ])
-    train(cfg)
-    assert (d / "checkpoints" / "latest").read_text() == "iter_1"
+def run_dir(trained_run) -> Path:
+    d, _ = trained_run
+    assert (d / "checkpoints" / "latest").read_text() == "iter_2"
     return d
 
 
@@ -56,15 +47,16 @@ def exported(run_dir) -> tuple[Path, str]:
 
 
 def _replay_batch(run_dir: Path):
-    """The run's own sampled rows (real loss masks) as one TokenBatch."""
+    """Two of the run's own sampled rows of its first iteration (real loss masks, sampled from
+    the starting weights) as one TokenBatch, and how many tokens were sampled in them."""
     from agentrl.replay import ReplayStore
     from agentrl.types import SamplingRecord, TokenBatch
 
-    run_id = json.loads((run_dir / "checkpoints" / "iter_1" / "controller.json").read_text())["run_id"]
+    run_id = json.loads((run_dir / "checkpoints" / "iter_2" / "controller.json").read_text())["run_id"]
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
-        eps = [store.get_episode(s.episode_id) for s in store.list_episodes(run_id)]
+        eps = [store.get_episode(s.episode_id) for s in store.list_episodes(run_id, 0, limit=2)]
     rows = [r for ep in eps for r in ep.training_sequences([0.0] * len(ep.turns))]
-    return TokenBatch.pack(rows, SamplingRecord(temperature=1.0))
+    return TokenBatch.pack(rows, SamplingRecord(temperature=1.0)), sum(len(ep.behavior_log_probs()) for ep in eps)
 
 
 def test_export_writes_a_plain_hf_folder_with_tied_weights_once(exported, tiny_model_path):
@@ -88,7 +80,7 @@ def test_export_writes_a_plain_hf_folder_with_tied_weights_once(exported, tiny_m
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [2, 0]
     assert (out / "chat_template.jinja").read_text() == (Path(tiny_model_path) / "chat_template.jinja").read_text()
     marker = json.loads((out / "agentrl_export.json").read_text())
-    assert marker["checkpoint"] == "iter_1" and marker["max_abs_diff"] <= 1e-6 and marker["tokens"] > 0
+    assert marker["checkpoint"] == "iter_2" and marker["max_abs_diff"] <= 1e-6 and marker["tokens"] > 0
     for line in ("model.safetensors", "tied weights: lm_head.weight tied to model.embed_tokens.weight",
                  "round trip: max |trainer - exported| log-prob", "passed"):
         assert line in stdout, stdout
@@ -119,13 +111,13 @@ def test_transformers_reloads_it_tied_and_scores_like_the_trainer(exported, run_
     assert moved > 1e-7  # the checkpoint's weights, not the starting folder's
     del source
 
-    batch = _replay_batch(run_dir)
+    batch, sampled = _replay_batch(run_dir)
     trainer = PolicyTrainer(TrainerConfig(model_path=tiny_model_path, micro_batch_size=1, micro_batch_tokens=1))
-    trainer.load_checkpoint(run_dir / "checkpoints" / "iter_1" / "trainer")
+    trainer.load_checkpoint(run_dir / "checkpoints" / "iter_2" / "trainer")
     want = trainer.compute_log_probs(batch)  # (T,)
     got = reference_log_probs(model, batch.input_ids, batch.seq_lens, batch.sampling.temperature)  # (T,)
     loss = batch.loss_mask > 0
-    assert int(loss.sum()) == 32
+    assert int(loss.sum()) == sampled > 0
     assert float((want - got).abs()[loss].max()) <= 1e-6
     # and the engine sampled these tokens from the same starting weights: the export is not
     # a different model (gap of the same order as the run's own rollout_corr gap)
@@ -187,7 +179,7 @@ def test_bf16_export_needs_force_over_an_export_and_casts_exactly(exported, run_
     assert "Traceback" not in refused.stderr + refused.stdout
     assert load_file(out / "model.safetensors")["model.norm.weight"].dtype == torch.float32  # untouched
 
-    r = _agentrl("export", str(run_dir), "--checkpoint", "iter_1", str(out), "--dtype", "bfloat16", "--force")
+    r = _agentrl("export", str(run_dir), "--checkpoint", "iter_2", str(out), "--dtype", "bfloat16", "--force")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "bf16 weights equal the checked fp32 weights rounded to bf16" in r.stdout
     a, b = load_file(fp32 / "model.safetensors"), load_file(out / "model.safetensors")

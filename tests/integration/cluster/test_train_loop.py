@@ -29,32 +29,32 @@ def make_cfg(tmp_path, tiny_model_path, name, *extra):
     ])
 
 
-def test_one_iteration_end_to_end(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import train
+def test_end_to_end(trained_run):
+    """The shared two-iteration run (conftest ``trained_run``): metrics, token accounting,
+    the replay store and the checkpoints."""
     from agentrl.replay import ReplayStore
 
-    cfg = _cfg(tmp_path, tiny_model_path, "one")
-    summary = train(cfg)
-    run_dir = tmp_path / "one"
-    assert summary.iterations_done == 1 and summary.policy_version == 1
+    run_dir, summary = trained_run
+    assert summary.iterations_done == 2 and summary.policy_version == 2
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines) == 1
-    m = lines[0]
-    for key in ("rollout/reward_mean", "rollout/success_rate", "tokens/generated", "tokens/trained", "tokens/discarded",
-                "time/rollout_s", "time/credit_s", "time/update_s", "time/sync_s", "rollout/response_length_mean",
-                "rollout/finish_reason/stop", "rollout/finish_reason/length", "actor/entropy",
-                "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_p99", "actor/pg_loss", "actor/pg_clipfrac_dual",
-                "perf/peak_memory_mb", "perf/padding_frac"):
-        assert key in m, key
-    assert not [k for k in m if k.startswith(("losses/", "train/"))]  # the old policy names are gone
-    # the default path has no KL term: no reference model, no kl_to_reference call
-    assert m["kl/coef"] == 0.0 and m["actor/kl_loss"] == 0.0 and "kl/ref_k3" not in m
-    assert m["rollout/episodes"] == 4
-    assert m["tokens/generated"] == m["tokens/trained"] + m["tokens/discarded"]
-    # engine and trainer scored the sampled tokens with the same weights: the gap is tiny (fp32)
-    assert m["rollout_corr/gap_abs_mean"] < 1e-3
+    assert len(lines) == 2
+    for m in lines:
+        for key in ("rollout/reward_mean", "rollout/success_rate", "tokens/generated", "tokens/trained",
+                    "tokens/discarded", "time/rollout_s", "time/credit_s", "time/update_s", "time/sync_s",
+                    "rollout/response_length_mean", "rollout/finish_reason/stop", "rollout/finish_reason/length",
+                    "actor/entropy", "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_p99", "actor/pg_loss",
+                    "actor/pg_clipfrac_dual", "perf/peak_memory_mb", "perf/padding_frac"):
+            assert key in m, key
+        assert not [k for k in m if k.startswith(("losses/", "train/"))]  # the old policy names are gone
+        # the default path has no KL term: no reference model, no kl_to_reference call
+        assert m["kl/coef"] == 0.0 and m["actor/kl_loss"] == 0.0 and "kl/ref_k3" not in m
+        assert m["rollout/episodes"] == 4
+        assert m["tokens/generated"] == m["tokens/trained"] + m["tokens/discarded"]
+        # engine and trainer scored the sampled tokens with the same weights (iteration 2:
+        # after the first weight sync): the gap is tiny (fp32)
+        assert m["rollout_corr/gap_abs_mean"] < 1e-3
     store = ReplayStore(f"sqlite:///{run_dir / 'replay.db'}")
-    assert store.count_episodes(summary.run_id) == 4
+    assert store.count_episodes(summary.run_id) == 8
     # per sampled token the update's own log-prob and entropy (the viewer's trainer-side
     # columns), next to the engine's: their gap is the rollout_corr/gap metric's
     gaps = []
@@ -67,10 +67,11 @@ def test_one_iteration_end_to_end(ray_session, tmp_path, tiny_model_path):
                 gaps += [abs(a - b) for a, b in zip(lp, t.behavior_log_probs)]
     assert gaps and sum(gaps) / len(gaps) < 1e-3
     # the replay store's metrics rows carry the same names and values as metrics.jsonl
-    assert store.metrics(summary.run_id)[0] == {k: v for k, v in m.items() if v is not None}
+    for it, m in enumerate(lines):
+        assert store.metrics(summary.run_id)[it] == {k: v for k, v in m.items() if v is not None}
     ep = store.get_episode(store.list_episodes(summary.run_id)[0].episode_id)
     assert sum(ep.loss_mask()) == len(ep.behavior_log_probs()) > 0
-    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_1"
+    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_2"
     assert (run_dir / "config.yaml").is_file()
 
 
@@ -79,32 +80,39 @@ def _losses(run_dir):
             for x in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
 
 
-@pytest.mark.parametrize("task_ids", [None, ["HumanEval/1", "HumanEval/2", "HumanEval/3"]],
-                         ids=["mid-epoch", "epoch-boundary"])
-def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_path, task_ids):
+def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_path):
+    """One run stopped twice and resumed, against the same run without stops: with two tasks
+    and one task per iteration an epoch is two iterations, so the first resume (after 2) is
+    on an epoch boundary and the second (after 3) mid-epoch; the last start runs through the
+    next boundary. (Two chains of three starts each, one per resume point, cost two more
+    starts and sixteen more iterations in CI.)"""
     from agentrl.cluster.controller import load_run_config, train
 
-    extra = ["env.tasks_per_iteration=1"]
-    if task_ids:
-        extra.append(f"env.task_ids={json.dumps(task_ids)}")
-    straight = _cfg(tmp_path, tiny_model_path, "straight", "run.iterations=6", *extra)
+    extra = ["env.tasks_per_iteration=1", f"env.task_ids={json.dumps(['HumanEval/1', 'HumanEval/2'])}"]
+    straight = _cfg(tmp_path, tiny_model_path, "straight", "run.iterations=4", *extra)
     train(straight)
-    first = _cfg(tmp_path, tiny_model_path, "resumed", "run.iterations=3", *extra)
-    train(first)
-    resumed = load_run_config(tmp_path / "resumed", ["run.iterations=6"])
-    summary = train(resumed, resume=True)
-    assert summary.iterations_done == 6
+    first = _cfg(tmp_path, tiny_model_path, "resumed", "run.iterations=2", *extra)
+    assert train(first).iterations_done == 2
+    for n in (3, 4):  # resumed on an epoch boundary, then mid-epoch
+        summary = train(load_run_config(tmp_path / "resumed", [f"run.iterations={n}"]), resume=True)
+        assert summary.iterations_done == n
     a, b = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
-    assert [x[0] for x in b] == [1, 2, 3, 4, 5, 6]  # nothing repeated or skipped
+    assert [x[0] for x in b] == [1, 2, 3, 4]  # nothing repeated or skipped
     assert a == b  # same tasks, same samples, same losses (CPU, fp32)
     # the replay store holds each iteration once, all complete (a SIGKILL mid-run is in
     # test_resume_no_duplicates.py)
     from agentrl.replay import ReplayStore
 
     with ReplayStore(f"sqlite:///{tmp_path / 'resumed' / 'replay.db'}") as store:
-        assert store.completed_iterations(summary.run_id) == list(range(6))
-        assert [store.count_episodes(summary.run_id, it) for it in range(6)] == [2] * 6
-        assert sorted(store.metrics(summary.run_id)) == list(range(6))
+        assert store.completed_iterations(summary.run_id) == list(range(4))
+        assert [store.count_episodes(summary.run_id, it) for it in range(4)] == [2] * 4
+        assert sorted(store.metrics(summary.run_id)) == list(range(4))
+        assert store.get_run(summary.run_id).resume_count == 2
+        # the tasks of each iteration, as the task order says: both tasks in each epoch
+        tasks = [{e.task_id for e in store.list_episodes(summary.run_id, it)} for it in range(4)]
+    assert all(len(t) == 1 for t in tasks)
+    for epoch in range(2):
+        assert tasks[2 * epoch] | tasks[2 * epoch + 1] == {"HumanEval/1", "HumanEval/2"}
 
 
 def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_path):
@@ -228,14 +236,11 @@ def test_humaneval_end_to_end_on_docker_sandboxes(ray_session, tmp_path, tiny_mo
     assert left == []  # no container outlives its run
 
 
-def test_warm_sandbox_pool_serves_episodes(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import train
-
-    # 4 episodes per iteration, 4 warm sandboxes: every acquire finds a warm one
-    cfg = _cfg(tmp_path, tiny_model_path, "pool", "sandbox.pool_size=4", "sandbox.max_sandboxes=4", "run.iterations=2")
-    train(cfg)
-    rows = [json.loads(x) for x in (tmp_path / "pool" / "metrics.jsonl").read_text().splitlines()]
-    assert all(r["filter/infra_errors"] == 0 for r in rows)
+def test_warm_sandbox_pool_serves_episodes(trained_run):
+    # the shared run: 4 episodes per iteration, 4 warm sandboxes: every acquire finds a warm one
+    run_dir, _ = trained_run
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["filter/infra_errors"] == 0 for r in rows)
     last = rows[-1]
     assert last["sandbox/started"] == 4  # reused across 8 episodes: reset, not restarted
     assert last["sandbox/acquire_p50_ms"] < 50  # warm acquire (measured ~0.01 ms in the benchmark)
