@@ -140,10 +140,9 @@ def field_diff(name: str, recorded: Any, rerun: Any) -> FieldCheck:
     """A ``FieldCheck`` for two values that differ, with their unified diff (line based;
     values that are not ``str`` are compared as their ``repr``)."""
     a, b = _text(recorded), _text(rerun)
-    diff = "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                        fromfile="recorded", tofile="rerun", n=_DIFF_CONTEXT_LINES, lineterm="\n"))
-    if diff and not diff.endswith("\n"):
-        diff += "\n"
+    lines = list(difflib.unified_diff(a.splitlines(), b.splitlines(), fromfile="recorded", tofile="rerun",
+                                      n=_DIFF_CONTEXT_LINES, lineterm=""))
+    diff = "\n".join(lines) + "\n" if lines else ""
     if not diff:  # equal lines but different values (e.g. a trailing newline): say so
         diff = f"--- recorded\n+++ rerun\n-{a!r}\n+{b!r}\n"
     return FieldCheck(name, _cut(a), _cut(b), _cut(diff))
