@@ -23,7 +23,7 @@ For each database:
    one episode, one group. p50 and p95 in ms against the 300 ms target.
 
 PostgreSQL: ``--postgres`` names a server (any database on it); a database
-``agentrl_bench_viewer`` is created there (dropped first if it exists) and dropped at the
+``agentrl_bench_viewer`` (``--pg-database``) is created there (dropped first if it exists) and dropped at the
 end unless ``--keep``. SQLite: a file under ``--dir`` (default a temporary folder; about
 1.5 GB at 1,000,000 episodes).
 """
@@ -273,6 +273,7 @@ def main() -> None:
     p.add_argument("--no-sqlite", action="store_true", help="skip SQLite")
     p.add_argument("--postgres", default=os.environ.get("AGENTRL_TEST_POSTGRES_URL"),
                    help="a PostgreSQL server URL (default $AGENTRL_TEST_POSTGRES_URL); omitted: PostgreSQL is skipped")
+    p.add_argument("--pg-database", default="agentrl_bench_viewer", help="name of the PostgreSQL database made for the run")
     p.add_argument("--keep", action="store_true", help="keep the databases")
     args = p.parse_args()
 
@@ -293,7 +294,7 @@ def main() -> None:
         from sqlalchemy import create_engine
         from sqlalchemy.engine import make_url
 
-        name = "agentrl_bench_viewer"
+        name = args.pg_database
         admin = create_engine(args.postgres, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -68,8 +68,13 @@ def test_a_chart_point_opens_the_episodes_behind_it(page, viewer, stored):
     assert sorted(shown) == sorted(ep.episode_id for ep in stored[run_id])
 
 
+def _apply(page) -> None:
+    """Submit the episode filters and wait for the page they load."""
+    with page.expect_navigation():
+        page.get_by_test_id("apply-filters").click()
+
+
 def _shown_ids(page) -> list[str]:
-    page.wait_for_load_state()
     return sorted(page.get_by_test_id("episode-row").evaluate_all("rs => rs.map(r => r.dataset.episodeId)"))
 
 
@@ -82,20 +87,20 @@ def test_filters_narrow_the_episodes(page, viewer, stored):
 
     task = eps[0].task_id
     page.get_by_test_id("filter-task").fill(task)
-    page.get_by_test_id("apply-filters").click()
+    _apply(page)
     assert _shown_ids(page) == sorted(e.episode_id for e in eps if e.task_id == task)
     assert set(page.locator('[data-testid="episode-row"] td.task').all_inner_texts()) == {task}
 
     page.get_by_test_id("filter-task").fill("")
     page.get_by_test_id("filter-termination").select_option(eps[0].termination_reason.value)
     page.get_by_test_id("filter-reward-min").fill(str(max(e.total_reward for e in eps) + 1))
-    page.get_by_test_id("apply-filters").click()
+    _apply(page)
     assert _shown_ids(page) == [] and page.get_by_test_id("no-episodes").is_visible()
 
     word = "blank"  # in the remove_blank_lines task's observations only
     page.get_by_test_id("filter-reward-min").fill("")
     page.get_by_test_id("filter-text").fill(word)
-    page.get_by_test_id("apply-filters").click()
+    _apply(page)
     expected = sorted(e.episode_id for e in eps if e.termination_reason == eps[0].termination_reason and any(
         word in (t.action_text + t.observation_text).lower() for t in e.turns))
     assert expected and _shown_ids(page) == expected
