@@ -16,6 +16,11 @@ locale); SQLite indexes all of it, Unicode letters included.
 
 Text stored escaped (``models.SafeText``: strings with U+0000 or lone surrogates) is indexed
 in its escaped form.
+
+SQLite: a turn's FTS row has the turn's ``rowid`` (``turns`` has a composite primary key, so
+its rowid is implicit), which the delete and update triggers use. SQLite does not promise to
+keep implicit rowids through ``VACUUM``; the store never vacuums, and after a manual
+``VACUUM`` ``rebuild_sqlite_index`` makes the index again from ``turns``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import re
 
 from sqlalchemy import Select, bindparam, column, literal_column, select, table, text
+from sqlalchemy.engine import Connection
 
 from agentrl.errors import ContractError
 
@@ -71,4 +77,21 @@ def matching_turns(dialect_name: str, query: str) -> Select:
     raise ContractError(f"dialect {dialect_name!r} has no full-text search here; expected 'sqlite' or 'postgresql'")
 
 
-__all__ = ["FTS_TABLE", "PG_SEARCH_COLUMN", "PG_SEARCH_MAX_CHARS", "PG_TS_CONFIG", "matching_turns", "search_terms"]
+def rebuild_sqlite_index(conn: Connection) -> int:
+    """Make SQLite's FTS table again from ``turns`` (after a ``VACUUM``, or to repair it), in
+    the caller's transaction. Returns the number of turns indexed.
+
+    Raises:
+        ContractError: ``conn`` is not a SQLite connection.
+    """
+    if conn.dialect.name != "sqlite":
+        raise ContractError(f"rebuild_sqlite_index needs a SQLite connection; got {conn.dialect.name!r} "
+                            "(PostgreSQL's generated column needs no rebuild)")
+    conn.execute(text(f"DELETE FROM {FTS_TABLE}"))
+    conn.execute(text(f"INSERT INTO {FTS_TABLE}(rowid, action_text, observation_text, episode_id, turn_index) "
+                      "SELECT rowid, action_text, observation_text, episode_id, turn_index FROM turns"))
+    return int(conn.execute(text(f"SELECT count(*) FROM {FTS_TABLE}")).scalar_one())
+
+
+__all__ = ["FTS_TABLE", "PG_SEARCH_COLUMN", "PG_SEARCH_MAX_CHARS", "PG_TS_CONFIG", "matching_turns",
+           "rebuild_sqlite_index", "search_terms"]

@@ -7,6 +7,7 @@ databases (SQLite, and PostgreSQL: see conftest.py)."""
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ import agentrl.replay.migrations as migrations
 from agentrl.errors import ContractError
 from agentrl.replay import SCHEMA_VERSION, ReplayStore
 from agentrl.replay.models import Base, EpisodeRow, SchemaVersionRow
-from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, matching_turns, search_terms
+from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, matching_turns, rebuild_sqlite_index, search_terms
 from tests.integration.replay.data.make_schema5_db import ADVANTAGES, METRICS, expected_schema5_episodes
 
 SCHEMA5_DB = Path(__file__).parent / "data" / "replay_schema5.db"
@@ -152,6 +153,16 @@ def test_full_text_search_follows_inserts_replacements_and_deletes(store: Replay
     assert hits("permission") == set() and hits("echo") == set()
     with pytest.raises(ContractError, match="has no words"):
         matching_turns(dialect, " -- ")
+    if dialect == "sqlite":  # after a VACUUM (which may renumber rowids): rebuilt from turns
+        store.add_episodes("run-f", 0, [a])
+        raw = sqlite3.connect(store.engine.url.database, isolation_level=None)
+        raw.execute("VACUUM")
+        raw.close()
+        with store.engine.begin() as conn:
+            assert rebuild_sqlite_index(conn) == len(a.turns)
+        assert hits("permission denied") == {(a.episode_id, 1)}
+        store.rewind("run-f", 0)
+        assert hits("permission") == set()
     assert search_terms("Foo_bar, BAZ!") == ["foo", "bar", "baz"]
 
 
