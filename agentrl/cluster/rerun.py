@@ -97,7 +97,10 @@ def rerun_stored_episode(target: str | Path, episode_id: str, *, record: bool = 
         run_id = _run_id_of(store, episode_id)
         episode = store.get_episode(episode_id)
         run = store.get_run(run_id)
-        cfg = config_from_dict(dict(run.config))
+        raw = dict(run.config)
+        if raw.get("kind") == "eval" and isinstance(raw.get("config"), dict):
+            raw = raw["config"]  # `agentrl eval` stores its settings around the config it rolled out with
+        cfg = config_from_dict(raw)
         if cfg.env.id != episode.env_id:
             # an episode of another env than the run's (e.g. an eval env): its kwargs are not the run's
             cfg.env.id = episode.env_id

@@ -198,6 +198,19 @@ def test_a_sandbox_that_fails_is_an_infrastructure_error(run_dir, monkeypatch):
     assert reruns(run_dir, episode_id)[0].same is None
 
 
+def test_an_eval_episode_reruns_with_the_config_its_eval_run_wraps(tmp_path):
+    """``agentrl eval`` stores ``{"kind": "eval", ..., "config": {...}}`` as its run's config."""
+    cfg = load_default_config(["env.id=agentrl/ShellTasks-v0", "sandbox.backend=bwrap"])
+    episode = record("agentrl/ShellTasks-v0", "shell/count_lines", [bash(get_task("shell/count_lines").solution)],
+                     "eval-run/it0/shell/count_lines@0/0/a0")
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        store.start_run("eval-run", {"kind": "eval", "target": "runs/x", "eval": {"samples": 1},
+                                     "config": cfg.model_dump(mode="json")})
+        store.add_episodes("eval-run", 0, [episode])
+    report = rerun_stored_episode(tmp_path, episode.episode_id, record=False)
+    assert report.outcome == "same" and report.backend == "bwrap", report
+
+
 def test_rerun_through_a_database_url(db_url):
     """``--db`` as a URL: the SQLite file's URL, and PostgreSQL where the suite has a server
     (``$AGENTRL_TEST_POSTGRES_URL``); the result lands in that database's reruns table."""
