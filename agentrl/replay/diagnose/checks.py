@@ -34,11 +34,12 @@ ZERO_VARIANCE_FRAC = 0.5
 """Fires above this share of groups whose rewards are all equal: GRPO gives such groups zero
 advantage, so over half the batch teaches nothing (issue 14 measured 16 of 16)."""
 MIN_JUDGE_EPISODES = 8
-"""Fewest scored episodes of an env before its judge is called constant."""
+"""Fewest scored samples of a task before its judge is called constant."""
 MIN_DISTINCT_ANSWERS = 4
 """Fewest distinct normalised answers that got the one score: a judge that pays the same for
 four different answers is not reading them. A constant 0 is not called a constant judge:
-all-fail tasks give it too (``reward_flat`` reports it; feed the judge a known-good answer)."""
+all-fail tasks give it too (``reward_flat`` reports it; feed the judge a known-good answer),
+nor one that every sample passes (an easy task)."""
 TRAIN_RISE = 0.1
 """Train reward rise (last minus first iteration, reward units) that counts as rising."""
 EVAL_FLAT = 0.02
@@ -154,29 +155,29 @@ def check_reward_flat(data: RunData) -> Finding:
 
 
 def check_constant_judge(data: RunData) -> Finding:
-    by_env: dict[str, list[EpisodeFacts]] = defaultdict(list)
+    by_task: dict[tuple[str, str], list[EpisodeFacts]] = defaultdict(list)
     for e in data.episodes:
         if e.scored:
-            by_env[e.env_id].append(e)
+            by_task[(e.env_id, e.task_id)].append(e)
     hits, numbers = [], {}
-    for env, eps in sorted(by_env.items()):
+    for (env, task), eps in sorted(by_task.items()):
         rewards = {e.reward for e in eps}
         answers = {e.answer for e in eps}
-        numbers[env] = {"episodes": len(eps), "distinct_rewards": len(rewards), "distinct_answers": len(answers),
-                        "tasks": len({e.task_id for e in eps})}
-        if len(eps) >= MIN_JUDGE_EPISODES and len(rewards) == 1 and len(answers) >= MIN_DISTINCT_ANSWERS:
-            (value,) = rewards
-            numbers[env]["reward"] = value
-            if value != 0:
-                hits.append((env, eps))
+        if len(rewards) != 1:
+            continue
+        (value,) = rewards
+        numbers[task] = {"env_id": env, "episodes": len(eps), "reward": value, "distinct_answers": len(answers)}
+        if (len(eps) >= MIN_JUDGE_EPISODES and len(answers) >= MIN_DISTINCT_ANSWERS and value != 0
+                and not all(e.success for e in eps)):
+            hits.append((task, eps))
     fired = bool(hits)
-    summary = ("; ".join(f"{env}: every one of {len(eps)} episodes scored {eps[0].reward:g} across "
-                         f"{numbers[env]['distinct_answers']} different answers" for env, eps in hits)
-               if fired else "no env gives one score to different answers")
-    examples = [e.episode_id for _, eps in hits for e in eps][:MAX_EXAMPLES]
-    return Finding("constant_judge", "reward flat", fired, summary, numbers,
+    summary = ("; ".join(f"{task}: all {len(eps)} samples scored {eps[0].reward:g} across "
+                         f"{numbers[task]['distinct_answers']} different answers" for task, eps in hits)
+               if fired else "no task gives one score to different answers")
+    examples = [eps[i].episode_id for i in range(MAX_EXAMPLES) for _, eps in hits if i < len(eps)][:MAX_EXAMPLES]
+    return Finding("constant_judge", "reward flat", fired, summary, {"constant_tasks": numbers},
                    {"min_judge_episodes": MIN_JUDGE_EPISODES, "min_distinct_answers": MIN_DISTINCT_ANSWERS},
-                   examples, sorted({e.task_id for _, eps in hits for e in eps}))
+                   examples, [t for t, _ in hits])
 
 
 def check_wrong_reference(data: RunData) -> Finding:

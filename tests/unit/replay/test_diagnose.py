@@ -84,7 +84,8 @@ def test_constant_judge(store):
     d = diagnose(store, "cj")
     assert set(d.fired()) == {"constant_judge", "reward_flat"}  # the cause, and the symptom it makes
     f = d.finding("constant_judge")
-    assert f.numbers["t/Env-v0"]["reward"] == 0.5 and f.numbers["t/Env-v0"]["distinct_answers"] >= 4
+    assert f.tasks == ["a", "b", "c"]
+    assert f.numbers["constant_tasks"]["a"]["reward"] == 0.5 and f.numbers["constant_tasks"]["a"]["distinct_answers"] >= 4
     assert f.examples and f.thresholds["min_distinct_answers"] == 4
     assert d.finding("reward_flat").numbers["zero_variance_constant"] == 6
 
