@@ -40,7 +40,8 @@ def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
     """Each mode's reward at the common budget (the fewest rollout tokens any run made), per
     seed, with mean, standard deviation and range; the first points' reward too (where each
     run started). ``within_noise``: async's mean is at least sync's mean minus the larger of
-    the two modes' seed standard deviations (one sigma of seed-to-seed noise), or better.
+    the two modes' seed standard deviations (one sigma of seed-to-seed noise), or better;
+    ``se_difference``: the standard error of the difference of the two means (Welch).
 
     Args:
         curves: mode -> one curve per seed (``learning_curve`` output).
@@ -69,6 +70,8 @@ def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
         noise = max(s["std"], a["std"])
         out["noise"] = noise
         out["difference"] = a["mean"] - s["mean"]
+        n_s, n_a = len([v for v in s["per_seed"] if not math.isnan(v)]), len([v for v in a["per_seed"] if not math.isnan(v)])
+        out["se_difference"] = math.sqrt(s["std"] ** 2 / max(1, n_s) + a["std"] ** 2 / max(1, n_a))
         out["within_noise"] = bool(a["mean"] >= s["mean"] - noise)
     return out
 

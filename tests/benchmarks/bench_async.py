@@ -268,7 +268,8 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
             lines.append(f"  {mode:5s}: " + ", ".join(f"seed {sd}: {v:.3f} (from {v0:.3f})" for sd, v, v0
                                                     in zip(seeds, c["per_seed"], c["start_per_seed"]))
                          + f"; mean {c['mean']:.3f} +- {c['std']:.3f} (sd), range {c['min']:.3f}..{c['max']:.3f}")
-        lines.append(f"  async - sync = {cmp['difference']:+.3f}; seed noise (larger sd) {cmp['noise']:.3f}: async is "
+        lines.append(f"  async - sync = {cmp['difference']:+.3f} (standard error {cmp['se_difference']:.3f}); seed noise "
+                     f"(larger sd) {cmp['noise']:.3f}: async is "
                      + ("within the seeds' spread or better" if cmp["within_noise"] else "WORSE beyond the seeds' spread"))
     summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
     summary["history"] = {m: r["history"] for m, r in runs.items()}

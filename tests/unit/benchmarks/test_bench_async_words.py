@@ -84,6 +84,7 @@ def test_reward_at_budget_and_the_seed_verdict():
     assert cmp["modes"]["sync"]["per_seed"] == [0.3, 0.3]  # only the first iteration ends within 180
     assert cmp["modes"]["async"]["per_seed"] == pytest.approx([0.5, 0.3])
     assert cmp["within_noise"] is True and cmp["difference"] == pytest.approx(0.1)
+    assert cmp["se_difference"] == pytest.approx(math.sqrt(0.0 / 2 + (0.2 ** 2 / 2) / 2))  # async sd 0.141
     worse = curves.compare_seeds({"sync": [_curve([0.8, 0.8]), _curve([0.8, 0.8])],
                                   "async": [_curve([0.2, 0.2]), _curve([0.2, 0.21])]})
     assert worse["within_noise"] is False
