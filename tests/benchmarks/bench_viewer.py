@@ -25,7 +25,7 @@ For each database:
 PostgreSQL: ``--postgres`` names a server (any database on it); a database
 ``agentrl_bench_viewer`` (``--pg-database``) is created there (dropped first if it exists) and dropped at the
 end unless ``--keep``. SQLite: a file under ``--dir`` (default a temporary folder; about
-1.5 GB at 1,000,000 episodes).
+2 GB at 1,000,000 episodes).
 """
 
 from __future__ import annotations
