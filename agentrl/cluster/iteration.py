@@ -25,6 +25,7 @@ from typing import Any, Callable
 from agentrl.cluster.checkpoint import RunDir, kill_point
 from agentrl.config import Config
 from agentrl.credit import CreditResult, assign_credit, critic_step_metrics, reference_batch, turn_penalties
+from agentrl.replay.codec import finite_trainer_values
 from agentrl.replay.trainer_values import turn_trainer_values
 from agentrl.rollout.loop import rollout_metrics
 
@@ -132,12 +133,15 @@ def record_iteration(run: RunContext, it: int, episodes: list, credit: CreditRes
     """
     cfg, store = run.cfg, run.store
     t0 = time.perf_counter()
+    # a non-finite trainer value (a diverging update) is stored as NULL, never blocks the episodes
+    values, nonfinite_turns = finite_trainer_values(trainer_token_values(run.group, credit, episodes))
     store.add_episodes(run.run_id, it, episodes, credit.turn_advantages,  # not complete until checkpointed
-                       trainer_values=trainer_token_values(run.group, credit, episodes))
+                       trainer_values=values)
     replay_s = time.perf_counter() - t0
     kill_point("after_replay_write", it + 1)
 
-    m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(run.policy_version)}
+    m: dict[str, float] = {"iteration": float(it + 1), "policy_version": float(run.policy_version),
+                           "replay/trainer_values_nonfinite_turns": float(nonfinite_turns)}
     m.update(rollout_metrics(episodes))
     m.update(pool_metrics)  # cluster/engines, cluster/engines_lost, rollout/engine_{i}_*
     m.update(sync_metrics)

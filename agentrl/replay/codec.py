@@ -222,6 +222,30 @@ def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequenc
     )
 
 
+def finite_trainer_values(values: Mapping[str, Sequence[Any]] | None) -> tuple[dict[str, list[Any]], int]:
+    """``values`` (``{episode_id: [per turn: (log_probs, entropies) or None]}``) with every
+    turn whose log-probs or entropies hold a non-finite number (NaN, inf: a diverging update,
+    which the trainer skips) set to ``None`` (stored as NULL, like a turn no update trained
+    on), and how many turns that dropped. Diagnostic values never block an episode write."""
+    out: dict[str, list[Any]] = {}
+    dropped = 0
+    for eid, per_turn in (values or {}).items():
+        kept: list[Any] = []
+        for pair in per_turn:
+            if pair is not None and _has_nonfinite(pair):
+                pair, dropped = None, dropped + 1
+            kept.append(pair)
+        out[eid] = kept
+    return out, dropped
+
+
+def _has_nonfinite(pair: Any) -> bool:
+    try:
+        return any(not math.isfinite(float(x)) for part in pair for x in part)
+    except (TypeError, ValueError):
+        return False  # malformed: left for ``trainer_value_updates`` to refuse by name
+
+
 def trainer_value_updates(eps: Mapping[str, Episode], values: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Rows for an ORM bulk ``UPDATE turns`` by primary key: per turn of ``values``
     (``{episode_id: [per turn: (log_probs [C], entropies [C]) or None]}``) its packed

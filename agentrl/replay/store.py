@@ -83,6 +83,7 @@ from agentrl.replay.codec import (
     episode_from_rows,
     episode_row,
     event_row,
+    finite_trainer_values,
     json_object,
     reason,
     rerun_row,
@@ -399,6 +400,10 @@ class ReplayStore:
             kind: ``"train"`` (rollouts of the training loop) or ``"eval"``.
             trainer_values: optional ``{episode_id: [per turn: (log_probs [C], entropies [C])
                 or None]}`` from the update that trained on them (see ``set_trainer_values``).
+                A turn whose values hold a non-finite number (a diverging update) is stored
+                as NULL rather than refused: diagnostic values never block the episodes
+                (``codec.finite_trainer_values``; the training loop counts them in
+                ``replay/trainer_values_nonfinite_turns``).
 
         Returns:
             How many of the episodes replaced ones already stored (0 for a fresh iteration).
@@ -457,7 +462,8 @@ class ReplayStore:
                 if rows:
                     s.execute(model.__table__.insert(), rows)
             if trainer_values:
-                self._set_trainer_values(s, {e.episode_id: e for e in episodes}, trainer_values)
+                self._set_trainer_values(s, {e.episode_id: e for e in episodes},
+                                         finite_trainer_values(trainer_values)[0])
         return len(existing)
 
     @_retry_writes
