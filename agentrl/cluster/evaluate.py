@@ -31,16 +31,21 @@ counted as a failure (``agentrl.eval.passk``).
 
 Storage: the episodes go to the replay store (the run's, or ``runs/eval/replay.db`` for a
 bare model; ``replay_url`` overrides) under their own run id (``eval_run_id``:
-deterministic from what was evaluated, version, split, samples and seed), iteration 0,
-marked ``kind='eval'``, with the report's metrics (``eval/*``);
-the run row's config records the target, the policy version and the eval settings. An
-evaluation repeated with the same settings replaces its earlier rows.
+deterministic from what was evaluated, version, env, split, samples and seed, ending in a
+short hash of ``eval_identity``: the resolved target path and every eval setting the
+episodes or numbers depend on), iteration 0, marked ``kind='eval'``, with the report's
+metrics (``eval/*``); the run row's config records the target, the policy version, the eval
+settings and that identity. An evaluation repeated with the same identity replaces its
+earlier rows; a stored run of that id with another identity is refused
+(``check_replaceable``), never overwritten.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -49,14 +54,14 @@ from typing import Any, Callable, Sequence
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir
 from agentrl.config import Config, load_default_config
-from agentrl.errors import ConfigError
+from agentrl.errors import ConfigError, ContractError
 from agentrl.eval.passk import EvalReport, summarize, task_outcomes
 from agentrl.types import Episode, EpisodeRequest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "eval_budget", "eval_config", "eval_requests", "eval_run_id",
-           "evaluate", "held_out_task_ids", "resolve_target"]
+__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "check_replaceable", "eval_budget", "eval_config",
+           "eval_identity", "eval_requests", "eval_run_id", "evaluate", "held_out_task_ids", "resolve_target"]
 
 
 @dataclass(frozen=True)
@@ -215,12 +220,63 @@ def held_out_task_ids(cfg: Config, train_cfg: Config | None, *, allow_overlap: b
     return ids
 
 
+def eval_identity(target: EvalTarget, cfg: Config) -> dict[str, Any]:
+    """What an evaluation's rows depend on: the resolved target (the checkpoint directory, or
+    the model folder's absolute path, or a known model name) and every setting that changes
+    its episodes or numbers (env and its kwargs, split, ``num_tasks``, samples, seed, the
+    sampling and the limits, the prompt layout, the bootstrap). Resources (engines, KV cache)
+    are left out. JSON-serializable; ``eval_run_id`` hashes it."""
+    if target.checkpoint is not None:
+        where = str(Path(target.checkpoint).resolve())
+    elif target.model is not None and os.path.isabs(os.path.expanduser(target.model)):
+        where = str(Path(target.model).expanduser().resolve())
+    else:
+        where = str(target.model)  # a known model name
+    r, ev = cfg.rollout, cfg.eval
+    return {"target": where, "policy_version": target.policy_version, "env": cfg.env.id,
+            "env_kwargs": cfg.env.model_dump(mode="json")["kwargs"], "split": ev.split, "num_tasks": ev.num_tasks,
+            "samples": ev.samples, "seed": ev.seed, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
+            "max_turns": r.max_turns, "max_new_tokens": r.max_new_tokens, "max_context_tokens": r.max_context_tokens,
+            "prompt_mode": r.prompt_mode, "history_length": r.history_length, "score_truncated": r.score_truncated,
+            "confidence": ev.confidence, "num_resamples": ev.num_resamples}
+
+
 def eval_run_id(target: EvalTarget, cfg: Config) -> str:
-    """The store's run id for this evaluation: deterministic from what is evaluated and how."""
+    """The store's run id for this evaluation: deterministic from what is evaluated and how
+    (readable parts, then 10 hex digits of the SHA-256 of ``eval_identity``: two models of
+    one folder name, e.g. ``/models/run1/final`` and ``/models/run2/final``, or two evals
+    with another temperature, token limit or ``num_tasks`` get different ids)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", target.name).strip("-")[:80] or "model"
     env = re.sub(r"[^A-Za-z0-9_.-]+", "-", cfg.env.id).strip("-")
     ev = cfg.eval
-    return f"eval-{slug}-v{target.policy_version}-{env}-{ev.split}-n{ev.samples}-s{ev.seed}"
+    digest = hashlib.sha256(json.dumps(eval_identity(target, cfg), sort_keys=True).encode()).hexdigest()[:10]
+    return f"eval-{slug}-v{target.policy_version}-{env}-{ev.split}-n{ev.samples}-s{ev.seed}-{digest}"
+
+
+def check_replaceable(store: Any, run_id: str, identity: dict[str, Any]) -> None:
+    """Refuse to replace (rewind) a stored run ``run_id`` unless it is an evaluation with this
+    ``identity`` (``eval_identity``); a run not stored yet is fine.
+
+    Raises:
+        ConfigError: the stored run records another identity (the settings that differ
+            named) or none (not an eval this agentrl wrote).
+    """
+    try:
+        info = store.get_run(run_id)
+    except ContractError:
+        return  # not stored yet
+    stored = info.config.get("identity") if isinstance(info.config, dict) else None
+    if stored == identity:
+        return
+    if not isinstance(stored, dict):
+        why = "it records no eval identity (a run this eval did not write, or one of an older agentrl)"
+    else:
+        diff = [f"{k}: stored {stored.get(k)!r}, now {identity.get(k)!r}"
+                for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
+        why = "its settings differ (" + "; ".join(diff) + ")"
+    raise ConfigError(f"eval run id {run_id!r} is already in the replay store and {why}; refusing to replace "
+                      "its episodes: expected a run of the same target and eval settings (use another "
+                      "--replay-url, or remove that run)")
 
 
 def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str, iteration: int = 0) -> list[EpisodeRequest]:
@@ -312,11 +368,17 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     cfg_dict = cfg.model_dump(mode="json")
 
     settings = settings_of(cfg, len(task_ids))
+    identity = eval_identity(target, cfg)
     store = ReplayStore(replay_url)  # opened first: a bad store fails before any rollout
+    try:
+        check_replaceable(store, run_id, identity)  # before start_run overwrites the stored config
+    except BaseException:
+        store.close()
+        raise
     try:
         store.start_run(run_id, {"kind": "eval", "target": target.given, "target_kind": target.kind,
                                  "policy_version": target.policy_version, "model": target.model,
-                                 "eval": settings, "config": cfg_dict})
+                                 "eval": settings, "identity": identity, "config": cfg_dict})
         started_ray = connect(cfg)
         pool, hosts = None, []
         try:
@@ -344,7 +406,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
         report = summarize(task_outcomes(episodes), range(1, cfg.eval.samples + 1), seed=cfg.eval.seed,
                            num_resamples=cfg.eval.num_resamples, confidence=cfg.eval.confidence)
         say("writing the episodes")
-        store.rewind(run_id, 0)  # an earlier eval with these settings: replaced, not doubled
+        store.rewind(run_id, 0)  # an earlier eval with this identity (check_replaceable): replaced, not doubled
         _store_episodes(store, run_id, episodes)
         store.add_metrics(run_id, 0, report.metrics())  # an undefined pass@k (NaN) is stored as NULL
         store.mark_complete(run_id, 1)

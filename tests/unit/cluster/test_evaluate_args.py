@@ -6,6 +6,7 @@ the deterministic requests and run id, and the CLI's one-line errors. The real e
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,16 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.cluster.evaluate import (
+    check_replaceable,
     eval_config,
+    eval_identity,
     eval_requests,
     eval_run_id,
     held_out_task_ids,
     resolve_target,
 )
 from agentrl.errors import CheckpointError, ConfigError
+from agentrl.replay import ReplayStore
 
 GUESS = "agentrl/GuessNumber-v0"
 
@@ -111,11 +115,62 @@ def test_requests_and_run_id_are_fixed_by_the_seed(tmp_path):
     cfg, _ = eval_config(m, ["eval.num_tasks=3", "eval.samples=2", "eval.seed=4"], env_id=GUESS)
     ids = held_out_task_ids(cfg, None)
     run_id = eval_run_id(m, cfg)
-    assert run_id == "eval-tiny-random-smollm2-v0-agentrl-GuessNumber-v0-test-n2-s4"
+    assert re.fullmatch(r"eval-tiny-random-smollm2-v0-agentrl-GuessNumber-v0-test-n2-s4-[0-9a-f]{10}", run_id)
+    assert eval_run_id(m, eval_config(m, ["eval.num_tasks=3", "eval.samples=2", "eval.seed=4"], env_id=GUESS)[0]) == run_id
     a, b = eval_requests(cfg, ids, run_id), eval_requests(cfg, ids, run_id)
     assert a == b and len(a) == 6 and sorted({r.task_id for r in a}) == sorted(ids)
     cfg5, _ = eval_config(m, ["eval.num_tasks=3", "eval.samples=2", "eval.seed=5"], env_id=GUESS)
     assert [r.sample_seed for r in eval_requests(cfg5, ids, run_id)] != [r.sample_seed for r in a]
+
+
+def _hf(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_run_id_tells_apart_models_of_one_folder_name_and_other_eval_settings(tmp_path):
+    """Two different models named ``final`` (``/models/run1/final``, ``/models/run2/final``) or
+    another temperature, token limit, turn cap, context budget or ``num_tasks`` each get their
+    own run id (the hash of ``eval_identity``), so one eval never rewinds another's rows; the
+    same model and settings keep theirs (a repeat replaces its rows)."""
+    one, two = resolve_target(str(_hf(tmp_path / "run1" / "final"))), resolve_target(str(_hf(tmp_path / "run2" / "final")))
+    assert one.name == two.name == "final"
+    base = ["eval.num_tasks=3", "eval.samples=2"]
+    cfg1, _ = eval_config(one, base, env_id=GUESS)
+    cfg2, _ = eval_config(two, base, env_id=GUESS)
+    assert eval_run_id(one, cfg1) != eval_run_id(two, cfg2)
+    assert eval_identity(one, cfg1)["target"] == str((tmp_path / "run1" / "final").resolve())
+    again = resolve_target(str(tmp_path / "run1" / ".." / "run1" / "final"))  # the same folder, written another way
+    assert eval_run_id(again, eval_config(again, base, env_id=GUESS)[0]) == eval_run_id(one, cfg1)
+    ids = {eval_run_id(one, cfg1)}
+    for extra in ("eval.temperature=0.7", "eval.max_new_tokens=17", "eval.max_turns=2",
+                  "eval.max_context_tokens=1024", "eval.num_tasks=2"):
+        ids.add(eval_run_id(one, eval_config(one, [*base, extra], env_id=GUESS)[0]))
+    assert len(ids) == 6
+    run = _run(tmp_path / "r")  # a run and its checkpoint directory are the same target
+    t, c = resolve_target(str(run)), resolve_target(str(run / "checkpoints" / "iter_2"))
+    assert eval_run_id(t, eval_config(t, [])[0]) == eval_run_id(c, eval_config(c, [])[0])
+
+
+def test_a_stored_eval_with_other_settings_is_not_replaced(tmp_path):
+    """``check_replaceable`` (run before the store's rewind): a run id not stored, or stored
+    with the same identity, may be replaced; one whose stored identity differs, or that
+    records none, is a ``ConfigError`` naming the setting, and the stored run is untouched."""
+    m = resolve_target(str(_hf(tmp_path / "m")))
+    cfg, _ = eval_config(m, ["eval.num_tasks=3"], env_id=GUESS)
+    hot, _ = eval_config(m, ["eval.num_tasks=3", "eval.temperature=0.5"], env_id=GUESS)
+    run_id, identity = eval_run_id(m, cfg), eval_identity(m, cfg)
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        check_replaceable(store, run_id, identity)  # nothing stored yet
+        store.start_run(run_id, {"kind": "eval", "identity": identity})
+        check_replaceable(store, run_id, identity)  # the same eval again
+        with pytest.raises(ConfigError, match=r"settings differ \(temperature: stored 1.0, now 0.5\)"):
+            check_replaceable(store, run_id, eval_identity(m, hot))
+        store.start_run("eval-old", {"kind": "eval"})
+        with pytest.raises(ConfigError, match="'eval-old' is already in the replay store and it records no eval"):
+            check_replaceable(store, "eval-old", identity)
+        assert store.get_run(run_id).config["identity"] == identity
 
 
 def test_cli_errors_are_one_line(tmp_path):
