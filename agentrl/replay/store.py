@@ -189,14 +189,15 @@ class ReplayStore:
 
     Args:
         url: SQLAlchemy database URL, e.g. ``sqlite:///runs/replay.db`` (the parent folder is
-            created) or ``postgresql+psycopg://user@host/dbname``.
+            created; read_only: the file must exist and is opened ``mode=ro``) or ``postgresql+psycopg://user@host/dbname``.
         read_only: never write (the viewer): the schema is checked, not created or
             upgraded, and every write method raises ``ContractError``.
         busy_timeout_s: SQLite: how long one write waits for another process's write lock
             before the attempt fails (each write is tried ``WRITE_ATTEMPTS`` times).
 
     Raises:
-        ConfigError: the URL cannot be parsed or names a driver that is not installed.
+        ConfigError: the URL cannot be parsed or names a driver that is not installed, or
+            (``read_only``) a SQLite file that does not exist.
         InfraError: the database cannot be reached or opened (server down, unwritable file).
         ContractError: the database is at a schema revision newer than this agentrl, or
             of a pre-Alembic ``schema_version`` it cannot upgrade, or (``read_only``) not
@@ -224,9 +225,20 @@ class ReplayStore:
                     f"replay store url={self._url_text!r} is an in-memory SQLite database; "
                     "expected a file, e.g. 'sqlite:///runs/replay.db' (WAL needs a file)"
                 )
-            parent = os.path.dirname(os.path.abspath(parsed.database))
-            os.makedirs(parent, exist_ok=True)
+            path = os.path.abspath(parsed.database)
+            if self._read_only:
+                # Read-only opens nothing it would have to create or change: the file must
+                # exist, it is opened with mode=ro (sqlite.org/uri.html) and no pragma that
+                # writes (journal_mode=WAL) runs, so its journal mode and bytes stay as found.
+                if not os.path.isfile(path):
+                    raise ConfigError(f"replay store url={self._url_text!r}: SQLite database {path!r} does "
+                                      "not exist; expected the replay.db of a run (read_only creates nothing)")
+                parsed = parsed.set(database=f"file:{path}?mode=ro", query={"uri": "true"})
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
             kwargs["connect_args"] = {"timeout": self._busy_timeout_s}
+        elif self._read_only and parsed.get_backend_name() == "postgresql":
+            kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
         try:
             self._engine = create_engine(parsed, **kwargs)
         except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
@@ -235,7 +247,7 @@ class ReplayStore:
                 "install it, e.g. `pip install psycopg[binary]` for postgresql+psycopg"
             ) from exc
         if self._is_sqlite:
-            event.listen(self._engine, "connect", _sqlite_on_connect)
+            event.listen(self._engine, "connect", _sqlite_ro_on_connect if self._read_only else _sqlite_on_connect)
             event.listen(self._engine, "begin", _sqlite_on_begin)
         try:
             self._open_schema()
@@ -790,6 +802,17 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; safe in WAL mode
+    finally:
+        cur.close()
+
+
+def _sqlite_ro_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # read_only: our own BEGIN as above, and query_only so that no statement writes; no
+    # journal_mode / synchronous pragma (journal_mode=WAL would rewrite the file's header).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA query_only=ON")
     finally:
         cur.close()
 

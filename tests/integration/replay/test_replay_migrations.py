@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import select
 
 import agentrl.replay.migrations as migrations
-from agentrl.errors import ContractError
+from agentrl.errors import ConfigError, ContractError
 from agentrl.replay import SCHEMA_VERSION, ReplayStore
 from agentrl.replay.models import Base, EpisodeRow, SchemaVersionRow
 from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, matching_turns, rebuild_sqlite_index, search_terms
@@ -167,8 +167,9 @@ def test_full_text_search_follows_inserts_replacements_and_deletes(store: Replay
 
 
 def test_read_only_store_checks_and_never_writes(db_url: str, make_episode, tmp_path) -> None:
-    with pytest.raises(ContractError, match="no replay tables"):
+    with pytest.raises(ConfigError, match="does not exist"):
         ReplayStore(f"sqlite:///{tmp_path / 'empty.db'}", read_only=True)  # not created read-only
+    assert not (tmp_path / "empty.db").exists()
     with ReplayStore(db_url) as store:
         store.start_run("run-r", {})
         store.add_episodes("run-r", 0, [make_episode(0)])
