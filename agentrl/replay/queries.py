@@ -377,6 +377,10 @@ def decode_cursor(cursor: str, sort: Sort) -> list[Any]:
             raise ContractError(f"cursor={cursor[:40]!r} does not belong to sort='default'")
     elif values[n + 1] == 0 and not isinstance(values[0], (int, float)):
         raise ContractError(f"cursor={cursor[:40]!r} does not belong to sort={sort.key!r}")
+    if any(isinstance(v, int) and not -2**63 <= v < 2**63 for v in values[:n]):
+        # The key columns are 64-bit integers: a larger value would overflow the database's.
+        raise ContractError(f"cursor={cursor[:40]!r} holds an integer outside [-2**63, 2**63); "
+                            "it is not a page cursor of this viewer")
     return values
 
 

@@ -59,5 +59,5 @@ def serve(db: ReadOnlyDB, host: str = "127.0.0.1", port: int = 8765,
     """Serve the viewer with uvicorn until interrupted (blocking)."""
     import uvicorn
 
-    uvicorn.run(create_app(db, token_text), host=host, port=port, log_level=log_level,
+    uvicorn.run(create_app(db, token_text, host=host), host=host, port=port, log_level=log_level,
                 server_header=False, proxy_headers=False)

@@ -90,12 +90,27 @@ class Viewer:
         return HTMLResponse(self.env.get_template(name).render(**ctx), status_code=status_code)
 
 
-def create_app(db: ReadOnlyDB, token_text: TokenText | None = None) -> FastAPI:
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+"""Host headers the viewer always answers (its loopback names)."""
+
+
+def create_app(db: ReadOnlyDB, token_text: TokenText | None = None, *, host: str | None = None,
+               allowed_hosts: Sequence[str] = ()) -> FastAPI:
     """The viewer app over ``db`` (read-only). ``token_text`` decodes token ids for the token
-    view (see ``TokenText``); without it the ids are shown."""
+    view (see ``TokenText``); without it the ids are shown.
+
+    Requests whose ``Host`` header is not a loopback name (``LOCAL_HOSTS``), ``host`` (the
+    ``--host`` it serves on) or one of ``allowed_hosts`` get 400: a page of another site
+    that rebinds its DNS name to 127.0.0.1 cannot read the viewer (DNS rebinding)."""
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
     from agentrl.replay.viewer.routes import router
 
     app = FastAPI(title="agentrl view", docs_url=None, redoc_url=None, openapi_url=None)
+    hosts = list(LOCAL_HOSTS) + list(allowed_hosts)
+    if host:
+        hosts += [host, f"[{host}]"] if ":" in host and not host.startswith("[") else [host]
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
     viewer = Viewer(db, token_text)
     app.state.viewer = viewer
 

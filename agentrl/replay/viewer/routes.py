@@ -29,6 +29,8 @@ PAGE_SIZES = (25, 50, 100, 200)
 HEAT_FIELDS = ("loss_mask",) + eq.TOKEN_FIELDS
 HEAT_BUCKETS = 10
 TOKEN_ROWS = 200
+INT_LIMIT = 2**63
+"""Integer parameters lie in [-INT_LIMIT, INT_LIMIT) (the 64-bit integers of SQLite and PostgreSQL)."""
 """Iterations shown in the run page's token accounting table (the last ones)."""
 
 
@@ -57,9 +59,12 @@ def _param(request: Request, name: str, kind: type = str, default: Any = None) -
         value = kind(raw)
         if kind is float and not math.isfinite(value):
             raise ValueError(raw)
-        return value
     except ValueError:
         raise HTTPException(400, f"parameter {name}={raw[:80]!r}; expected {'a number' if kind is float else kind.__name__}") from None
+    if kind is int and not -INT_LIMIT <= value < INT_LIMIT:
+        # The database's integers are 64-bit: a larger bound is no filter but an overflow.
+        raise HTTPException(400, f"parameter {name}={raw[:80]!r}; expected an integer in [-2**63, 2**63)")
+    return value
 
 
 def _need(request: Request, name: str) -> str:
@@ -90,10 +95,15 @@ def run_page(request: Request) -> HTMLResponse:
     metrics = q.run_metrics(v.db, run_id, METRIC_PREFIXES)
     done = q.completed_iterations(v.db, run_id)
 
-    def link(it: int) -> str:
-        return "/episodes?" + v.env.globals["qs"](run=run_id, iteration=it)
+    # A run that evaluates (eval.every) stores its eval episodes at the iteration they follow:
+    # train points then link to kind=train, eval points to kind=eval, so neither mixes in the other.
+    split = v.db.has_kind and any(k.startswith("eval/") for k in metrics)
 
-    charts = run_charts(metrics, link, run.is_async)
+    def link(it: int, kind: str | None = None) -> str:
+        return "/episodes?" + v.env.globals["qs"](run=run_id, iteration=it, kind=kind)
+
+    charts = run_charts(metrics, lambda it: link(it, "train" if split else None), run.is_async,
+                        eval_link=lambda it: link(it, "eval" if v.db.has_kind else None))
     tokens = token_table(metrics)
     return v.render("run.html", run=run, charts=charts, tokens=tokens[-TOKEN_ROWS:], tokens_total=len(tokens), done=done,
                     in_progress=sorted({it for s in metrics.values() for it, _ in s} - done))

@@ -20,8 +20,12 @@ PHASES = ("rollout", "credit", "update", "sync", "replay", "checkpoint")
 """Phases of one iteration, in the order they run."""
 TOKEN_KEYS = ("tokens/generated", "tokens/trained", "tokens/discarded")
 METRIC_PREFIXES = ("rollout/reward_mean", "rollout/success_rate", "rollout/generated_tokens", "tokens/", "time/",
-                   "timeline/", "rollout_corr/gap_abs_", "async/staleness_")
+                   "timeline/", "rollout_corr/gap_abs_", "async/staleness_", "eval/pass@1")
 """The metrics the charts read (``queries.run_metrics(..., prefixes=METRIC_PREFIXES)``)."""
+EVAL_KEYS = (("eval pass@1", "eval/pass@1"), ("eval pass@1 95% low", "eval/pass@1_low"),
+             ("eval pass@1 95% high", "eval/pass@1_high"))
+"""The held-out evaluation drawn beside the train reward (``agentrl.cluster.evaluate``: the
+eval after an iteration is stored at that iteration, its episodes ``kind='eval'``)."""
 
 
 def _by_it(metrics: Series, key: str) -> dict[int, float]:
@@ -61,8 +65,11 @@ def phase_seconds(metrics: Series, its: list[int]) -> dict[str, list[float]]:
     return out
 
 
-def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool) -> list[Chart]:
-    """Every chart of the run page; ``link(iteration)`` is the URL of that iteration's episodes."""
+def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool,
+               eval_link: Callable[[int], str] | None = None) -> list[Chart]:
+    """Every chart of the run page; ``link(iteration)`` is the URL of that iteration's (train)
+    episodes, ``eval_link(iteration)`` that of its eval episodes (the eval pass@1 points;
+    ``link`` when not given)."""
     its = sorted({it for s in metrics.values() for it, _ in s})
     reward, success = _by_it(metrics, "rollout/reward_mean"), _by_it(metrics, "rollout/success_rate")
     gen = _by_it(metrics, "tokens/generated") or _by_it(metrics, "rollout/generated_tokens")
@@ -73,10 +80,12 @@ def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool) -> l
     cum_tokens, cum_wall = _cumulative(its, gen), _cumulative(its, wall)
 
     def quality(x_of: dict[int, float] | None) -> list[tuple[str, list[tuple[float, float, str]]]]:
-        def pts(values: dict[int, float]):
-            return [(float(it) if x_of is None else x_of[it], v, link(it)) for it, v in sorted(values.items())
+        def pts(values: dict[int, float], to: Callable[[int], str] = link):
+            return [(float(it) if x_of is None else x_of[it], v, to(it)) for it, v in sorted(values.items())
                     if x_of is None or it in x_of]
-        return [("reward", pts(reward)), ("success rate", pts(success))]
+        out = [("reward", pts(reward)), ("success rate", pts(success))]
+        return out + [(name, pts(_by_it(metrics, key), eval_link or link)) for name, key in EVAL_KEYS
+                      if key in metrics]
 
     charts = [
         line_chart("reward-iteration", "Reward and success rate / iteration", "iteration", "", quality(None)),

@@ -42,5 +42,5 @@ def viewer_db(viewer_db_url: str) -> Iterator[ReadOnlyDB]:
 
 @pytest.fixture(scope="module")
 def client(viewer_db: ReadOnlyDB) -> Iterator[TestClient]:
-    with TestClient(create_app(viewer_db)) as c:
+    with TestClient(create_app(viewer_db, allowed_hosts=["testserver"])) as c:
         yield c
