@@ -38,8 +38,11 @@ MIN_JUDGE_EPISODES = 8
 MIN_DISTINCT_ANSWERS = 4
 """Fewest distinct normalised answers that got the one score: a judge that pays the same for
 four different answers is not reading them. A constant 0 is not called a constant judge:
-all-fail tasks give it too (``reward_flat`` reports it; feed the judge a known-good answer),
-nor one that every sample passes (an easy task)."""
+all-fail tasks give it too (``reward_flat`` reports it; feed the judge a known-good answer).
+Full marks for every sample is (the reward-hacking case: a judge that always passes) when
+the samples' final answers differ: an easy task's passing samples agree on its one answer.
+A task whose samples all pass while agreeing is easy, not flagged. (Where passing answers
+legitimately differ, e.g. code, open the examples before blaming the judge.)"""
 TRAIN_RISE = 0.1
 """Train reward rise (last minus first iteration, reward units) that counts as rising."""
 EVAL_FLAT = 0.02
@@ -58,8 +61,18 @@ MIN_CORR_SAMPLES = 8
 """Fewest scored samples of a task (with at least 3 distinct lengths and 2 distinct rewards)
 before its correlation is computed."""
 SPIKE_MADS = 6.0
-"""A metric value more than this many median absolute deviations above the run's median is a
-spike (robust to the spike itself, unlike a standard deviation)."""
+"""A metric value more than this many median absolute deviations from the run's median,
+either way (a loss can spike negative), is a spike (robust to the spike itself, unlike a
+standard deviation)."""
+SPIKE_REL_FLOOR = 0.01
+"""The MAD is at least this fraction of the median |value|: a metric flat except for float
+noise (``actor/ratio_mean`` 1.0 with one 1.0000001) has a MAD of 0, and any wobble would
+score as infinitely many MADs."""
+SPIKE_ABS_TOL = {"actor/pg_loss": 1e-3, "actor/ratio_mean": 1e-3, "actor/ppo_kl": 1e-4, "actor/kl_loss": 1e-4,
+                 "actor/grad_norm": 1e-3, "rollout_corr/gap_abs_mean": 1e-3, "rollout_corr/gap_abs_max": 1e-2}
+"""...and at least this absolute amount per metric (its units; ``actor/ratio_mean`` as the
+distance from 1): a metric at 0 (``pg_loss`` of zero-variance groups) with one 1e-6 is
+noise, not a spike."""
 MIN_SPIKE_ITERATIONS = 4
 """Fewest iterations of a metric before a spike can be told from the trend."""
 SPIKE_KEYS = ("actor/pg_loss", "actor/ratio_mean", "actor/ppo_kl", "actor/kl_loss", "actor/grad_norm",
@@ -167,12 +180,17 @@ def check_constant_judge(data: RunData) -> Finding:
             continue
         (value,) = rewards
         numbers[task] = {"env_id": env, "episodes": len(eps), "reward": value, "distinct_answers": len(answers)}
-        if (len(eps) >= MIN_JUDGE_EPISODES and len(answers) >= MIN_DISTINCT_ANSWERS and value != 0
-                and not all(e.success for e in eps)):
+        full = all(e.success for e in eps)
+        numbers[task]["all_success"] = full
+        # a constant non-zero score for 4+ different answers; full marks too (an easy task's
+        # passing answers agree, so under MIN_DISTINCT_ANSWERS distinct ones it is not flagged)
+        if len(eps) >= MIN_JUDGE_EPISODES and len(answers) >= MIN_DISTINCT_ANSWERS and value != 0:
             hits.append((task, eps))
     fired = bool(hits)
     summary = ("; ".join(f"{task}: all {len(eps)} samples scored {eps[0].reward:g} across "
-                         f"{numbers[task]['distinct_answers']} different answers" for task, eps in hits)
+                         f"{numbers[task]['distinct_answers']} different answers"
+                         + (" (full marks for all: reward hacking?)" if numbers[task]["all_success"] else "")
+                         for task, eps in hits)
                if fired else "no task gives one score to different answers")
     examples = [eps[i].episode_id for i in range(MAX_EXAMPLES) for _, eps in hits if i < len(eps)][:MAX_EXAMPLES]
     return Finding("constant_judge", "reward flat", fired, summary, {"constant_tasks": numbers},
@@ -327,16 +345,17 @@ def check_update_spikes(data: RunData) -> Finding:
             continue
         vals = [abs(v - 1.0) if key == "actor/ratio_mean" else v for _, v in s]
         med = statistics.median(vals)
-        mad = statistics.median(abs(v - med) for v in vals) or 1e-12
-        worst = max(range(len(vals)), key=lambda i: vals[i])
-        score = (vals[worst] - med) / mad
-        numbers[key] = {"median": med, "worst_iteration": s[worst][0], "worst": s[worst][1], "mads": round(score, 2)}
+        mad = max(statistics.median(abs(v - med) for v in vals), SPIKE_REL_FLOOR * abs(med), SPIKE_ABS_TOL[key])
+        worst = max(range(len(vals)), key=lambda i: abs(vals[i] - med))
+        score = abs(vals[worst] - med) / mad
+        numbers[key] = {"median": med, "mad": mad, "worst_iteration": s[worst][0], "worst": s[worst][1],
+                        "mads": round(score, 2)}
         if score > SPIKE_MADS:
             spikes.append((key, s[worst][0]))
     if not numbers:
         return Finding("update_spikes", "loss or ratio spikes", False,
                        f"needs {MIN_SPIKE_ITERATIONS}+ iterations of the update metrics", numbers,
-                       {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS})
+                       {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS, "spike_rel_floor": SPIKE_REL_FLOOR})
     # the batch that caused it: that iteration's trained episodes, largest engine-trainer gap first
     examples: list[str] = []
     for _, it in spikes:
@@ -346,7 +365,7 @@ def check_update_spikes(data: RunData) -> Finding:
     summary = ("; ".join(f"{k} spikes at iteration {it} (batch of iteration {it})" for k, it in spikes)
                if spikes else "no update metric spikes")
     return Finding("update_spikes", "loss or ratio spikes", bool(spikes), summary, numbers,
-                   {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS}, examples[:MAX_EXAMPLES])
+                   {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS, "spike_rel_floor": SPIKE_REL_FLOOR}, examples[:MAX_EXAMPLES])
 
 
 def _bucket(lag: int) -> str:

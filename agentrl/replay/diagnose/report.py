@@ -53,7 +53,7 @@ class Diagnosis:
                 "findings": [{**f.to_json(), "links": [episode_link(e, base_url) for e in f.examples]}
                              for f in self.findings],
                 "tasks": [{"env_id": t.env_id, "task_id": t.task_id, "class": t.verdict, "samples": t.samples,
-                           "successes": t.successes, "agreed_answer": t.agreed_answer,
+                           "successes": t.successes, "answered": t.answered, "agreed_answer": t.agreed_answer,
                            "agree_frac": round(t.agree_frac, 4),
                            "links": [episode_link(e, base_url) for e in t.episode_ids[:3]]} for t in self.tasks]}
 

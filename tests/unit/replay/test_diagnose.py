@@ -233,3 +233,66 @@ def test_cli_json_and_exit_codes(tmp_path):
     assert text.exit_code == 1 and "constant_judge" in text.stdout and "FIRES" in text.stdout
     bad = runner.invoke(app, ["diagnose", str(tmp_path / "missing")])
     assert bad.exit_code == 2 and "does not exist" in bad.output
+
+
+def _spike_run(store, run_id, series):
+    rng = random.Random(8)
+    r = Run(store, run_id)
+    for it, m in enumerate(series):
+        r.add(it, healthy(run_id, it, rng, tasks=("a",), groups=1), m)
+    return diagnose(store, run_id).finding("update_spikes")
+
+
+def test_float_noise_on_a_flat_metric_is_no_spike(store):
+    """``actor/ratio_mean`` 1.0 with one 1.0000001, ``pg_loss`` 0 with one 1e-6 (the default
+    run's zero-variance groups): a MAD of 0 must not turn noise into a spike."""
+    f = _spike_run(store, "noise", [{"actor/ratio_mean": 1.0000001 if it == 3 else 1.0,
+                                     "actor/pg_loss": 1e-6 if it == 2 else 0.0} for it in range(6)])
+    assert not f.fired, f.summary
+    assert f.numbers["actor/ratio_mean"]["mads"] < 1 and f.numbers["actor/pg_loss"]["mads"] < 1
+    assert f.numbers["actor/pg_loss"]["mad"] == 1e-3 and f.thresholds["spike_rel_floor"] == 0.01
+
+
+def test_a_downward_spike_fires(store):
+    """``pg_loss`` -5.0 among ~0.1: a deviation below the median counts as one above does."""
+    f = _spike_run(store, "down", [{"actor/pg_loss": -5.0 if it == 3 else 0.1 + 0.01 * (it % 2)} for it in range(6)])
+    assert f.fired and f.numbers["actor/pg_loss"]["worst_iteration"] == 3 and f.numbers["actor/pg_loss"]["worst"] == -5.0
+    assert all(e.startswith("down/it3/") for e in f.examples)
+
+
+def test_full_marks_for_different_answers_is_a_constant_judge(store):
+    """A judge that always gives full marks (reward hacking): every sample succeeds with 1.0
+    while their final answers differ; a task whose passing samples agree is easy, not flagged."""
+    rng = random.Random(9)
+    r = Run(store, "full")
+    eps = [ep("full", 0, "hacked", g, i, reward=1.0, success=True, text=words(rng, 4)) for g in range(2) for i in range(4)]
+    eps += [ep("full", 0, "easy", g, i, reward=1.0, success=True, text=f"{words(rng)} answer: 7") for g in range(2)
+            for i in range(4)]
+    eps += healthy("full", 0, rng, tasks=("fine",))
+    r.add(0, eps)
+    d = diagnose(store, "full")
+    f = d.finding("constant_judge")
+    assert f.fired and f.tasks == ["hacked"], f.summary
+    assert f.numbers["constant_tasks"]["hacked"]["all_success"] is True and "full marks" in f.summary
+    assert f.numbers["constant_tasks"]["easy"]["distinct_answers"] == 1
+    assert {t.task_id: t.verdict for t in d.tasks}["easy"] == "easy"
+
+
+def test_samples_cut_by_the_token_limit_are_no_agreement(store):
+    """Samples cut by max_new_tokens gave no final answer: the "last number" of a cut text
+    (here all "3") is not agreement, so the task is unsolved, not a wrong reference; with the
+    same text ending on its own it would be one."""
+    r = Run(store, "cut")
+    eps = [ep("cut", 0, "cut", g, i, reward=0.0, success=False, text=f"step {i} of 3", finish="length")
+           for g in range(2) for i in range(4)]
+    eps += [ep("cut", 0, "done", g, i, reward=0.0, success=False, text=f"step {i} of 3") for g in range(2) for i in range(4)]
+    # a task with a few cut samples: agreement is over those that answered
+    eps += [ep("cut", 0, "some", g, i, reward=0.0, success=False, text="answer: 42" if i else "rambling 3",
+               finish="stop" if i else "length") for g in range(2) for i in range(4)]
+    r.add(0, eps)
+    d = diagnose(store, "cut")
+    verdicts = {t.task_id: t for t in d.tasks}
+    assert verdicts["cut"].verdict == "unsolved" and verdicts["cut"].answered == 0 and verdicts["cut"].agree_frac == 0.0
+    assert verdicts["done"].verdict == "wrong_reference" and verdicts["done"].agreed_answer == "3"
+    assert (verdicts["some"].verdict, verdicts["some"].answered, verdicts["some"].agree_frac) == ("wrong_reference", 6, 1.0)
+    assert d.finding("wrong_reference").tasks == ["done", "some"]
