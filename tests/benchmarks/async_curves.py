@@ -14,6 +14,8 @@ import statistics
 from typing import Any, Mapping, Sequence
 from xml.sax.saxutils import escape
 
+from async_report import svg_head  # same directory (bench_async.py puts it on sys.path)
+
 __all__ = ["MODE_COLORS", "reward_at_budget", "compare_seeds", "curves_svg"]
 
 MODE_COLORS = {"sync": "#4e79a7", "async": "#e15759"}
@@ -99,12 +101,7 @@ def curves_svg(runs: Sequence[tuple[str, str, Sequence[Mapping[str, float]]]], t
     def xy(x: float, y: float) -> str:
         return f"{left + x * sx:.1f},{height - bottom - (y - y_lo) * sy:.1f}"
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-             f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="20" font-size="14" font-weight="bold">{escape(title)}</text>']
-    if note:
-        parts.append(f'<text x="{left}" y="36" fill="#555">{escape(note)}</text>')
+    parts = svg_head(width, height, left, title, note)
     x0, y0 = left, height - bottom
     parts.append(f'<line x1="{x0}" y1="{y0}" x2="{width - right}" y2="{y0}" stroke="black"/>')
     parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{top}" stroke="black"/>')

@@ -25,6 +25,18 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from xml.sax.saxutils import escape
 
+
+def svg_head(width: int, height: int, left: float, title: str, note: str | None = None) -> list[str]:
+    """The opening elements every bench picture starts with (svg element, white background,
+    title at x=left, optional grey note line); the caller appends its shapes and ``</svg>``."""
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+             f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{left}" y="20" font-size="14" font-weight="bold">{escape(title)}</text>']
+    if note:
+        parts.append(f'<text x="{left}" y="36" fill="#555">{escape(note)}</text>')
+    return parts
+
 __all__ = ["PHASES", "PHASE_COLORS", "Span", "load_metrics", "phase_spans", "throughput", "ideal_pipelined_bound",
            "staleness_histogram", "format_histogram", "learning_curve", "success_within_budget", "nice_tick_step",
            "timeline_svg"]
@@ -262,12 +274,7 @@ def timeline_svg(spans: Sequence[Span], title: str, *, t0_s: float = 0.0, t_max_
     scale = (width - left - right) / t_max
     axis_y = top + lane_h * len(lanes) + 4
     height = axis_y + 36
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
-             f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{left}" y="20" font-size="14" font-weight="bold">{escape(title)}</text>']
-    if note:
-        parts.append(f'<text x="{left}" y="36" fill="#555">{escape(note)}</text>')
+    parts = svg_head(width, height, left, title, note)
     for i, p in enumerate(lanes):
         y = top + i * lane_h
         parts.append(f'<text x="{left - 8}" y="{y + lane_h * 0.65:.1f}" text-anchor="end">{p}</text>')
