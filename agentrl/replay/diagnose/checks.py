@@ -43,6 +43,11 @@ Full marks for every sample is (the reward-hacking case: a judge that always pas
 the samples' final answers differ: an easy task's passing samples agree on its one answer.
 A task whose samples all pass while agreeing is easy, not flagged. (Where passing answers
 legitimately differ, e.g. code, open the examples before blaming the judge.)"""
+MAX_FINAL_ANSWER_CHARS = 64
+"""Longest last action (characters, stripped) that counts as a final answer for the full-marks case: different
+short answers (a number, a word, a phrase) cannot all be right, but different programs or
+explanations that all pass can (HumanEval's easy tasks do), so full marks over long answers is
+not called a constant judge. A constant score below full marks is flagged whatever the length."""
 TRAIN_RISE = 0.1
 """Train reward rise (last minus first iteration, reward units) that counts as rising."""
 EVAL_FLAT = 0.02
@@ -184,7 +189,9 @@ def check_constant_judge(data: RunData) -> Finding:
         numbers[task]["all_success"] = full
         # a constant non-zero score for 4+ different answers; full marks too (an easy task's
         # passing answers agree, so under MIN_DISTINCT_ANSWERS distinct ones it is not flagged)
-        if len(eps) >= MIN_JUDGE_EPISODES and len(answers) >= MIN_DISTINCT_ANSWERS and value != 0:
+        short = all(e.last_action_chars <= MAX_FINAL_ANSWER_CHARS for e in eps)
+        if (len(eps) >= MIN_JUDGE_EPISODES and len(answers) >= MIN_DISTINCT_ANSWERS and value != 0
+                and (not full or short)):
             hits.append((task, eps))
     fired = bool(hits)
     summary = ("; ".join(f"{task}: all {len(eps)} samples scored {eps[0].reward:g} across "
@@ -194,7 +201,8 @@ def check_constant_judge(data: RunData) -> Finding:
                if fired else "no task gives one score to different answers")
     examples = [eps[i].episode_id for i in range(MAX_EXAMPLES) for _, eps in hits if i < len(eps)][:MAX_EXAMPLES]
     return Finding("constant_judge", "reward flat", fired, summary, {"constant_tasks": numbers},
-                   {"min_judge_episodes": MIN_JUDGE_EPISODES, "min_distinct_answers": MIN_DISTINCT_ANSWERS},
+                   {"min_judge_episodes": MIN_JUDGE_EPISODES, "min_distinct_answers": MIN_DISTINCT_ANSWERS,
+                    "max_final_answer_chars": MAX_FINAL_ANSWER_CHARS},
                    examples, [t for t, _ in hits])
 
 

@@ -59,7 +59,8 @@ class EpisodeFacts:
     update that trained it started from (``None``: not trained or unknown). ``gap_abs_mean``:
     mean |trainer log-prob - behavior log-prob| (nats) over its trained tokens, ``None`` when
     the store has no trainer values for it. ``entropy_mean``: the trainer's mean token entropy
-    (nats), likewise.
+    (nats), likewise. ``last_action_chars``: length of the last turn's action text, stripped
+    (``answer`` is extracted from it; a long one is a program or an explanation, not an answer).
     """
 
     episode_id: str
@@ -82,6 +83,7 @@ class EpisodeFacts:
     lag: int | None = None
     gap_abs_mean: float | None = None
     entropy_mean: float | None = None
+    last_action_chars: int = 0
 
     @property
     def scored(self) -> bool:
@@ -165,7 +167,8 @@ def load_run(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODE
                 tool_calls=sum(len(t.exec_results) for t in turns),
                 answer=normalize_answer(turns[-1].action_text) if turns else "",
                 trained=trained, policy_version_min=s.policy_version_min, lag=lag,
-                gap_abs_mean=gap, entropy_mean=ent))
+                gap_abs_mean=gap, entropy_mean=ent,
+                last_action_chars=len(turns[-1].action_text.strip()) if turns else 0))
     return data
 
 

@@ -278,6 +278,24 @@ def test_full_marks_for_different_answers_is_a_constant_judge(store):
     assert {t.task_id: t.verdict for t in d.tasks}["easy"] == "easy"
 
 
+def test_full_marks_for_different_programs_is_no_constant_judge(store):
+    """Different programs can all pass (an easy HumanEval task): full marks over answers longer
+    than a final answer is not called a constant judge; a constant 0.5 over them still is."""
+    rng = random.Random(10)
+    r = Run(store, "code")
+    def program(i: int) -> str:
+        return f"def add(a, b):\n    total = a\n    for _ in range({i}):\n        pass\n    return total + b  # variant {i}"
+    eps = [ep("code", 0, "easy_code", g, i, reward=1.0, success=True, text=program(4 * g + i)) for g in range(2)
+           for i in range(4)]
+    eps += [ep("code", 0, "half_code", g, i, reward=0.5, success=False, text=program(10 + 4 * g + i)) for g in range(2)
+            for i in range(4)]
+    eps += healthy("code", 0, rng, tasks=("fine",))
+    r.add(0, eps)
+    f = diagnose(store, "code").finding("constant_judge")
+    assert f.numbers["constant_tasks"]["easy_code"]["distinct_answers"] == 8
+    assert f.fired and f.tasks == ["half_code"], f.summary
+
+
 def test_samples_cut_by_the_token_limit_are_no_agreement(store):
     """Samples cut by max_new_tokens gave no final answer: the "last number" of a cut text
     (here all "3") is not agreement, so the task is unsolved, not a wrong reference; with the
