@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import cgroup_run_dirs, procs_with_label, wait_until
+from tests.helpers.sandbox_checks import cgroup_run_dirs, procs_with_label, wait_until
 
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes import BwrapSandbox, SandboxSpec, make_sandbox, reap_orphans

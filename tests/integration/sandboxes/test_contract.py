@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import containers_with_label, procs_with_cmdline, procs_with_label, wait_until, what_is_left
+from tests.helpers.sandbox_checks import containers_with_label, procs_with_cmdline, procs_with_label, wait_until, what_is_left
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult

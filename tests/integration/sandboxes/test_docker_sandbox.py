@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from conftest import containers_with_label, procs_with_cmdline, require_docker, wait_until
+from tests.helpers.sandbox_checks import containers_with_label, procs_with_cmdline, require_docker, wait_until
 
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes import SandboxSpec, make_sandbox, reap_orphans, resolve_backend

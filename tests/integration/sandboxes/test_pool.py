@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import pytest
-from conftest import containers_with_label, procs_with_label, wait_until
+from tests.helpers.sandbox_checks import containers_with_label, procs_with_label, require_docker, wait_until
 
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes import SandboxPool, SandboxSpec
@@ -107,8 +107,6 @@ def test_bad_pool_settings_raise_config_error(factory):
 
 @pytest.mark.docker
 def test_health_check_replaces_a_dead_idle_container(run_id):
-    from conftest import require_docker
-
     require_docker()
     import docker
 
