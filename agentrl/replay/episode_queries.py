@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select
 
+from agentrl.errors import ContractError
 from agentrl.replay.models import (
     LOG_PROB_DTYPE,
     TOKEN_DTYPE,
@@ -153,16 +154,18 @@ def token_page(db: ReadOnlyDB, episode_id: str, start: int = 0, size: int = TOKE
 
 
 def _floats(blob: bytes | None, n: int) -> np.ndarray:
-    """A packed per-token float column of ``n`` tokens; NaN where missing. The width (4 or 8
-    bytes) is read from the blob's length, so float32 and float64 packings both work."""
-    if blob is None or n == 0:
+    """A per-token float column of ``n`` tokens packed by ``models.pack_floats`` (float64);
+    NaN where the column is NULL (not written yet).
+
+    Raises:
+        ContractError: the blob does not hold ``n`` float64 values.
+    """
+    if blob is None:
         return np.full(n, np.nan)
-    width = len(blob) // n if len(blob) % n == 0 else 0
-    if width == 8:
-        return np.frombuffer(blob, dtype="<f8").astype(np.float64)
-    if width == 4:
-        return np.frombuffer(blob, dtype="<f4").astype(np.float64)
-    return np.full(n, np.nan)
+    if len(blob) != n * np.dtype(LOG_PROB_DTYPE).itemsize:
+        raise ContractError(f"a per-token float column holds {len(blob)} bytes for {n} tokens; "
+                            f"expected {n * np.dtype(LOG_PROB_DTYPE).itemsize} (float64 each)")
+    return np.frombuffer(blob, dtype=LOG_PROB_DTYPE).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------
