@@ -19,12 +19,20 @@ cursor has already moved past them. ``requests_state`` / ``requests_from_state``
 into the checkpoint and read them back, so a resume re-issues exactly those requests (same
 episode ids) before the cursor's next ones; ``retry_requests`` re-issues a task instance
 whose rows were dropped (``attempt + 1``: new episode ids, same sampling seeds).
+
+Skipped tasks (``env.difficulty_filter``, ``agentrl.cluster.profile``). ``set_skip`` names
+task ids to pass over: ``next_requests`` then walks the same permutation positions as
+always but hands out only the positions whose task is not skipped, and the cursor moves past
+the skipped ones too (so positions, env seeds, group ids and episode ids stay those of the
+unfiltered order). The skip set and the profile it came from (policy version, iteration) are
+part of ``state_dict``, so a resumed run skips exactly what the uninterrupted run skipped.
+Without a skip set (the filter off) the order and ``state_dict`` are exactly as before.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -46,6 +54,9 @@ class TaskSource:
         iteration: the 0-based iteration the next requests are for; the controller sets it
             at the start of each iteration (refills within one iteration share it). Not
             part of ``state_dict``: the checkpoint's iteration says where a resume starts.
+
+    ``skip`` (read-only; ``set_skip`` changes it): ``None`` when no skip set was ever given
+    (the filter off), else ``{"skip_task_ids": [...], "policy_version": v, "iteration": i}``.
     """
 
     env_id: str
@@ -63,6 +74,25 @@ class TaskSource:
             raise ConfigError(f"environment {self.env_id!r} lists duplicate task ids")
         self.task_ids = list(self.task_ids)
         self._perm_cache: dict[int, np.ndarray] = {}
+        self._skip: frozenset[str] = frozenset()
+        self.skip: dict[str, Any] | None = None
+
+    def set_skip(self, task_ids: Iterable[str], *, policy_version: int, iteration: int) -> None:
+        """Pass over ``task_ids`` from the next request on (module docstring); ``policy_version``
+        and ``iteration`` record which profile chose them (checkpointed with the set).
+
+        Raises:
+            ConfigError: a task id not in the split, or a set that skips every task (nothing
+                left to hand out).
+        """
+        skip = frozenset(task_ids)
+        unknown = sorted(skip - set(self.task_ids))
+        if unknown:
+            raise ConfigError(f"skip set names tasks {unknown[:5]} that are not in {self.env_id!r}'s task list")
+        if len(skip) == len(self.task_ids):
+            raise ConfigError(f"skip set names all {len(skip)} tasks of {self.env_id!r}: no task left to roll out")
+        self._skip = skip
+        self.skip = {"skip_task_ids": sorted(skip), "policy_version": int(policy_version), "iteration": int(iteration)}
 
     def _perm(self, epoch: int) -> np.ndarray:
         if epoch not in self._perm_cache:
@@ -82,11 +112,15 @@ class TaskSource:
         rollouts. The env seed is the instance's position (same task, new instance, new
         seed); sampling seeds differ per rollout. Each request carries ``run_id``,
         ``iteration``, its ``index`` in the group and ``attempt=0`` (see the module docstring).
+        Positions whose task is in the skip set are passed over (the cursor moves past them).
         """
         out: list[EpisodeRequest] = []
-        for i in range(num_tasks):
-            pos = self.cursor + i
+        pos, taken = self.cursor, 0
+        while taken < num_tasks:
             task_id, _epoch = self.task_at(pos)
+            if task_id in self._skip:
+                pos += 1
+                continue
             group_id = f"{task_id}@{pos}"
             for g in range(self.group_size):
                 out.append(EpisodeRequest(
@@ -94,19 +128,41 @@ class TaskSource:
                     sample_seed=(self.seed * 1_000_003 + pos * 131 + g) % (2**31 - 1),
                     run_id=self.run_id, iteration=self.iteration, index=g, attempt=0,
                 ))
-        self.cursor += num_tasks
+            pos, taken = pos + 1, taken + 1
+        self.cursor = pos
         return out
 
     def state_dict(self) -> dict:
-        return {"cursor": self.cursor, "seed": self.seed, "num_tasks": len(self.task_ids)}
+        """``cursor``, ``seed``, ``num_tasks``, and ``skip`` once a skip set was given."""
+        state: dict[str, Any] = {"cursor": self.cursor, "seed": self.seed, "num_tasks": len(self.task_ids)}
+        if self.skip is not None:
+            state["skip"] = {**self.skip, "skip_task_ids": list(self.skip["skip_task_ids"])}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state`` (``state_dict``'s), skip set included.
+
+        Raises:
+            ConfigError: another seed or task count than this run's.
+            CheckpointError: a malformed skip record.
+        """
         if state.get("seed") != self.seed or state.get("num_tasks") != len(self.task_ids):
             raise ConfigError(
                 f"checkpoint's task source (seed={state.get('seed')}, {state.get('num_tasks')} tasks) does not "
                 f"match this run (seed={self.seed}, {len(self.task_ids)} tasks)"
             )
         self.cursor = int(state["cursor"])
+        skip = state.get("skip")
+        if skip is None:
+            self._skip, self.skip = frozenset(), None
+            return
+        if not isinstance(skip, dict) or set(skip) != {"skip_task_ids", "policy_version", "iteration"}:
+            raise CheckpointError(f"checkpoint's task skip record {skip!r}: expected the keys skip_task_ids, "
+                                  "policy_version, iteration")
+        try:
+            self.set_skip(skip["skip_task_ids"], policy_version=skip["policy_version"], iteration=skip["iteration"])
+        except ConfigError as exc:
+            raise CheckpointError(f"checkpoint's task skip record: {exc}") from None
 
 
 _REQUEST_FIELDS = tuple(f.name for f in fields(EpisodeRequest))
