@@ -61,6 +61,14 @@ Grading (one sandbox exec per submission; ``score_solutions`` batches several)
     original HumanEval harness), or returns objects whose ``__eq__`` lies (the original
     harness accepts those too).
 
+Training reward and judge (``reward_tests``)
+    By default the reward is the pass fraction of the hidden ``check`` above, the
+    benchmark's judge. ``reward_tests="visible"`` pays the pass fraction of the examples the
+    prompt shows instead (``visible``: the docstring's ``>>>`` examples, or the first hidden
+    case where there is none), graded by the same harness; ``HumanEvalEnv.judge_kwargs``
+    makes every eval episode (``agentrl eval``, ``eval.every``) grade on the hidden check,
+    so the eval judge stays apart from the training reward.
+
 Failures that are not the model's fault
     ``SandboxError``/``InfraError`` from the sandbox propagate (the rollout flags the episode
     ``infra_error``). When the harness itself fails (malformed events, cut output, it timed
@@ -70,8 +78,9 @@ Failures that are not the model's fault
 The sandbox is injected and owned by the caller: ``close()`` does not close it.
 
 Modules: ``tasks`` (the dataset and split), ``check_split`` (``check`` into test cases),
-``scoring`` (the host side of grading), ``harness/`` (the two in-sandbox scripts,
-standard library only, shipped as package data), ``env`` (``HumanEvalEnv``).
+``visible`` (the prompt's examples as tests), ``scoring`` (the host side of grading),
+``harness/`` (the two in-sandbox scripts, standard library only, shipped as package data),
+``env`` (``HumanEvalEnv``).
 """
 
 from environments.core import TextSpace
@@ -79,6 +88,7 @@ from environments.humaneval.check_split import CheckProgram, split_check
 from environments.humaneval.env import ENV_ID, HumanEvalEnv
 from environments.humaneval.scoring import AssertionOutcome, ScoreReport, score_solutions
 from environments.humaneval.tasks import SPLITS, TEST_SPLIT_MODULUS, HumanEvalTask, get_task, load_tasks, task_ids
+from environments.humaneval.visible import REWARD_TESTS, VisibleTests, visible_tests
 
 __all__ = [
     "ENV_ID",
@@ -95,4 +105,7 @@ __all__ = [
     "get_task",
     "split_check",
     "score_solutions",
+    "REWARD_TESTS",
+    "VisibleTests",
+    "visible_tests",
 ]

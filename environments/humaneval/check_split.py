@@ -98,7 +98,7 @@ def _wrap_case(body: list[ast.stmt], index: int) -> ast.stmt:
     )
 
 
-def split_check(test_source: str, *, label: str = "test") -> CheckProgram:
+def split_check(test_source: str, *, label: str = "test", max_cases: int | None = None) -> CheckProgram:
     """Split the ``check(candidate)`` of a HumanEval test module into test cases.
 
     Every top-level statement of ``check`` containing an ``assert`` is one case, except
@@ -109,6 +109,8 @@ def split_check(test_source: str, *, label: str = "test") -> CheckProgram:
     Args:
         test_source: the task's ``test`` field.
         label: name used in error messages (e.g. the task id).
+        max_cases: keep only the first ``max_cases`` test cases (later ones are dropped; the
+            setup statements stay); ``None``: all.
 
     Raises:
         RewardError: the source does not parse, or has no top-level ``def check`` with at
@@ -131,6 +133,9 @@ def split_check(test_source: str, *, label: str = "test") -> CheckProgram:
     pos, check = checks[0]
     cases = [stmt for stmt in check.body if _is_case(stmt)]
     whole = not cases
+    if max_cases is not None and len(cases) > max_cases:
+        dropped = {id(stmt) for stmt in cases[max_cases:]}
+        check.body = [stmt for stmt in check.body if id(stmt) not in dropped]
     new_body: list[ast.stmt] = []
     sources: list[str] = []
     if whole:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Hashable, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar, Hashable, Mapping, Sequence
 
 from agentrl.errors import ConfigError, SandboxError, ToolParseError
 from agentrl.types import ExecResult, StepInfo
 from environments.core import TextEnv, clip_text
 from environments.humaneval.scoring import score_solutions
 from environments.humaneval.tasks import HumanEvalTask, get_task, task_ids
+from environments.humaneval.visible import REWARD_TESTS
 from environments.tools import FencedCodeParser, HermesToolParser, ToolCall, python_tool_schema
 from sandboxes.base import Sandbox
 
@@ -50,11 +52,22 @@ class HumanEvalEnv(TextEnv):
             in the sandbox, delete everything in its working directory (one exec), so a
             sandbox reused across episodes starts each one empty. A fresh sandbox per
             episode costs no exec.
+        reward_tests: what a submission's reward is the pass fraction of: ``"hidden"`` (the
+            default) the problem's full hidden ``check``, the benchmark's judge;
+            ``"visible"`` the examples the prompt shows (``environments.humaneval.visible``;
+            the first hidden case where it shows none), to train on while the eval judges
+            on the hidden check (``judge_kwargs``). The prompt is the same either way, so
+            eval episodes see what training episodes saw.
 
     Raises:
         ConfigError: an argument is out of range, or ``sandbox`` lacks the ``Sandbox``
             interface.
     """
+
+    judge_kwargs: ClassVar[Mapping[str, Any]] = MappingProxyType({"reward_tests": "hidden"})
+    """Constructor kwargs that make this env score as its evaluation judge (the full hidden
+    check): ``agentrl eval`` and ``eval.every`` apply them over ``env.kwargs`` to every eval
+    episode (``agentrl.cluster.judge``), whatever reward the training used."""
 
     def __init__(
         self,
@@ -67,6 +80,7 @@ class HumanEvalEnv(TextEnv):
         tool_output_limit_chars: int = 4000,
         assertion_memory_mb: int | None = None,
         clean_workdir_on_reset: bool = True,
+        reward_tests: str = "hidden",
     ) -> None:
         super().__init__()
         if not isinstance(sandbox, Sandbox):
@@ -81,6 +95,8 @@ class HumanEvalEnv(TextEnv):
         for name, value in (("assertion_timeout_s", assertion_timeout_s), ("tool_timeout_s", tool_timeout_s)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name}={value!r} must be a positive number of seconds")
+        if reward_tests not in REWARD_TESTS:
+            raise ConfigError(f"reward_tests={reward_tests!r} must be one of {REWARD_TESTS}")
         if not isinstance(tool_output_limit_chars, int) or tool_output_limit_chars < 100:
             raise ConfigError(f"tool_output_limit_chars={tool_output_limit_chars!r} must be an int >= 100")
         if assertion_memory_mb is None:
@@ -97,6 +113,7 @@ class HumanEvalEnv(TextEnv):
         self.tool_output_limit_chars = tool_output_limit_chars
         self.assertion_memory_mb = assertion_memory_mb
         self.clean_workdir_on_reset = clean_workdir_on_reset
+        self.reward_tests = reward_tests
 
         self.tools: list[dict[str, Any]] = [python_tool_schema()]
         self._tool_parser = HermesToolParser(self.tools)
@@ -213,7 +230,7 @@ class HumanEvalEnv(TextEnv):
             ``num_invalid_actions``; tool steps add ``tool_outputs`` (one formatted string
             per call run; ``observation`` joins them); invalid steps add ``error``;
             submissions add ``tests_passed``, ``tests_total``, ``test_results``,
-            ``load_error``, ``solution``.
+            ``load_error``, ``solution``, ``reward_tests`` (what was graded).
 
         Raises:
             EnvError: no episode is running (before ``reset``, after it ended, after
@@ -361,6 +378,7 @@ class HumanEvalEnv(TextEnv):
             [(task.task_id, code)],
             assertion_timeout_s=self.assertion_timeout_s,
             memory_mb=self.assertion_memory_mb,
+            tests=self.reward_tests,
         )[0]
         self._done = True
         lines = [f"Submission graded: {report.passed} of {report.total} tests passed."]
@@ -376,5 +394,6 @@ class HumanEvalEnv(TextEnv):
             test_results=[o.status for o in report.outcomes],
             load_error=report.load_error,
             solution=code,
+            reward_tests=self.reward_tests,
         )
         return "\n".join(lines), float(report.reward), True, False, info

@@ -15,8 +15,9 @@ from typing import Literal, Sequence
 
 from agentrl.errors import ConfigError, RewardError
 from agentrl.types import ExecResult
-from environments.humaneval.check_split import CheckProgram, check_program
+from environments.humaneval.check_split import CheckProgram
 from environments.humaneval.tasks import HumanEvalTask, get_task
+from environments.humaneval.visible import REWARD_TESTS, graded_program
 from sandboxes.base import Sandbox
 
 __all__ = ["CaseStatus", "AssertionOutcome", "ScoreReport", "score_solutions", "harness_scripts"]
@@ -121,6 +122,7 @@ def score_solutions(
     *,
     assertion_timeout_s: float = 5.0,
     memory_mb: int | None = None,
+    tests: str = "hidden",
 ) -> list[ScoreReport]:
     """Grade solutions in ``sandbox``, every test case with its own time limit.
 
@@ -139,12 +141,16 @@ def score_solutions(
             case, and for the setup code between cases.
         memory_mb: address-space limit of each test process (``None``: only the sandbox's
             limits apply).
+        tests: ``"hidden"`` grades on the problem's full ``check`` (the benchmark's judge);
+            ``"visible"`` on the examples its prompt shows (``environments.humaneval.visible``),
+            with the same harness.
 
     Returns:
         One ``ScoreReport`` per item, in order.
 
     Raises:
-        ConfigError: unknown task id, or a non-positive timeout or memory limit.
+        ConfigError: unknown task id, unknown ``tests``, or a non-positive timeout or memory
+            limit.
         RewardError: the harness failed for a reason that is not the submission's (it
             printed no or malformed events, timed out as a whole, could not start a test
             process).
@@ -157,7 +163,9 @@ def score_solutions(
         )
     if memory_mb is not None and not (isinstance(memory_mb, int) and memory_mb > 0):
         raise ConfigError(f"memory_mb={memory_mb!r} must be a positive int or None")
-    jobs = [_Job(get_task(tid), check_program(tid), code) for tid, code in items]
+    if tests not in REWARD_TESTS:
+        raise ConfigError(f"tests={tests!r} is not a HumanEval test set; expected one of {REWARD_TESTS}")
+    jobs = [_Job(get_task(tid), graded_program(tid, tests), code) for tid, code in items]
     budget = max(_job_output_bound(1), int(sandbox.spec.output_limit_bytes) - 1024)
     reports: list[ScoreReport] = []
     group: list[_Job] = []

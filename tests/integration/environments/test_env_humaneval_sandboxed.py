@@ -355,6 +355,29 @@ def test_wrong_submission_and_solution_that_does_not_load(sandbox):
     assert "could not be loaded: SyntaxError" in obs
 
 
+def test_visible_tests_pay_the_training_reward_and_the_judge_grades_the_hidden_check(sandbox):
+    """A submission fitted to HumanEval/0's two docstring examples: the training reward
+    (reward_tests="visible") is 1, the judge (HumanEvalEnv.judge_kwargs: the hidden check,
+    7 cases) scores it below 1. Both graded by the same sandboxed harness."""
+    fitted = ("def has_close_elements(numbers, threshold):\n"
+              "    return numbers == [1.0, 2.8, 3.0, 4.0, 5.0, 2.0]\n")
+    scores = {}
+    for name, kwargs in (("train", {"reward_tests": "visible"}), ("judge", dict(HumanEvalEnv.judge_kwargs))):
+        env = make_env(sandbox, split="all", **kwargs)
+        obs, _ = env.reset(options={"task_id": "HumanEval/0"})
+        _, reward, terminated, _, info = env.step(answer(fitted))
+        assert terminated and info["reward_tests"] == kwargs["reward_tests"]
+        scores[name] = (reward, info["tests_passed"], info["tests_total"])
+        env.close()
+    assert scores["train"] == (1.0, 2, 2)
+    reward, passed, total = scores["judge"]
+    assert total == 7 and 0 < passed < 7 and reward == pytest.approx(passed / 7)
+    # a problem without a docstring example (HumanEval/41) trains on its first hidden case
+    items = [("HumanEval/41", "def car_race_collision(n):\n    return 4\n")]
+    visible, hidden = (score_solutions(sandbox, items, tests=t)[0] for t in ("visible", "hidden"))
+    assert (visible.passed, visible.total, hidden.passed, hidden.total) == (1, 1, 1, 5)  # candidate(2) == 4
+
+
 def test_reset_is_deterministic_and_stays_in_its_split(sandbox):
     env_a = make_env(sandbox, split="train", clean_workdir_on_reset=False)
     env_b = make_env(sandbox, split="train", clean_workdir_on_reset=False)
@@ -406,6 +429,8 @@ def test_constructor_validation(sandbox):
         HumanEvalEnv(sandbox, max_tool_calls=-1)
     with pytest.raises(ConfigError, match="tool_timeout_s=0"):
         HumanEvalEnv(sandbox, tool_timeout_s=0)
+    with pytest.raises(ConfigError, match=r"reward_tests='all' must be one of \('hidden', 'visible'\)"):
+        HumanEvalEnv(sandbox, reward_tests="all")
 
 
 def test_sandbox_failure_propagates_as_sandbox_error():
