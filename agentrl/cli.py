@@ -111,8 +111,12 @@ def train(
         console.print(f"[yellow]interrupted[/]: the latest checkpoint is kept; continue with "
                       f"`agentrl train --resume {run_dir}` (add run.iterations=N to run more)")
         raise typer.Exit(130)
+    from agentrl.eval.report import training_eval_lines
+
     Console().print(_summary_table(summary))
     console.print(f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/)")
+    for line in training_eval_lines(summary.history):  # eval.before_training / after_training: the last lines
+        typer.echo(line)
 
 
 @models_app.command("prepare")

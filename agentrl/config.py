@@ -534,6 +534,13 @@ class EvalConfig(_Section):
     num_resamples: int = Field(1000, ge=1, description="Bootstrap resamples of the tasks per interval.")
     allow_overlap: bool = Field(False, description="Evaluate even when the eval tasks overlap the training tasks (refused by default: not held out).")
     every: int = Field(0, ge=0, description="During training (controller.mode sync): evaluate the policy after every N-th iteration's update, one policy version per eval, on the run's engines with this section's budget; metrics eval/* in that iteration's metrics, episodes stored as kind 'eval'. 0: never.")
+    before_training: bool = Field(False, description="During training (controller.mode sync): evaluate the policy the run starts from (version 0) before iteration 0, on the run's engines with this section's budget; metrics eval_before/* in iteration 0's metrics, episodes stored as kind 'eval'. A resumed run does not repeat it.")
+    after_training: bool = Field(False, description="During training (controller.mode sync): evaluate the final policy after the last iteration's update (as eval.every does; nothing extra when eval.every already evaluates that iteration); metrics eval/* in the last iteration's metrics.")
+
+    @property
+    def during_training(self) -> bool:
+        """Whether the run's own engines evaluate (``every``, ``before_training`` or ``after_training``)."""
+        return self.every > 0 or self.before_training or self.after_training
 
 
 class ReplayConfig(_Section):
@@ -612,11 +619,12 @@ class Config(_Section):
                     f"{self.controller.max_staleness} and every update waits for it; use a smaller group or "
                     "more engines / sequences"
                 )
-        if self.eval.every > 0 and self.controller.mode != "sync":
-            raise ValueError(f"eval.every={self.eval.every} with controller.mode={self.controller.mode!r}: evaluation "
+        if self.eval.during_training and self.controller.mode != "sync":
+            raise ValueError(f"eval.every={self.eval.every} (before_training={self.eval.before_training}, after_training="
+                             f"{self.eval.after_training}) with controller.mode={self.controller.mode!r}: evaluation "
                              "during training runs in sync mode only; use controller.mode=sync, or eval.every=0 and "
                              "`agentrl eval` on the run's checkpoints")
-        if self.eval.every > 0 and self.eval.max_context_tokens > self.rollout.max_context_tokens:
+        if self.eval.during_training and self.eval.max_context_tokens > self.rollout.max_context_tokens:
             raise ValueError(f"eval.max_context_tokens={self.eval.max_context_tokens} exceeds rollout.max_context_tokens="
                              f"{self.rollout.max_context_tokens}: evaluation during training runs on the run's engines, "
                              "whose context is the rollout's; lower eval.max_context_tokens or raise the rollout's")

@@ -219,11 +219,18 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
 def _run_sync(run: RunContext, start_iter: int, training_eval: Any = None) -> None:
     """Synchronous iterations ``start_iter .. run.iterations - 1`` (module docstring);
-    ``training_eval`` (``agentrl.cluster.evaluate.TrainingEval``) evaluates the new policy
-    version after the weight sync of each iteration it is due at."""
+    ``training_eval`` (``agentrl.cluster.evaluate.TrainingEval``) evaluates the starting
+    policy before iteration 0 (``eval.before_training``) and the new policy version after the
+    weight sync of each iteration it is due at (``eval.every``, ``eval.after_training``)."""
     from agentrl.cluster.engine_pool import merge_rollout_metrics
 
     cfg, pool, group, tasks = run.cfg, run.pool, run.group, run.tasks
+    before: dict[str, float] = {}  # eval.before_training: the starting policy, in iteration 0's metrics
+    if training_eval is not None and training_eval.due_before(start_iter) and start_iter < cfg.run.iterations:
+        run.phase(start_iter, "eval before training")
+        t0 = time.perf_counter()
+        before = training_eval.run_before(pool, run.store, run.run_id, run.policy_version)
+        before.update(span("eval_before", t0 - run.t0, run.now_s()))
     for it in range(start_iter, cfg.run.iterations):
         tasks.iteration = it  # every request of this iteration (refills too) carries it in its episode id
         t_iter = time.perf_counter()
@@ -243,6 +250,8 @@ def _run_sync(run: RunContext, start_iter: int, training_eval: Any = None) -> No
             episodes, rollout_s, refills = episodes + more, rollout_s + more_s, refills + 1
             pool_metrics = merge_rollout_metrics(pool_metrics, more_m)
         timeline = span("rollout", timeline_rollout, run.now_s())
+        if it == 0:
+            timeline.update(before)
         kill_point("mid_rollout", it + 1)
 
         run.phase(it, "credit")

@@ -423,13 +423,22 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
 
 
 class TrainingEval:
-    """Evaluation during training (``eval.every > 0``, sync mode): after every N-th
-    iteration's update and weight sync, the run's engines roll out the eval requests at the
-    new policy version with the eval section's budget (``eval_budget``); no training runs
-    meanwhile, so each eval measures exactly one policy version. The episodes are stored
-    with the iteration's rows as ``kind='eval'`` (a resume rewinds and re-runs them with
-    the iteration), with ids under ``{run_id}/eval``, and ``metrics`` returns the
-    iteration's ``eval/*`` keys plus ``eval/policy_version`` and ``time/eval_s``.
+    """Evaluation during training (sync mode) on the run's engines, with the eval section's
+    budget (``eval_budget``); no training runs meanwhile, so each eval measures exactly one
+    policy version:
+
+    - ``eval.every = N > 0``: after every N-th iteration's update and weight sync, at the new
+      policy version;
+    - ``eval.after_training``: after the last iteration's update and sync too (the final
+      policy; once, when ``every`` already evaluates that iteration);
+    - ``eval.before_training``: before iteration 0, at the version the run starts from
+      (``run_before``; metrics ``eval_before/*``).
+
+    The episodes are stored with the iteration's rows as ``kind='eval'`` (a resume rewinds
+    and re-runs them with the iteration), with ids under ``{run_id}/eval`` (before training:
+    ``{run_id}/eval-before``, stored with iteration 0), and ``run`` returns the iteration's
+    ``eval/*`` keys plus ``eval/policy_version`` and ``time/eval_s`` (``run_before``: the
+    same under ``eval_before/`` and ``time/eval_before_s``).
 
     Built at start-up, so an eval split that is not held out (or unknown) is a
     ``ConfigError`` before any rollout.
@@ -437,20 +446,35 @@ class TrainingEval:
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.task_ids = held_out_task_ids(cfg, cfg, allow_overlap=cfg.eval.allow_overlap) if cfg.eval.every > 0 else []
+        self.task_ids = held_out_task_ids(cfg, cfg, allow_overlap=cfg.eval.allow_overlap) if cfg.eval.during_training else []
 
     def due(self, it: int) -> bool:
-        return self.cfg.eval.every > 0 and (it + 1) % self.cfg.eval.every == 0
+        """Whether the policy after iteration ``it`` (0-based) is evaluated."""
+        ev = self.cfg.eval
+        return (ev.every > 0 and (it + 1) % ev.every == 0) or (ev.after_training and it == self.cfg.run.iterations - 1)
+
+    def due_before(self, start_iter: int) -> bool:
+        """Whether the run evaluates its starting policy (``eval.before_training``, a run starting at iteration 0)."""
+        return self.cfg.eval.before_training and start_iter == 0
 
     def run(self, pool: Any, store: Any, run_id: str, it: int, policy_version: int) -> dict[str, float]:
         """Evaluate ``policy_version`` on ``pool`` after iteration ``it``; returns its metrics."""
+        return self._evaluate(pool, store, run_id, it, policy_version, "eval")
+
+    def run_before(self, pool: Any, store: Any, run_id: str, policy_version: int) -> dict[str, float]:
+        """Evaluate the starting policy ``policy_version`` before iteration 0 (stored with it);
+        returns ``eval_before/*``, ``eval_before/policy_version`` and ``time/eval_before_s``."""
+        return self._evaluate(pool, store, run_id, 0, policy_version, "eval_before")
+
+    def _evaluate(self, pool: Any, store: Any, run_id: str, it: int, policy_version: int, name: str) -> dict[str, float]:
         t0 = time.perf_counter()
         ev = self.cfg.eval
-        requests = eval_requests(self.cfg, self.task_ids, f"{run_id}/eval", iteration=it)
+        ids_under = f"{run_id}/eval" if name == "eval" else f"{run_id}/eval-before"
+        requests = eval_requests(self.cfg, self.task_ids, ids_under, iteration=it)
         episodes, _, _ = pool.rollout(requests, policy_version, eval_budget(self.cfg))
         report = summarize(task_outcomes(episodes), range(1, ev.samples + 1), seed=ev.seed,
                            num_resamples=ev.num_resamples, confidence=ev.confidence)
         _store_episodes(store, run_id, episodes, iteration=it)
-        m = report.metrics()
-        m.update({"eval/policy_version": float(policy_version), "time/eval_s": time.perf_counter() - t0})
+        m = report.metrics(prefix=f"{name}/")
+        m.update({f"{name}/policy_version": float(policy_version), f"time/{name}_s": time.perf_counter() - t0})
         return m

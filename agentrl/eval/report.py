@@ -8,7 +8,7 @@ from rich.table import Table
 
 from agentrl.eval.passk import Estimate, EvalReport
 
-__all__ = ["format_settings", "report_table"]
+__all__ = ["format_settings", "report_table", "training_eval_lines"]
 
 
 def format_settings(settings: Mapping[str, Any], policy_version: int) -> str:
@@ -40,3 +40,37 @@ def report_table(report: EvalReport) -> Table:
         t.add_row(f"pass@{k}", *_cell(est))
     t.add_row("reward mean", *_cell(report.reward_mean))
     return t
+
+
+def _eval_line(row: Mapping[str, Any], prefix: str, when: str) -> str:
+    def num(key: str) -> float | None:
+        v = row.get(f"{prefix}/{key}")
+        return None if v is None or v != v else float(v)  # NaN (undefined) and None alike
+
+    p, lo, hi = num("pass@1"), num("pass@1_low"), num("pass@1_high")
+    version, tasks = num("policy_version"), num("tasks")
+    scored, errored = num("samples_scored"), num("samples_errored")
+    value = "undefined" if p is None else f"{p:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "")
+    per_task = f" x {scored / tasks:g} samples" if tasks and scored is not None else ""
+    return (f"held-out eval {when} (policy version {version:.0f}): pass@1 {value} over {tasks or 0:.0f} tasks"
+            f"{per_task} ({scored or 0:.0f} scored, {errored or 0:.0f} errored)")
+
+
+def training_eval_lines(history: list[Mapping[str, Any]]) -> list[str]:
+    """The end of ``agentrl train``'s summary: held-out pass@1 with its interval (the
+    bootstrap over tasks, ``eval.confidence``) before training (``eval_before/*``, from
+    ``eval.before_training``) and after the last evaluated iteration (``eval/*``, from
+    ``eval.after_training`` or ``eval.every``), each with its policy version, tasks and
+    samples; the lines of evaluations the run did not make are left out. Samples per task is
+    the scored count over tasks (errored samples are left out of n)."""
+    lines = []
+    before = next((row for row in history if row.get("eval_before/policy_version") is not None), None)
+    if before is not None:
+        lines.append(_eval_line(before, "eval_before", "before training"))
+    after = next((row for row in reversed(history) if row.get("eval/policy_version") is not None), None)
+    if after is not None:
+        last = history[-1] is after
+        it = after.get("iteration")
+        when = "after training" if last else f"after iteration {it:.0f}" if it is not None else "during training"
+        lines.append(_eval_line(after, "eval", when))
+    return lines

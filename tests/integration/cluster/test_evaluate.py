@@ -1,8 +1,11 @@
 """Held-out evaluation on real Ray and vLLM (tiny model, GuessNumber, no sandboxes), in one
 run to keep CI short: the same evaluation twice with the same seed, once during training on
-the run's engines (``eval.every``) and once by ``agentrl eval``'s path on the run's
-checkpoint (exported, a fresh engine), samples the same tokens and gives the same numbers;
-both are stored as ``kind='eval'`` with policy version 1 and their ``eval/*`` metrics.
+the run's engines (``eval.after_training``, the path ``eval.every`` takes too) and once by
+``agentrl eval``'s path on the run's checkpoint (exported, a fresh engine), samples the same
+tokens and gives the same numbers; both are stored as ``kind='eval'`` with policy version 1
+and their ``eval/*`` metrics. The same run evaluates its untrained policy first
+(``eval.before_training``: version 0 only, ``eval_before/*``), and the summary's last lines
+print both.
 The bare-model path differs only in ``resolve_target`` / ``eval_config`` (unit tests:
 tests/unit/cluster/test_evaluate_args.py)."""
 
@@ -17,15 +20,18 @@ OVERRIDES = ["eval.num_tasks=2", "eval.samples=2", "eval.seed=3", "eval.max_turn
 
 
 def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_session, tmp_path, tiny_model_path):
-    """``eval.every=1`` in a one-iteration sync run: the eval after the update measures policy
-    version 1 on the run's engines (its episodes stored with the iteration as ``kind='eval'``,
-    ``eval/*`` in metrics.jsonl); ``agentrl eval`` of the run's checkpoint afterwards, on a
-    fresh engine with the same eval settings, samples exactly the same tokens."""
+    """``eval.before_training`` and ``eval.after_training`` in a one-iteration sync run: the
+    eval before iteration 0 measures policy version 0 and the one after the update version 1,
+    on the run's engines (episodes stored with the iteration as ``kind='eval'``,
+    ``eval_before/*`` and ``eval/*`` in metrics.jsonl, both printed by the summary's last
+    lines); ``agentrl eval`` of the run's checkpoint afterwards, on a fresh engine with the
+    same eval settings, samples exactly the same tokens as the after-training eval."""
     import json
 
     from agentrl.cluster.controller import train
     from agentrl.cluster.evaluate import evaluate
     from agentrl.config import load_config
+    from agentrl.eval.report import training_eval_lines
     from agentrl.replay import ReplayStore
 
     run_dir = tmp_path / "run"
@@ -33,17 +39,25 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
                              "env.id=agentrl/GuessNumber-v0", "env.tasks_per_iteration=2", "env.group_size=2",
                              # the training's own limits differ from the eval's: the eval's budget must win
                              "rollout.max_turns=1", "rollout.max_new_tokens=16", "rollout.max_context_tokens=1024",
-                             "trainer.lr=1e-3", "trainer.micro_batch_size=2", "eval.every=1", *OVERRIDES])
+                             "trainer.lr=1e-3", "trainer.micro_batch_size=2", "eval.before_training=true",
+                             "eval.after_training=true", *OVERRIDES])
     summary = train(cfg)
     assert summary.policy_version == 1
     m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["eval/policy_version"] == 1.0 and m["eval/samples_scored"] == 4 and "eval/pass@2" in m
-    assert m["time/eval_s"] > 0
+    assert m["time/eval_s"] > 0 and m["time/eval_before_s"] > 0
+    assert m["eval_before/policy_version"] == 0.0 and m["eval_before/samples_scored"] == 4
+    lines = training_eval_lines(summary.history)  # what `agentrl train` prints last
+    assert [line.split(":")[0] for line in lines] == ["held-out eval before training (policy version 0)",
+                                                     "held-out eval after training (policy version 1)"]
+    assert all("over 2 tasks x 2 samples (4 scored, 0 errored)" in line for line in lines)
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
         rows = store.list_episodes(summary.run_id, 0)
         evals = [r for r in rows if r.kind == "eval"]
-        assert len(evals) == 4 and len(rows) == 8  # 4 training episodes beside them
-        assert {(r.policy_version_min, r.policy_version_max) for r in evals} == {(1, 1)}
+        assert len(evals) == 8 and len(rows) == 12  # 4 training episodes beside them
+        versions = sorted((r.policy_version_min, r.policy_version_max) for r in evals)
+        assert versions == [(0, 0)] * 4 + [(1, 1)] * 4  # each eval measured exactly one policy version
+        evals = [r for r in evals if r.policy_version_min == 1]
         during = {r.task_id: [] for r in evals}
         for r in sorted(evals, key=lambda r: r.episode_id):
             during[r.task_id].append([t.completion_ids for t in store.get_episode(r.episode_id).turns])

@@ -215,3 +215,41 @@ def test_the_train_summary_shows_eval_pass_at_1_only_when_measured():
     assert "eval pass@1" not in render([{"iteration": 1.0}])
     out = render([{"iteration": 1.0, "eval/pass@1": 0.25}, {"iteration": 2.0}])
     assert "eval pass@1" in out and "0.250" in out
+
+
+def test_eval_before_and_after_training_are_due_once_each():
+    from agentrl.cluster.evaluate import TrainingEval
+    from agentrl.config import load_config
+
+    with pytest.raises(ConfigError, match="before_training=True.*sync mode only"):
+        load_config(None, ["eval.before_training=true", "controller.mode=async"])
+    base = [f"env.id={GUESS}", "run.iterations=3", "eval.num_tasks=2"]
+    te = TrainingEval(load_config(None, [*base, "eval.before_training=true", "eval.after_training=true"]))
+    assert len(te.task_ids) == 2  # the held-out split is checked at start-up, as with eval.every
+    assert [te.due(i) for i in range(3)] == [False, False, True] and te.due_before(0) and not te.due_before(2)
+    both = TrainingEval(load_config(None, [*base, "eval.every=3", "eval.after_training=true"]))
+    assert [both.due(i) for i in range(3)] == [False, False, True]  # the last iteration evaluated once, not twice
+    off = TrainingEval(load_config(None, base))
+    assert off.task_ids == [] and not off.due_before(0) and not any(off.due(i) for i in range(3))
+
+
+def test_the_train_summary_ends_with_eval_before_and_after():
+    from agentrl.eval.report import training_eval_lines
+
+    def ev(prefix, version, p, lo, hi):
+        return {f"{prefix}/policy_version": version, f"{prefix}/pass@1": p, f"{prefix}/pass@1_low": lo,
+                f"{prefix}/pass@1_high": hi, f"{prefix}/tasks": 9.0, f"{prefix}/samples_scored": 36.0,
+                f"{prefix}/samples_errored": 0.0}
+
+    history = [{"iteration": 1.0, **ev("eval_before", 0.0, 0.25, 0.1, 0.4)}, {"iteration": 2.0},
+               {"iteration": 3.0, **ev("eval", 3.0, 0.5, 0.3, 0.7)}]
+    assert training_eval_lines(history) == [
+        "held-out eval before training (policy version 0): pass@1 0.250 [0.100, 0.400] over 9 tasks x 4 samples "
+        "(36 scored, 0 errored)",
+        "held-out eval after training (policy version 3): pass@1 0.500 [0.300, 0.700] over 9 tasks x 4 samples "
+        "(36 scored, 0 errored)"]
+    mid = training_eval_lines([{"iteration": 1.0, **ev("eval", 1.0, float("nan"), float("nan"), float("nan"))},
+                               {"iteration": 2.0}])
+    assert mid == ["held-out eval after iteration 1 (policy version 1): pass@1 undefined over 9 tasks x 4 samples "
+                   "(36 scored, 0 errored)"]
+    assert training_eval_lines([{"iteration": 1.0}]) == []  # no eval in the run: no lines
