@@ -26,6 +26,8 @@ app.add_typer(envs_app, name="envs")
 app.add_typer(sandbox_app, name="sandbox")
 replay_app = typer.Typer(help="The replay store of a run: rerun recorded episodes.", no_args_is_help=True)
 app.add_typer(replay_app, name="replay")
+tasks_app = typer.Typer(help="Task difficulty: per-task pass rates under a policy.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
 console = Console(stderr=True)
 
 DEBUG_HELP = "Show tracebacks (and debug logs) instead of one error line."
@@ -358,6 +360,41 @@ def eval_cmd(
     Console().print(report_table(result.report))
     typer.echo(f"episodes: run {result.run_id} in {result.replay_url} (kind eval, policy version "
                f"{result.target.policy_version})")
+
+
+@tasks_app.command("profile")
+def tasks_profile(
+    target: str = typer.Argument(..., metavar="MODEL_OR_RUN_OR_CHECKPOINT", help="A run directory (its latest checkpoint), a checkpoint directory, an exported folder, a local Hugging Face model folder, or a known model name (policy version 0)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. rollout.max_new_tokens=128 (the profile samples with the rollout section's settings)."),
+    env: Optional[str] = typer.Option(None, "--env", help="Environment id (default: the run's env.id, or the packaged default config's)."),
+    split: str = typer.Option("train", "--split", help="Split whose tasks are profiled (the training split: overlap with training is the point)."),
+    samples: int = typer.Option(4, "--samples", min=1, help="Samples per task n; errored samples are left out of n."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of env instances and sampling (default: the config's run.seed): same seed, same numbers."),
+    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", min=1, help="Only the split's first N tasks (default all)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="JSON file for the pass rates (default: RUN/profiles/<eval run id>.json, or runs/profiles/... for a bare model)."),
+    replay_url: Optional[str] = typer.Option(None, "--replay-url", help="Replay store for the episodes (default: the run's; runs/eval/replay.db for a bare model)."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Measure each task's pass rate under a policy: n samples per task through `agentrl eval`'s
+    path, with the config's rollout sampling and limits (what a training group sees). Prints the
+    pass rates and what `env.difficulty_filter` would skip (pass rate 0 or 1), writes them to a
+    JSON file, and stores the episodes as an evaluation run of that split."""
+    from agentrl.cluster.profile import profile_tasks
+    from agentrl.eval.difficulty import profile_table
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        with console.status("profiling") as status:
+            res = profile_tasks(target, list(overrides or []), env_id=env, split=split, samples=samples, seed=seed,
+                                num_tasks=num_tasks, out=out, replay_url=replay_url,
+                                progress=lambda phase: status.update(phase))
+    except AgentRLError as exc:
+        _fail(exc, debug)
+        return
+    Console().print(profile_table(res.profile))
+    c = res.profile.counts()
+    typer.echo(f"{c['mixed']} tasks kept, {c['unsolved']} never solved, {c['solved']} always solved, {c['unknown']} "
+               f"without a scored sample; pass rates: {res.path}; episodes: run {res.eval_run_id} in {res.replay_url}")
 
 
 @app.command()

@@ -60,6 +60,10 @@ class EnvConfig(_Section):
     task_ids: list[str] | None = Field(None, description="Train on these task ids only (each must belong to the split); None: the whole split.")
     tasks_per_iteration: int = Field(4, ge=1, description="Distinct task instances (groups) per iteration.")
     group_size: int = Field(4, ge=1, description="Rollouts per task instance (GRPO group size).")
+    difficulty_filter: Literal["off", "skip_solved_and_unsolved"] = Field(
+        "off", description="Difficulty-aware task sampling (controller.mode sync): before iteration 0, and every profile_every iterations, the run's engines roll out every training task profile_samples times with the rollout's own sampling and limits; tasks whose pass rate is 0 or 1 under that policy version (a group with no reward variance, no gradient) are skipped until the next profile. The profiling tokens count in tokens/generated (and tokens/discarded). When every task would be skipped, the run trains on all of them (a warning, profile/fallback_all 1). off: the task order is exactly the unfiltered one.")
+    profile_samples: int = Field(4, ge=2, description="Samples per task in a difficulty profile (n; errored samples are left out of n). At least 2: with 1 every pass rate is 0 or 1.")
+    profile_every: int = Field(0, ge=0, description="Re-profile the tasks before every N-th iteration (iterations 0, N, 2N ...) with the policy of that moment; 0: once, before iteration 0.")
 
 
 class RolloutConfig(_Section):
@@ -608,6 +612,10 @@ class Config(_Section):
                 f"algorithm.overlong_buffer_tokens={self.algorithm.overlong_buffer_tokens} must not exceed "
                 f"rollout.max_new_tokens={self.rollout.max_new_tokens}"
             )
+        if self.env.difficulty_filter != "off" and self.controller.mode != "sync":
+            raise ValueError(f"env.difficulty_filter={self.env.difficulty_filter!r} with controller.mode="
+                             f"{self.controller.mode!r}: the difficulty profile runs in sync mode only (it needs every "
+                             "engine at one policy version); use controller.mode=sync or env.difficulty_filter=off")
         if self.controller.mode == "async":
             slots = self.rollout.num_engines * self.rollout.max_num_seqs
             if self.env.group_size > slots:

@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, latest_checkpoint, load_run_config
 from agentrl.cluster.iteration import RunContext, checkpoint_if_due, compute_credit, end_iteration, record_iteration, span, train_on
+from agentrl.cluster.profile import DifficultyFilter, fold_profile
 from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect, role_options
 from agentrl.config import Config, trainer_configs
 from agentrl.credit import missing_groups
@@ -115,6 +116,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             raise ConfigError(f"env.task_ids: {unknown[:5]} not in split {cfg.env.split!r} of {cfg.env.id!r}")
         task_ids = list(cfg.env.task_ids)
     tasks = TaskSource(cfg.env.id, task_ids, cfg.run.seed, cfg.env.group_size, run_id=run_id)
+    difficulty = DifficultyFilter(cfg, task_ids)  # env.difficulty_filter: profiles and the TaskSource's skip set
     from agentrl.cluster.evaluate import TrainingEval
 
     training_eval = TrainingEval(cfg)  # eval.every > 0: its split checked held out now, before any actor starts
@@ -178,7 +180,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
         sampling = sampling_of(cfg)
         run = RunContext(cfg, rd, store, run_id, pool, group, tasks, sampling, t_train, history=history,
-                         policy_version=policy_version, progress=progress, on_iteration=on_iteration)
+                         policy_version=policy_version, progress=progress, on_iteration=on_iteration,
+                         difficulty=difficulty)
         if progress is not None:
             progress.start(total=cfg.run.iterations, completed=start_iter)
         if cfg.controller.mode == "async":
@@ -234,6 +237,7 @@ def _run_sync(run: RunContext, start_iter: int, training_eval: Any = None) -> No
     for it in range(start_iter, cfg.run.iterations):
         tasks.iteration = it  # every request of this iteration (refills too) carries it in its episode id
         t_iter = time.perf_counter()
+        profiled = run.difficulty.before_iteration(run, it) if run.difficulty is not None else {}  # sets the skip set
         requests = tasks.next_requests(cfg.env.tasks_per_iteration)
         run.phase(it, "rollout")
         timeline_rollout = run.now_s()
@@ -257,6 +261,7 @@ def _run_sync(run: RunContext, start_iter: int, training_eval: Any = None) -> No
         run.phase(it, "credit")
         t0 = time.perf_counter()
         credit = compute_credit(run, episodes, shaped, refills)
+        fold_profile(credit.metrics, profiled)  # profile/* metrics; its tokens paid work in tokens/generated, /discarded
         credit_s = time.perf_counter() - t0
         timeline.update(span("credit", t0 - run.t0, run.now_s()))
 

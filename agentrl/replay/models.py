@@ -75,8 +75,9 @@ revision (4: the ``iterations`` table of completion marks; 5: ``turns.policy_ver
 per-token weight versions; 6: trainer-side log-probs and entropies, ``episodes.kind``,
 ``reruns``, the viewer's indexes and full-text search)."""
 
-EPISODE_KINDS = ("train", "eval")
-"""Values of ``episodes.kind``: training rollouts, and evaluation episodes (kept apart)."""
+EPISODE_KINDS = ("train", "eval", "profile")
+"""Values of ``episodes.kind``: training rollouts, evaluation episodes, and a training run's
+difficulty-profile episodes (``agentrl.cluster.profile``), each kept apart from the others."""
 
 TOKEN_DTYPE = np.dtype("<i4")
 """On-disk dtype of token ids: little-endian int32."""
@@ -323,7 +324,7 @@ class EpisodeRow(Base):
     """Mean of the per-turn advantages; NULL when none were given."""
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     kind: Mapped[str] = mapped_column(String(8), default="train", server_default="train")
-    """``train`` or ``eval`` (``EPISODE_KINDS``): evaluation episodes are stored apart from the
+    """``train``, ``eval`` or ``profile`` (``EPISODE_KINDS``): evaluation episodes are stored apart from the
     training rollouts of the same run (every episode stored before schema 6 is ``train``)."""
 
 

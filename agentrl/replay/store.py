@@ -177,7 +177,7 @@ class EpisodeSummary:
     created_at: datetime
     complete: bool = False
     kind: str = "train"
-    """``train`` or ``eval`` (``models.EPISODE_KINDS``)."""
+    """``train``, ``eval`` or ``profile`` (``models.EPISODE_KINDS``)."""
 
     @property
     def is_error(self) -> bool:
@@ -409,7 +409,8 @@ class ReplayStore:
             episodes: valid episodes (``Episode.validate`` is applied), errored ones included.
             advantages: optional ``{episode_id: [one float per turn]}``; finite values. Stored
                 per turn, with their mean on the episode. Episodes absent here get NULL.
-            kind: ``"train"`` (rollouts of the training loop) or ``"eval"``.
+            kind: ``"train"`` (rollouts of the training loop), ``"eval"`` or ``"profile"``
+                (a run's difficulty profile, ``agentrl.cluster.profile``).
             trainer_values: optional ``{episode_id: [per turn: (log_probs [C], entropies [C])
                 or None]}`` from the update that trained on them (see ``set_trainer_values``).
                 A turn whose values hold a non-finite number (a diverging update) is stored
