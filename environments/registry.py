@@ -57,6 +57,7 @@ __all__ = [
 ENV_ENTRY_POINTS: dict[str, str] = {
     "agentrl/HumanEval-v0": "environments.humaneval:HumanEvalEnv",
     "agentrl/ShellTasks-v0": "environments.shell_tasks:ShellTasksEnv",
+    "agentrl/ShellLookup-v0": "environments.shell_lookup:ShellLookupEnv",
     "agentrl/GuessNumber-v0": "environments.guess_number:GuessNumberEnv",
     "agentrl/Sokoban-v0": "environments.sokoban:SokobanEnv",
     "agentrl/TextWorld-v0": "environments.textworld_env:TextWorldEnv",  # needs `textworld`

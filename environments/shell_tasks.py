@@ -155,7 +155,7 @@ class ShellTasksEnv(TextEnv):
         super().__init__()
         if not isinstance(sandbox, Sandbox):
             raise ConfigError(f"sandbox={sandbox!r} does not implement sandboxes.base.Sandbox")
-        self._split_ids = task_ids(split)
+        self._split_ids = self.task_ids(split)
         for name, value in (("max_tool_calls", max_tool_calls), ("max_invalid_actions", max_invalid_actions)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name}={value!r} must be an int >= 0")
@@ -180,6 +180,17 @@ class ShellTasksEnv(TextEnv):
     @classmethod
     def task_ids(cls, split: str = "train") -> list[str]:
         return task_ids(split)
+
+    @classmethod
+    def get_task(cls, task_id: str) -> ShellTask:
+        """The task ``task_id`` (a subclass with other tasks overrides this, ``task_ids`` and
+        ``split_of``). Raises ConfigError naming it when unknown."""
+        return get_task(task_id)
+
+    @classmethod
+    def split_of(cls, task_id: str) -> str:
+        """``train`` or ``test``: the split ``task_id`` belongs to."""
+        return _split_of(task_id)
 
     @classmethod
     def checker_actions(cls) -> list[str]:
@@ -222,7 +233,7 @@ class ShellTasksEnv(TextEnv):
             SandboxError: the setup failed.
         """
         task_id = self._start_reset(seed, options)
-        task = get_task(task_id if task_id is not None else self._draw(self._split_ids))
+        task = self.get_task(task_id if task_id is not None else self._draw(self._split_ids))
         self._setup(task)
         self._task, self._task_id, self._done = task, task.task_id, False
         self._history = hashlib.sha256()
@@ -230,7 +241,7 @@ class ShellTasksEnv(TextEnv):
         self._num_invalid_actions = 0
         info = self._info(system_prompt=self.system_prompt, system_prompt_describes_tools=True,
                           tools=tuple(json.loads(json.dumps(self.tools))))
-        info.update(split=_split_of(task.task_id), category=task.category)
+        info.update(split=self.split_of(task.task_id), category=task.category)
         prompt = (f"Task: {task.prompt}\n\nThe working directory is `{self.sandbox.spec.workdir}`. "
                   "Use the bash tool to do the task, then reply without a tool call.")
         return prompt, info
