@@ -7,6 +7,7 @@ returns the reference inside a list, so only the reference passes through the dr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -15,7 +16,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import ray
 
@@ -173,23 +174,51 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
         pool.wait_ready(timeout_s=300.0)  # warm before the first episode asks
 
     def factory(req):
+        env_kwargs = factory.env_kwargs  # type: ignore[attr-defined]
         if not uses_sandbox:
-            return gymnasium.make(req.env_id, disable_env_checker=True, **cfg.env.kwargs), None
+            return gymnasium.make(req.env_id, disable_env_checker=True, **env_kwargs), None
         if balancer is not None:
             sandbox = make_remote_sandbox(hosts, balancer, spec)
         else:
             sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(backend, spec)
         try:
-            env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **cfg.env.kwargs)
+            env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **env_kwargs)
         except BaseException:
             sandbox.close()
             raise
         return env, sandbox
 
     factory.pool = pool  # type: ignore[attr-defined]
+    # the kwargs envs are made with: env.kwargs, or for one rollout call the eval judge's (RolloutActor.rollout)
+    factory.env_kwargs = dict(cfg.env.kwargs)  # type: ignore[attr-defined]
     factory.backend = backend  # type: ignore[attr-defined]
     factory.balancer = balancer  # type: ignore[attr-defined]
     return factory
+
+
+@contextlib.contextmanager
+def budget_applied(worker: Any, budget: dict[str, Any] | None) -> Iterator[None]:
+    """Within the block, ``worker`` (a ``RolloutWorker`` whose ``env_factory`` came from
+    ``make_env_factory``) rolls out with ``budget`` (``agentrl.cluster.evaluate.eval_budget``):
+    its ``temperature`` (top_p 1, top_k off), ``max_turns``, ``max_new_tokens``,
+    ``max_context_tokens`` and, when given, ``env_kwargs`` (the eval judge's,
+    ``agentrl.cluster.judge``: the kwargs the block's envs are made with). The run's
+    settings are back afterwards, also when the block raises. ``None``: nothing changes."""
+    if budget is None:
+        yield
+        return
+    factory = worker.env_factory
+    saved = (worker.limits, worker.sampling, factory.env_kwargs)
+    try:
+        worker.limits = dataclasses.replace(
+            saved[0], max_turns=int(budget["max_turns"]), max_new_tokens=int(budget["max_new_tokens"]),
+            max_context_tokens=int(budget["max_context_tokens"]))
+        worker.sampling = SamplingRecord(temperature=float(budget["temperature"]), top_p=1.0, top_k=-1)
+        if budget.get("env_kwargs") is not None:
+            factory.env_kwargs = dict(budget["env_kwargs"])
+        yield
+    finally:
+        worker.limits, worker.sampling, factory.env_kwargs = saved
 
 
 @ray.remote(concurrency_groups={"stream": 4})
@@ -274,19 +303,13 @@ class RolloutActor:
                 budget: dict[str, Any] | None = None) -> tuple[list[Episode], float]:
         """Run ``requests`` to the end. ``budget`` (``agentrl.cluster.evaluate.eval_budget``:
         ``temperature``, ``max_turns``, ``max_new_tokens``, ``max_context_tokens``) replaces the
-        run's sampling (top_p 1, top_k off) and limits for this call only; None: the run's."""
+        run's sampling (top_p 1, top_k off) and limits for this call only, and its optional
+        ``env_kwargs`` (the eval judge's, ``agentrl.cluster.judge``) the kwargs this call's envs
+        are made with; None: the run's."""
         self._not_streaming("rollout")
         t0 = time.perf_counter()
-        saved = (self.worker.limits, self.worker.sampling)
-        if budget is not None:
-            self.worker.limits = dataclasses.replace(
-                saved[0], max_turns=int(budget["max_turns"]), max_new_tokens=int(budget["max_new_tokens"]),
-                max_context_tokens=int(budget["max_context_tokens"]))
-            self.worker.sampling = SamplingRecord(temperature=float(budget["temperature"]), top_p=1.0, top_k=-1)
-        try:
+        with budget_applied(self.worker, budget):
             episodes = self.worker.run(requests, policy_version)
-        finally:
-            self.worker.limits, self.worker.sampling = saved
         return episodes, time.perf_counter() - t0
 
     def _not_streaming(self, what: str) -> None:

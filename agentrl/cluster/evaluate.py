@@ -18,6 +18,9 @@ The configuration (``eval_config``): the run's own config (env kwargs, engines, 
 or, for a bare model, the packaged default, with the ``eval`` section's fixed budget put in
 place of the rollout's (``eval.temperature`` with top_p 1 / top_k off, ``eval.max_turns``,
 ``eval.max_new_tokens``, ``eval.max_context_tokens``) and ``env.group_size = eval.samples``.
+The env is made with its declared judge kwargs over ``env.kwargs`` (``agentrl.cluster.judge``:
+e.g. HumanEval trained on the visible examples is judged on the full hidden check), in
+``agentrl eval`` and ``eval.every`` alike; the report names the judge.
 
 Held out: the eval tasks must not overlap the training tasks (the run's ``env.split`` /
 ``env.task_ids`` on the same env; for a bare model the env's ``train`` split) unless
@@ -53,6 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir
+from agentrl.cluster.judge import judge_env_kwargs, judge_label
 from agentrl.config import Config, load_default_config
 from agentrl.errors import ConfigError, ContractError
 from agentrl.eval.passk import EvalReport, summarize, task_outcomes
@@ -171,6 +175,8 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     data = base.model_dump(mode="json")
     data["model"]["path"] = target.model if target.model is not None else data["model"]["path"]
     data["env"].update(split=ev.split, task_ids=None, group_size=ev.samples)
+    # every eval episode is scored by the env's declared judge, not the training reward (agentrl.cluster.judge)
+    data["env"]["kwargs"] = judge_env_kwargs(base.env.id, data["env"]["kwargs"], base.env.import_modules)
     data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
                            max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
     data["run"]["seed"] = ev.seed
@@ -290,10 +296,12 @@ def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str, iteration: 
 
 
 def eval_budget(cfg: Config) -> dict[str, Any]:
-    """The eval section's sampling and limits, as ``RolloutActor.rollout``'s ``budget``."""
+    """The eval section's sampling and limits, as ``RolloutActor.rollout``'s ``budget``, and
+    the env kwargs of the eval's judge (``env_kwargs``: ``agentrl.cluster.judge``)."""
     ev = cfg.eval
     return {"temperature": ev.temperature, "max_turns": ev.max_turns, "max_new_tokens": ev.max_new_tokens,
-            "max_context_tokens": ev.max_context_tokens}
+            "max_context_tokens": ev.max_context_tokens,
+            "env_kwargs": judge_env_kwargs(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)}
 
 
 @dataclass
@@ -368,6 +376,8 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     cfg_dict = cfg.model_dump(mode="json")
 
     settings = settings_of(cfg, len(task_ids))
+    trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else {}
+    settings["judge"] = judge_label(cfg.env.id, trained_on, cfg.env.import_modules)  # printed, stored with the run
     identity = eval_identity(target, cfg)
     store = ReplayStore(replay_url)  # opened first: a bad store fails before any rollout
     try:

@@ -8,7 +8,9 @@ the recorded actions, and writes the result to the store's ``reruns`` table (wha
 shows on the episode page).
 
 What the rerun takes from the run's config, since the episode row does not hold it:
-``env.kwargs``, ``env.import_modules``, ``sandbox.*`` and ``rollout.score_truncated``.
+``env.kwargs``, ``env.import_modules``, ``sandbox.*`` and ``rollout.score_truncated``. An eval
+episode of a training run (``eval.every``) is rerun with the env's judge kwargs over
+``env.kwargs``, as the eval made it (``agentrl.cluster.judge``).
 Two things differ from the run on purpose: no warm pool (``sandbox.pool_size = 0``: one fresh
 sandbox, the state a pooled sandbox would carry between episodes is what a rerun must not
 inherit) and no sandbox hosts (``cluster.sandbox_hosts``: the sandbox runs in this process,
@@ -75,6 +77,18 @@ def _run_id_of(store: ReplayStore, episode_id: str) -> str:
     return str(run_id)
 
 
+def _is_eval_episode(store: ReplayStore, run_id: str, episode_id: str, page: int = 1000) -> bool:
+    """Whether ``episode_id`` is stored as one of ``run_id``'s ``kind='eval'`` episodes."""
+    offset = 0
+    while True:
+        rows = store.list_episodes(run_id, limit=page, offset=offset, kind="eval")
+        if any(r.episode_id == episode_id for r in rows):
+            return True
+        if len(rows) < page:
+            return False
+        offset += page
+
+
 def rerun_stored_episode(target: str | Path, episode_id: str, *, record: bool = True) -> RerunReport:
     """Rerun episode ``episode_id`` of the replay store ``target`` (module docstring) and,
     with ``record``, store the result in its ``reruns`` table.
@@ -90,6 +104,7 @@ def rerun_stored_episode(target: str | Path, episode_id: str, *, record: bool = 
         InfraError: the database cannot be opened.
     """
     from agentrl.cluster.actors import make_env_factory
+    from agentrl.cluster.judge import judge_env_kwargs
     from agentrl.config import config_from_dict
 
     store = ReplayStore(store_url(target))
@@ -105,6 +120,9 @@ def rerun_stored_episode(target: str | Path, episode_id: str, *, record: bool = 
             # an episode of another env than the run's (e.g. an eval env): its kwargs are not the run's
             cfg.env.id = episode.env_id
             cfg.env.kwargs = {}
+        elif _is_eval_episode(store, run_id, episode_id):
+            # an eval episode of a training run (eval.every): its env had the judge's kwargs (agentrl.cluster.judge)
+            cfg.env.kwargs = judge_env_kwargs(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)
         cfg.sandbox.pool_size = 0
         cfg.sandbox.max_sandboxes = None
         factory = make_env_factory(cfg, f"rerun-{uuid.uuid4().hex[:8]}", None)

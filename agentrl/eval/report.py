@@ -12,13 +12,15 @@ __all__ = ["format_settings", "report_table", "training_eval_lines"]
 
 
 def format_settings(settings: Mapping[str, Any], policy_version: int) -> str:
-    """One line: what was evaluated with which fixed sampling configuration and budget."""
+    """One line: what was evaluated with which fixed sampling configuration and budget, and
+    which judge scored it (``settings["judge"]``, ``agentrl.cluster.judge.judge_label``)."""
     s = settings
+    judge = f"; {s['judge']}" if s.get("judge") else ""
     return (f"eval of policy version {policy_version} on {s['env']} split {s['split']}: {s['tasks']} tasks x "
             f"{s['samples']} samples, seed {s['seed']}; sampling temperature {s['temperature']:g}, top_p "
             f"{s['top_p']:g}, top_k {s['top_k']}; budget max_turns {s['max_turns']}, max_new_tokens "
             f"{s['max_new_tokens']}, max_context_tokens {s['max_context_tokens']}; intervals: "
-            f"{s['confidence']:.0%} bootstrap over tasks ({s['num_resamples']} resamples)")
+            f"{s['confidence']:.0%} bootstrap over tasks ({s['num_resamples']} resamples){judge}")
 
 
 def _cell(e: Estimate, fmt: str = "{:.3f}") -> tuple[str, str, str]:

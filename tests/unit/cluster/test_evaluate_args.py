@@ -192,7 +192,8 @@ def test_eval_during_training_settings_are_checked_at_start():
     cfg = load_config(None, [f"env.id={GUESS}", "eval.every=2", "eval.num_tasks=3", "eval.max_new_tokens=5"])
     te = TrainingEval(cfg)
     assert len(te.task_ids) == 3 and [te.due(i) for i in range(4)] == [False, True, False, True]
-    assert eval_budget(cfg) == {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 5, "max_context_tokens": 2048}
+    assert eval_budget(cfg) == {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 5, "max_context_tokens": 2048,
+                                "env_kwargs": {}}  # GuessNumber declares no separate judge: the run's env.kwargs
     assert TrainingEval(load_config(None, [f"env.id={GUESS}"])).task_ids == []  # every=0: nothing to check
     with pytest.raises(ConfigError, match="--allow-overlap"):
         TrainingEval(load_config(None, [f"env.id={GUESS}", "eval.every=1", "eval.split=all"]))

@@ -1,0 +1,125 @@
+"""The eval judge kept apart from the training reward (agentrl/cluster/judge.py): an env's
+declared ``judge_kwargs`` reach every eval episode (``agentrl eval``'s config and identity,
+``eval.every``'s budget, the engine's env factory) and the report names the judge. The
+sandboxed grading under both judges is
+tests/integration/environments/test_env_humaneval_sandboxed.py
+(test_visible_tests_pay_the_training_reward_and_the_judge_grades_the_hidden_check)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import gymnasium
+import pytest
+
+from agentrl.cluster.actors import budget_applied, make_env_factory
+from agentrl.cluster.evaluate import eval_budget, eval_config, eval_identity, eval_run_id, resolve_target
+from agentrl.cluster.judge import declared_judge_kwargs, judge_env_kwargs, judge_label
+from agentrl.config import config_from_dict
+from agentrl.errors import ContractError
+from agentrl.eval.report import format_settings
+from agentrl.rollout.loop import RolloutLimits
+from agentrl.types import EpisodeRequest, SamplingRecord
+from environments.guess_number import GuessNumberEnv
+
+HUMANEVAL = "agentrl/HumanEval-v0"
+JUDGED = "agentrl-test/JudgedGuess-v0"
+
+
+class JudgedGuess(GuessNumberEnv):
+    """GuessNumber whose eval judge allows 2 guesses (a stand-in for a user's env)."""
+
+    judge_kwargs = {"max_guesses": 2}
+
+
+@pytest.fixture
+def judged_env():
+    gymnasium.register(JUDGED, entry_point=JudgedGuess)
+    yield JUDGED
+    del gymnasium.registry[JUDGED]
+
+
+def _run(tmp_path: Path, env_id: str, kwargs: dict) -> Path:
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints" / "iter_1"
+    (ckpt / "trainer").mkdir(parents=True)
+    (ckpt / "trainer" / "COMPLETE").write_text("ok\n")
+    (ckpt / "controller.json").write_text(json.dumps({"run_id": "r-1", "iteration": 1, "policy_version": 1}))
+    (run / "checkpoints" / "latest").write_text("iter_1")
+    (run / "config.yaml").write_text(json.dumps({"run": {"name": "r"}, "env": {"id": env_id, "split": "train",
+                                                                                "kwargs": kwargs}}))
+    return run
+
+
+def test_declarations_are_read_from_the_env_class(judged_env):
+    assert declared_judge_kwargs(HUMANEVAL) == {"reward_tests": "hidden"}
+    assert declared_judge_kwargs("agentrl/GuessNumber-v0") == {}  # no separate judge: the training reward
+    assert declared_judge_kwargs(judged_env) == {"max_guesses": 2}
+    assert judge_env_kwargs(HUMANEVAL, {"reward_tests": "visible", "max_tool_calls": 2}) == \
+        {"reward_tests": "hidden", "max_tool_calls": 2}
+
+
+def test_a_malformed_declaration_is_a_contract_error(judged_env, monkeypatch):
+    monkeypatch.setattr(JudgedGuess, "judge_kwargs", ["max_guesses"])
+    with pytest.raises(ContractError, match=r"JudgedGuess.judge_kwargs=\['max_guesses'\] must be a mapping"):
+        declared_judge_kwargs(judged_env)
+
+
+def test_labels_say_which_judge_and_whether_it_is_the_training_reward():
+    assert judge_label(HUMANEVAL, {"reward_tests": "visible"}) == \
+        "judge reward_tests='hidden' (training reward: reward_tests='visible')"
+    assert judge_label(HUMANEVAL, {}) == "judge reward_tests='hidden' (the training reward too)"  # the default
+    assert judge_label("agentrl/GuessNumber-v0", {}) == \
+        "judge: the training reward (agentrl/GuessNumber-v0 declares no separate judge)"
+    settings = {"env": HUMANEVAL, "split": "test", "tasks": 33, "samples": 4, "seed": 0, "temperature": 1.0,
+                "top_p": 1.0, "top_k": -1, "max_turns": 4, "max_new_tokens": 256, "max_context_tokens": 2048,
+                "confidence": 0.95, "num_resamples": 1000, "judge": judge_label(HUMANEVAL, {"reward_tests": "visible"})}
+    assert format_settings(settings, 3).endswith("(1000 resamples); judge reward_tests='hidden' "
+                                                 "(training reward: reward_tests='visible')")
+
+
+def test_agentrl_eval_of_a_run_trained_on_visible_tests_is_judged_on_the_hidden_check(tmp_path):
+    run = _run(tmp_path, HUMANEVAL, {"reward_tests": "visible", "max_tool_calls": 2})
+    target = resolve_target(str(run))
+    cfg, train_cfg = eval_config(target)
+    assert train_cfg.env.kwargs == {"reward_tests": "visible", "max_tool_calls": 2}
+    assert cfg.env.kwargs == {"reward_tests": "hidden", "max_tool_calls": 2}  # the engines make envs with these
+    assert eval_identity(target, cfg)["env_kwargs"] == {"reward_tests": "hidden", "max_tool_calls": 2}
+    # eval.every: the training config's budget carries the judge's kwargs to the engines
+    assert eval_budget(train_cfg)["env_kwargs"] == {"reward_tests": "hidden", "max_tool_calls": 2}
+
+
+def test_two_evals_under_different_judges_never_share_a_run_id(tmp_path, judged_env, monkeypatch):
+    target = resolve_target(str(_run(tmp_path, judged_env, {"max_guesses": 5})))
+    cfg_a, _ = eval_config(target)
+    monkeypatch.setattr(JudgedGuess, "judge_kwargs", {"max_guesses": 3})
+    cfg_b, _ = eval_config(target)
+    assert (cfg_a.env.kwargs, cfg_b.env.kwargs) == ({"max_guesses": 2}, {"max_guesses": 3})
+    assert eval_run_id(target, cfg_a) != eval_run_id(target, cfg_b)
+
+
+def test_the_engines_env_factory_makes_eval_envs_with_the_judges_kwargs(judged_env):
+    cfg = config_from_dict({"env": {"id": judged_env, "kwargs": {"max_guesses": 5}}})
+    factory = make_env_factory(cfg, "test-judge")  # GuessNumber needs no sandbox
+    limits = RolloutLimits(max_turns=6, max_new_tokens=64, max_context_tokens=1024)
+    worker = SimpleNamespace(limits=limits, sampling=SamplingRecord(temperature=0.7), env_factory=factory)
+    req = EpisodeRequest(env_id=judged_env, task_id=GuessNumberEnv.task_ids("test")[0], seed=0, group_id="g", sample_seed=0)
+
+    def guesses() -> int:
+        env, sandbox = factory(req)
+        assert sandbox is None
+        n = env.unwrapped.max_guesses
+        env.close()
+        return n
+
+    budget = eval_budget(cfg)
+    assert guesses() == 5  # training episodes
+    with budget_applied(worker, budget):
+        assert guesses() == 2  # eval episodes: the judge's kwargs
+        assert (worker.limits.max_turns, worker.sampling.temperature) == (cfg.eval.max_turns, cfg.eval.temperature)
+    assert guesses() == 5 and worker.limits is limits
+    with pytest.raises(RuntimeError), budget_applied(worker, budget):
+        raise RuntimeError("an engine fault mid-eval")
+    assert guesses() == 5 and worker.limits is limits  # restored when the rollout raises
