@@ -130,3 +130,14 @@ def test_agentrl_tasks_profile_is_an_eval_with_the_rollout_budget():
     assert (cfg.rollout.max_new_tokens, cfg.rollout.max_turns, cfg.rollout.temperature) == (24, 2, 0.7)
     assert (cfg.eval.split, cfg.eval.samples, cfg.eval.seed, cfg.eval.num_tasks, cfg.env.group_size) == ("train", 3, 11, 2, 3)
     assert cfg.rollout.max_context_tokens == base.rollout.max_context_tokens
+
+
+def test_the_cli_reports_a_missing_target_and_a_bad_override_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    res = CliRunner().invoke(app, ["tasks", "profile", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(app, ["tasks", "profile", "tiny-random-smollm2", "rollout.max_turns=0"])
+    assert res.exit_code == 2 and "rollout.max_turns=0" in res.output and "Traceback" not in res.output
