@@ -18,9 +18,9 @@ File (``write_profile`` / ``read_profile``): one JSON object, ``"format":
 "agentrl.task_profile/1"``, the metadata (env, split, policy version, samples, seed, the
 sampling and budget, where it came from) and ``"tasks"``: one record per task in profile
 order with ``task_id``, ``n``, ``c``, ``errored``, ``pass_rate`` (null when ``n = 0``),
-``tokens_generated``. A JSON file beside the run (not only replay-store rows) because the
-filter, ``agentrl diagnose`` and the viewer read one small file per profile, and the CLI's
-profile of a bare model has no run to store it in.
+``tokens_generated``. A JSON file beside the run (not only replay-store rows): one small file
+per profile that a tool reads without a database, and the CLI's profile of a bare model has no
+run to store it in.
 """
 
 from __future__ import annotations
