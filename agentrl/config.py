@@ -422,6 +422,12 @@ class PlacementConfig(_Section):
         default_factory=SandboxPlacement,
         description="One sandbox host (cluster.sandbox_hosts of them).",
     )
+    eval: RolePlacement = Field(
+        default_factory=lambda: RolePlacement(num_cpus=1.0),
+        description="The dedicated eval engine of asynchronous training (eval.engine dedicated, "
+                    "agentrl.cluster.async_eval): a vLLM engine and its sandboxes that evaluate one policy version "
+                    "at a time while training goes on.",
+    )
 
 
 class ClusterConfig(_Section):
@@ -527,6 +533,15 @@ class EvalConfig(_Section):
     same thing. These settings replace the rollout section's for the eval's episodes."""
 
     split: str = Field("test", description="Task split evaluated (held out: an overlap with the training split is refused unless allowed).")
+    engine: Literal["auto", "rollout", "dedicated"] = Field(
+        "auto",
+        description="Where evaluation during training runs. rollout: on the run's engines between an update and "
+                    "the next rollout (controller.mode sync; nothing trains meanwhile). dedicated: on an engine of "
+                    "its own (controller.mode async, cluster.placement.eval) that loads the weights of the version "
+                    "evaluated and rolls out while training goes on, off the critical path; its results land in the "
+                    "metrics line of the first iteration recorded after it finished (eval/policy_version and "
+                    "eval/iteration say which). auto: rollout in sync mode, dedicated in async mode.",
+    )
     samples: int = Field(4, ge=1, description="Samples per task, n: pass@1..n are reported (Chen et al. 2021's unbiased estimator).")
     num_tasks: int | None = Field(None, ge=1, description="Evaluate the split's first N tasks in its listed order (a cheaper, still fixed subset); None: all of them.")
     seed: int = Field(0, description="Seed of the environments' instances, the sampling and the bootstrap: same seed, same numbers.")
@@ -537,7 +552,7 @@ class EvalConfig(_Section):
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="Mass of the bootstrap intervals over tasks.")
     num_resamples: int = Field(1000, ge=1, description="Bootstrap resamples of the tasks per interval.")
     allow_overlap: bool = Field(False, description="Evaluate even when the eval tasks overlap the training tasks (refused by default: not held out).")
-    every: int = Field(0, ge=0, description="During training (controller.mode sync): evaluate the policy after every N-th iteration's update, one policy version per eval, on the run's engines with this section's budget; metrics eval/* in that iteration's metrics, episodes stored as kind 'eval'. 0: never.")
+    every: int = Field(0, ge=0, description="During training: evaluate the policy after every N-th iteration's update, one policy version per eval, with this section's budget, where eval.engine says; metrics eval/* in that iteration's metrics line (async mode: the first line recorded after the eval finished), episodes stored as kind 'eval'. 0: never.")
     before_training: bool = Field(False, description="During training (controller.mode sync): evaluate the policy the run starts from (version 0) before iteration 0, on the run's engines with this section's budget; metrics eval_before/* in iteration 0's metrics, episodes stored as kind 'eval'. A resumed run does not repeat it.")
     after_training: bool = Field(False, description="During training (controller.mode sync): evaluate the final policy after the last iteration's update (as eval.every does; nothing extra when eval.every already evaluates that iteration); metrics eval/* in the last iteration's metrics.")
 
@@ -549,6 +564,25 @@ class EvalConfig(_Section):
 
 class ReplayConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL of the replay store (None: sqlite file replay.db in the run directory).")
+
+
+class WandbConfig(_Section):
+    """Weights & Biases (``pip install 'agentrl[wandb]'``): every metrics.jsonl line, under the
+    same names, step = iteration (``agentrl.cluster.metric_sinks``)."""
+
+    project: str = Field("agentrl", min_length=1, description="W&B project the run is logged to.")
+    mode: Literal["offline", "online"] = Field(
+        "offline", description="offline: written under RUN_DIR/wandb with no network (upload later with `wandb sync`); "
+                               "online: streamed to the W&B server (needs `wandb login`).")
+    entity: str | None = Field(None, description="W&B entity (user or team); None: the logged-in user's default.")
+    tags: list[str] = Field(default_factory=list, description="Tags of the W&B run.")
+
+
+class LoggingConfig(_Section):
+    """Where metrics go besides RUN_DIR/metrics.jsonl and the replay store (optional extras)."""
+
+    tensorboard: bool = Field(False, description="Write every metrics.jsonl line as TensorBoard scalars under RUN_DIR/tensorboard, same names, step = iteration (`pip install 'agentrl[tensorboard]'`).")
+    wandb: WandbConfig | None = Field(None, description="Log every metrics.jsonl line to Weights & Biases (see its fields); None: off.")
 
 
 class Config(_Section):
@@ -564,6 +598,7 @@ class Config(_Section):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -627,12 +662,10 @@ class Config(_Section):
                     f"{self.controller.max_staleness} and every update waits for it; use a smaller group or "
                     "more engines / sequences"
                 )
-        if self.eval.during_training and self.controller.mode != "sync":
-            raise ValueError(f"eval.every={self.eval.every} (before_training={self.eval.before_training}, after_training="
-                             f"{self.eval.after_training}) with controller.mode={self.controller.mode!r}: evaluation "
-                             "during training runs in sync mode only; use controller.mode=sync, or eval.every=0 and "
-                             "`agentrl eval` on the run's checkpoints")
-        if self.eval.during_training and self.eval.max_context_tokens > self.rollout.max_context_tokens:
+        if self.eval.during_training:
+            _check_eval_engine(self)
+        if self.eval.during_training and self.eval_engine == "rollout" and \
+                self.eval.max_context_tokens > self.rollout.max_context_tokens:
             raise ValueError(f"eval.max_context_tokens={self.eval.max_context_tokens} exceeds rollout.max_context_tokens="
                              f"{self.rollout.max_context_tokens}: evaluation during training runs on the run's engines, "
                              "whose context is the rollout's; lower eval.max_context_tokens or raise the rollout's")
@@ -653,6 +686,30 @@ class Config(_Section):
 
     def run_dir(self) -> Path:
         return Path(self.run.dir) if self.run.dir else Path(self.run.output_dir) / self.run.name
+
+    @property
+    def eval_engine(self) -> str:
+        """``eval.engine`` resolved: ``"rollout"`` or ``"dedicated"`` (``auto``: by ``controller.mode``)."""
+        if self.eval.engine != "auto":
+            return self.eval.engine
+        return "dedicated" if self.controller.mode == "async" else "rollout"
+
+
+def _check_eval_engine(cfg: "Config") -> None:
+    """Evaluation during training fits the controller mode (``eval.engine``); raises
+    ``ValueError`` naming the values otherwise (the config's cross-checks)."""
+    ev, mode = cfg.eval, cfg.controller.mode
+    if mode == "async" and ev.engine == "rollout":
+        raise ValueError(f"eval.engine='rollout' with controller.mode='async' (eval.every={ev.every}): the rollout "
+                         "engines load new weights after every update and an episode may span versions, so an eval "
+                         "on them would not measure one policy version; use eval.engine=dedicated (or auto)")
+    if mode == "sync" and ev.engine == "dedicated":
+        raise ValueError(f"eval.engine='dedicated' with controller.mode='sync' (eval.every={ev.every}): a dedicated "
+                         "eval engine runs beside asynchronous training only; sync mode evaluates on the run's "
+                         "engines between updates (eval.engine=auto or rollout)")
+    if mode == "async" and getattr(ev, "before_training", False):
+        raise ValueError("eval.before_training=True with controller.mode='async': the eval before training runs in "
+                         "sync mode only; run `agentrl eval MODEL` before training, or use controller.mode=sync")
 
 
 def _section_keys(loc: Sequence[Any]) -> list[str] | None:

@@ -30,6 +30,11 @@ controller.max_staleness``:
   ids: the store's rewind dropped anything after the checkpoint), then continues the cursor.
   Episodes are stored under the iteration that trained (or dropped) them.
 
+* Evaluation during training (``eval.every``, ``eval.after_training``): on a dedicated eval
+  engine that loads the weights of version ``v + 1`` (the sync's own object-store snapshot)
+  and rolls out the held-out split while the loop goes on; results land in the metrics line
+  of the first iteration recorded after the eval finished (``agentrl.cluster.async_eval``).
+
 Metrics per update, beside the synchronous ones: ``async/staleness_mean``,
 ``async/staleness_max``, ``async/staleness_hist/<d>``, ``async/stale_dropped``,
 ``async/in_flight``, ``async/buffered_groups``, ``async/admission_wait_s``,
@@ -109,8 +114,9 @@ def group_requests(requests: list[EpisodeRequest]) -> list[list[EpisodeRequest]]
 class _Streamer:
     """Admission and collection between the buffer and the engines (driver thread only)."""
 
-    def __init__(self, run: RunContext, buf: GroupBuffer) -> None:
+    def __init__(self, run: RunContext, buf: GroupBuffer, evals: Any = None) -> None:
         self.run, self.buf = run, buf
+        self.evals = evals  # async_eval.DedicatedEval (eval during training) or None
         self.idle_since: float | None = None
         self.admission_wait_s = 0.0
         self.aborted = 0
@@ -136,6 +142,8 @@ class _Streamer:
             self.aborted += ep.termination_reason == TerminationReason.ABORTED
         for aborted_id, retry in retries:
             buf.add_retry(aborted_id, retry)
+        if self.evals is not None:  # never blocks: collect a finished eval, start the waiting one
+            self.evals.poll()
 
     def flush_idle(self) -> float:
         """Seconds the engines had nothing admitted since the last call."""
@@ -197,10 +205,19 @@ def _rows(groups: list[AdmittedGroup]) -> int:
     return sum(len(e.row_layout()) for g in groups for e in g.finished.values() if e.turns)
 
 
-def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) -> None:
+def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None, training_eval: Any = None) -> None:
     """Asynchronous updates ``start_iter .. run.iterations - 1`` (module docstring); ``state``:
-    the checkpoint's controller state on resume (its ``async.pending_requests`` go first)."""
+    the checkpoint's controller state on resume (its ``async.pending_requests`` go first);
+    ``training_eval`` (``agentrl.cluster.evaluate.TrainingEval``): evaluation during training
+    on a dedicated eval engine, off the critical path (``agentrl.cluster.async_eval``)."""
+    from agentrl.cluster.weight_sync import weights_payload
+
     cfg, pool, group = run.cfg, run.pool, run.group
+    evals = None
+    if training_eval is not None and training_eval.task_ids and start_iter < cfg.run.iterations:
+        from agentrl.cluster.async_eval import DedicatedEval
+
+        evals = DedicatedEval(run, training_eval, state)  # its engine starts while training starts
     B, k = cfg.env.tasks_per_iteration, cfg.controller.max_staleness
     buf = GroupBuffer(B, k)
     resumed = requests_from_state(((state or {}).get("async") or {}).get("pending_requests", []))
@@ -209,7 +226,7 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) ->
     if resumed:
         log.info("resume: re-issuing %d requests (%d groups) that were admitted or queued but not trained at the "
                  "checkpoint", len(resumed), len(buf.pending))
-    streamer = _Streamer(run, buf)
+    streamer = _Streamer(run, buf, evals)
     run.tasks.iteration = start_iter
     pool.stream_start(run.policy_version)
     lost_before = pool.engines_lost
@@ -245,11 +262,18 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) ->
             run.phase(it, "sync")
             t0 = time.perf_counter()
             sync_metrics: dict[str, float] = {"async/preempted_requests": 0.0, "async/restarted_episodes": 0.0}
+            eval_due = evals is not None and evals.due(it)
+            # the eval engine loads the very snapshot the engines get (object store; one gather)
+            payload = weights_payload(group.actors) if eval_due and (
+                credit.batch is None or cfg.cluster.weight_sync == "object_store") else None
             if credit.batch is not None:
-                sync_metrics = pool.stream_update_weights(group.actors, v + 1, cfg.controller.partial_rollout)
+                sync_metrics = pool.stream_update_weights(group.actors, v + 1, cfg.controller.partial_rollout,
+                                                          payload=payload)
                 kill_point("mid_sync", it + 1)
                 run.policy_version = v + 1
             buf.release()  # the consumed groups' slots: the engines now sample at the new version
+            if eval_due:  # handed to the eval engine; the loop goes on (async_eval)
+                evals.add(it, run.policy_version, payload if payload is not None else weights_payload(group.actors))
             sync_s = time.perf_counter() - t0
             timeline.update(span("sync", t0 - run.t0, run.now_s()))
 
@@ -263,14 +287,21 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) ->
                             "cluster/engines_lost": float(pool.engines_lost - lost_before)}
             lost_before = pool.engines_lost
             stored = trained_eps + [e for g in dropped for e in g.episodes()]
+            if evals is not None:  # the eval that finished since the last line (the last line: all of them)
+                eval_eps, eval_m = evals.land(final=it + 1 == cfg.run.iterations)
+                if eval_eps:  # stored under this iteration: a resume that rewinds it drops them with its line
+                    run.store.add_episodes(run.run_id, it, eval_eps, kind="eval")
+                extra.update(eval_m)
             clean = record_iteration(run, it, stored, credit, pool_metrics=pool_metrics, sync_metrics=sync_metrics,
                                      train_metrics=train_metrics, t_iter=t_iter, extra=extra,
                                      times={"time/rollout_s": rollout_s, "time/credit_s": credit_s,
                                             "time/update_s": update_s, "time/sync_s": sync_s})
             held = buf.held_requests()
+            extra_state: dict[str, Any] = {"async": {"pending_requests": requests_state(held), "max_staleness": k}}
+            if evals is not None:
+                extra_state["eval"] = evals.pending_state()  # a resume reruns or drops them, never doubles
             checkpoint_if_due(run, it, f"{len(held)} requests admitted or queued and not trained; a resume "
-                                       "re-issues them first (async.pending_requests)",
-                              {"async": {"pending_requests": requests_state(held), "max_staleness": k}})
+                                       "re-issues them first (async.pending_requests)", extra_state)
             end_iteration(run, it, clean)
     except KeyboardInterrupt:  # SIGINT, or SIGTERM through train()'s handler: leave now
         interrupted = True
@@ -279,6 +310,8 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None) ->
                     len(buf.held_requests()))
         raise
     finally:
+        if evals is not None:
+            evals.kill()
         if not interrupted:  # an interrupt skips the orderly stop (it waits on env steps); the pool is killed next
             try:
                 pool.stream_stop()

@@ -33,6 +33,14 @@ Threads per actor (``role_threads``):
   threads on two cores while both roles compute). With fewer cores than actors every actor
   gets one thread (some oversubscription is then unavoidable).
 - sandbox hosts: 1 (they wait on processes; they compute nothing).
+- the dedicated eval engine of async mode (``agentrl.cluster.async_eval``, role ``eval``,
+  ``cluster.placement.eval``): on the local instance ``max(1, floor(cores * num_cpus[eval] /
+  (total + num_cpus[eval])))``, its share counted beside the engines' and ranks'; theirs stay
+  as above without it, since the eval engine computes only while an eval runs (every
+  ``eval.every`` updates) and sleeps otherwise, so during an eval the machine is
+  oversubscribed by its threads (on 2 cores with the default placement: one thread each for
+  the engine, the rank and the eval engine). On a joined cluster: its ``num_cpus``, like the
+  others.
 
 Cores per engine (``engine_cores``): on the local instance with two or more engines, engine
 ``i`` gets its own ``threads`` consecutive cores of the driver's CPU affinity (wrapping
@@ -68,6 +76,8 @@ def _count(cfg: Any, role: str) -> int:
         return max(1, int(cfg.trainer.num_ranks))
     if role == "rollout":
         return max(1, int(getattr(cfg.rollout, "num_engines", 1)))
+    if role == "eval":
+        return 1
     return max(1, int(getattr(cfg.cluster, "sandbox_hosts", 0) or 1))
 
 
@@ -77,7 +87,7 @@ def role_threads(cfg: Any, role: str, cores: int | None = None) -> int:
     Args:
         cfg: the run's ``Config`` (``cluster.address``, ``cluster.placement``,
             ``trainer.num_ranks``, ``rollout.num_engines``).
-        role: ``"trainer"``, ``"rollout"`` or ``"sandbox"``.
+        role: ``"trainer"``, ``"rollout"``, ``"sandbox"`` or ``"eval"``.
         cores: the local machine's usable cores (None: ``len(local_cores())``); used for the
             local instance only.
 
@@ -91,6 +101,8 @@ def role_threads(cfg: Any, role: str, cores: int | None = None) -> int:
         return max(1, math.floor(num_cpus + 1e-6))
     n = len(local_cores()) if cores is None else int(cores)
     if _async_split(cfg):
+        if role == "eval":
+            return max(1, math.floor(n * _eval_share(cfg) + 1e-6))
         return max(1, math.floor(n * _share(cfg, role) + 1e-6))
     return max(1, n // _count(cfg, role))
 
@@ -109,6 +121,15 @@ def _share(cfg: Any, role: str) -> float:
         weights = {"rollout": 1.0, "trainer": 1.0}
     total = sum(weights[r] * _count(cfg, r) for r in weights)
     return weights[role] / total if total > 0 else 0.0
+
+
+def _eval_share(cfg: Any) -> float:
+    """The eval engine's fraction of the local cores in async mode (module docstring)."""
+    weights = {r: float(getattr(cfg.cluster.placement, r).num_cpus) for r in ("rollout", "trainer", "eval")}
+    if all(w <= 0 for w in weights.values()):
+        weights = {r: 1.0 for r in weights}
+    total = sum(weights[r] * _count(cfg, r) for r in weights)
+    return weights["eval"] / total if total > 0 else 0.0
 
 
 def engine_cores(cfg: Any, engine_index: int, cores: list[int] | None = None) -> list[int] | None:

@@ -227,6 +227,16 @@ class EnginePool:
             self._cfg_dict, self._model_path, self._run_id, engine_index=index, sandbox_hosts=self._hosts or None)
 
     @property
+    def model_path(self) -> str:
+        """The local model folder the engines load."""
+        return self._model_path
+
+    @property
+    def sandbox_hosts(self) -> list[Any]:
+        """``start_sandbox_hosts``' hosts the engines' sandboxes run on (empty: in each engine)."""
+        return list(self._hosts)
+
+    @property
     def actors(self) -> list[Any]:
         """The live engines' actor handles, in engine-index order."""
         return [e.actor for e in self._engines]
@@ -449,7 +459,7 @@ class EnginePool:
 
     # -- weights, stats, shutdown ------------------------------------------------------
     def update_weights(self, trainer_actors: Sequence[Any], *, policy_version: int | None = None,
-                       mode: str | None = None) -> dict[str, float]:
+                       mode: str | None = None, payload: list | None = None) -> dict[str, float]:
         """Push the trainers' current weights to every live engine.
 
         ``trainer_actors``: every trainer rank (the gather is collective). They are kept,
@@ -457,6 +467,8 @@ class EnginePool:
         ``policy_version`` / ``mode`` (async mode, engines streaming): the engines' version
         becomes ``policy_version`` and episodes in flight continue, drain or restart per
         ``mode`` (``controller.partial_rollout``); both None (sync mode): the plain load.
+        ``payload``: the trainers' current weights already gathered
+        (``weight_sync.weights_payload``; object-store path only), sent instead of a new gather.
 
         Returns:
             ``time/sync_s`` (the whole push), ``sync/engine_{i}_s`` per engine index ``i``,
@@ -477,6 +489,8 @@ class EnginePool:
             try:
                 load = {} if policy_version is None and mode is None else {"policy_version": policy_version,
                                                                            "mode": mode or "continue"}
+                if payload is not None:
+                    load["payload"] = payload
                 raw = _sync_fn(self.cfg, **load)(self._trainer_actors, [e.actor for e in engines])
                 break
             except ENGINE_LOST_ERRORS as exc:

@@ -54,6 +54,22 @@ class StreamingEnginePool(EnginePool):
         self._streaming = False
         self._stream_version = 0
         self.engines_lost = 0
+        # the dedicated eval engine (eval during async training, agentrl.cluster.async_eval): started
+        # with the engines so its model loads while the run starts; ready() does not wait for it
+        self.eval_engine: Any = None
+        from agentrl.cluster.ray_setup import dedicated_eval_engines
+
+        if dedicated_eval_engines(self.cfg):
+            from agentrl.cluster.async_eval import start_eval_engine
+
+            self.eval_engine = start_eval_engine(self.cfg, self._model_path, self._run_id, self._hosts)
+
+    def kill(self) -> None:
+        """``EnginePool.kill``, and the eval engine. Idempotent."""
+        super().kill()
+        if self.eval_engine is not None:
+            self._kill(self.eval_engine)
+            self.eval_engine = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def stream_start(self, policy_version: int) -> None:
@@ -193,15 +209,17 @@ class StreamingEnginePool(EnginePool):
         return out
 
     # -- weights -------------------------------------------------------------------------
-    def stream_update_weights(self, trainer_actors: Sequence[Any], policy_version: int, mode: str) -> dict[str, float]:
+    def stream_update_weights(self, trainer_actors: Sequence[Any], policy_version: int, mode: str,
+                              payload: list | None = None) -> dict[str, float]:
         """``update_weights`` with the engines streaming: their version becomes
         ``policy_version`` once the new weights are live; episodes in flight follow ``mode``.
+        ``payload``: as ``EnginePool.update_weights``' (weights already gathered).
 
         Returns:
             ``update_weights``' metrics plus ``async/preempted_requests`` and
             ``async/restarted_episodes`` summed over the engines' ``last_weight_load``.
         """
-        m = self.update_weights(trainer_actors, policy_version=policy_version, mode=mode)
+        m = self.update_weights(trainer_actors, policy_version=policy_version, mode=mode, payload=payload)
         self._stream_version = int(policy_version)
         preempted = restarted = 0.0
         for e in list(self._engines):

@@ -33,8 +33,9 @@ from agentrl.errors import ClusterError, ConfigError
 
 log = logging.getLogger(__name__)
 
-ROLES = ("trainer", "rollout", "sandbox")
-"""The placement roles, the keys of ``cluster.placement``."""
+ROLES = ("trainer", "rollout", "sandbox", "eval")
+"""The placement roles, the keys of ``cluster.placement`` (``eval``: the dedicated eval engine
+of asynchronous training, ``agentrl.cluster.async_eval``)."""
 
 _EPS = 1e-6  # Ray keeps resource amounts to 1e-4; never call 0.99999 CPU "less than 1"
 _MAX_SEARCH_STEPS = 200_000  # exact packing search budget (a few hundred ms at most)
@@ -173,7 +174,8 @@ def role_options(cfg: Any, role: str, index: int | None = None) -> dict[str, Any
 
     Args:
         cfg: the run's ``Config``.
-        role: ``"trainer"`` (one rank), ``"rollout"`` (one engine) or ``"sandbox"`` (one host).
+        role: ``"trainer"`` (one rank), ``"rollout"`` (one engine), ``"sandbox"`` (one host)
+            or ``"eval"`` (the dedicated eval engine).
         index: the engine index of a ``rollout`` actor (its cores when engines share the
             local machine, ``agentrl.cluster.cpu_threads.engine_cores``); None: not bound.
 
@@ -210,7 +212,18 @@ def _role_counts(cfg: Any) -> dict[str, tuple[str, int]]:
         "trainer": ("trainer.num_ranks", int(cfg.trainer.num_ranks)),
         "rollout": ("rollout.num_engines", int(getattr(cfg.rollout, "num_engines", 1))),
         "sandbox": ("cluster.sandbox_hosts", int(getattr(cfg.cluster, "sandbox_hosts", 0))),
+        "eval": ("eval engines", dedicated_eval_engines(cfg)),
     }
+
+
+def dedicated_eval_engines(cfg: Any) -> int:
+    """1 when the run evaluates on a dedicated eval engine (``controller.mode: async`` with
+    evaluation during training, ``agentrl.cluster.async_eval``), else 0."""
+    ev = getattr(cfg, "eval", None)
+    if ev is None or getattr(getattr(cfg, "controller", None), "mode", "sync") != "async":
+        return 0
+    during = ev.every > 0 or bool(getattr(ev, "after_training", False))
+    return 1 if during else 0
 
 
 def _fits(free: dict[str, float], demand: dict[str, float]) -> bool:

@@ -354,9 +354,21 @@ def group_key(trainer_rank0: Any, engine_actors: Sequence[Any]) -> str:
     return hashlib.sha1(ids.encode()).hexdigest()[:16]
 
 
+def weights_payload(trainer_actors: Sequence[Any]) -> list:
+    """The trainers' current weights as one object-store snapshot: trainer rank 0's
+    ``state_dict_ref`` (``[ref, stats]``; every rank takes part in the gather). Later updates
+    do not change it, so it can be loaded later (the dedicated eval engine,
+    ``agentrl.cluster.async_eval``) or handed to ``sync_weights(payload=...)``; the object
+    store holds it (the model's size) until the last reference is dropped."""
+    import ray
+
+    return ray.get([t.state_dict_ref.remote() for t in trainer_actors])[0]
+
+
 def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
                  method: WeightSyncMethod = "object_store", timeout_s: float = 120.0,
-                 policy_version: int | None = None, mode: str = "continue") -> dict[str, float]:
+                 policy_version: int | None = None, mode: str = "continue",
+                 payload: list | None = None) -> dict[str, float]:
     """Push the trainer's current weights to every engine; the engines load in parallel.
 
     Args:
@@ -370,6 +382,9 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
         mode: what an engine whose rollout stream runs does with requests in flight:
             ``continue`` | ``drain`` | ``restart`` (``agentrl.rollout.session``); without a
             stream nothing is in flight and the load is immediate, as before.
+        payload: ``"object_store"`` only: a ``weights_payload`` of the trainers' current
+            weights to send instead of gathering them again (the caller keeps a reference:
+            the async eval engine loads the same snapshot later); ignored by ``"collective"``.
 
     Returns:
         ``sync/gather_s`` (trainer side: gather and pack, plus the put on the object-store
@@ -395,7 +410,8 @@ def sync_weights(trainer_actors: Sequence[Any], engine_actors: Sequence[Any], *,
     t0 = time.perf_counter()
     m: dict[str, float] = {}
     if method == "object_store":
-        payload = ray.get([t.state_dict_ref.remote() for t in trainer_actors])[0]
+        if payload is None:
+            payload = weights_payload(trainer_actors)
         stats = payload[1]
         m["sync/gather_s"] = stats["gather_s"] + stats["pack_s"] + stats["put_s"]
         m["sync/pack_s"], m["sync/put_s"] = stats["pack_s"], stats["put_s"]

@@ -185,8 +185,8 @@ def test_eval_during_training_settings_are_checked_at_start():
     from agentrl.cluster.evaluate import TrainingEval, eval_budget
     from agentrl.config import load_config
 
-    with pytest.raises(ConfigError, match="sync mode only"):
-        load_config(None, ["eval.every=1", "controller.mode=async"])
+    with pytest.raises(ConfigError, match="eval.engine='rollout' with controller.mode='async'"):  # async: a dedicated one
+        load_config(None, ["eval.every=1", "controller.mode=async", "eval.engine=rollout"])
     with pytest.raises(ConfigError, match="eval.max_context_tokens=4096 exceeds rollout.max_context_tokens=2048"):
         load_config(None, ["eval.every=1", "eval.max_context_tokens=4096"])
     cfg = load_config(None, [f"env.id={GUESS}", "eval.every=2", "eval.num_tasks=3", "eval.max_new_tokens=5"])
