@@ -566,6 +566,25 @@ class ReplayConfig(_Section):
     url: str | None = Field(None, description="SQLAlchemy URL of the replay store (None: sqlite file replay.db in the run directory).")
 
 
+class WandbConfig(_Section):
+    """Weights & Biases (``pip install 'agentrl[wandb]'``): every metrics.jsonl line, under the
+    same names, step = iteration (``agentrl.cluster.metric_sinks``)."""
+
+    project: str = Field("agentrl", min_length=1, description="W&B project the run is logged to.")
+    mode: Literal["offline", "online"] = Field(
+        "offline", description="offline: written under RUN_DIR/wandb with no network (upload later with `wandb sync`); "
+                               "online: streamed to the W&B server (needs `wandb login`).")
+    entity: str | None = Field(None, description="W&B entity (user or team); None: the logged-in user's default.")
+    tags: list[str] = Field(default_factory=list, description="Tags of the W&B run.")
+
+
+class LoggingConfig(_Section):
+    """Where metrics go besides RUN_DIR/metrics.jsonl and the replay store (optional extras)."""
+
+    tensorboard: bool = Field(False, description="Write every metrics.jsonl line as TensorBoard scalars under RUN_DIR/tensorboard, same names, step = iteration (`pip install 'agentrl[tensorboard]'`).")
+    wandb: WandbConfig | None = Field(None, description="Log every metrics.jsonl line to Weights & Biases (see its fields); None: off.")
+
+
 class Config(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -579,6 +598,7 @@ class Config(_Section):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @model_validator(mode="before")
     @classmethod

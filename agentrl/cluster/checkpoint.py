@@ -91,6 +91,9 @@ class RunDir:
         self.config_path = self.path / "config.yaml"
         self.metrics_path = self.path / "metrics.jsonl"
         self.checkpoints = self.path / "checkpoints"
+        self.sinks: Any = None
+        """``agentrl.cluster.metric_sinks.Sinks`` that each appended line also goes to
+        (TensorBoard, W&B: ``logging.*``); None: metrics.jsonl only."""
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -141,9 +144,12 @@ class RunDir:
         return cfg
 
     def append_metrics(self, line: dict[str, float | None]) -> None:
-        """Append one iteration's metrics to ``metrics.jsonl`` as one JSON line."""
+        """Append one iteration's metrics to ``metrics.jsonl`` as one JSON line, then hand it
+        to the attached metric sinks (``sinks``), the same names and values."""
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(line) + "\n")
+        if self.sinks:
+            self.sinks.write(line)
 
     def reset_metrics(self, history: Sequence[dict[str, float | None]]) -> None:
         """Make ``metrics.jsonl`` hold exactly ``history``, one line each (the checkpoint's

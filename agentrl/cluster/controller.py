@@ -125,6 +125,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     # whose vocabulary differs (trainer.kl.reference_path) is a start-up ConfigError, not an
     # actor-constructor error that Ray reports only at the first trainer call, after a rollout.
     trainer_configs(cfg, model_path)
+    from agentrl.cluster.metric_sinks import check_packages, open_sinks
+
+    check_packages(cfg)  # logging.tensorboard / logging.wandb: a missing package is a ConfigError now
     rd.write_config(cfg.model_dump(mode="json"))  # only once the env, its tasks and the models are known to fit
     cfg_dict = cfg.model_dump(mode="json")
 
@@ -153,6 +156,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
     signal.signal(signal.SIGTERM, _sigterm)
     try:
+        # TensorBoard / W&B (logging.*): rebuilt from the checkpoint's history, as metrics.jsonl was
+        rd.sinks = open_sinks(cfg, run_dir, run_id, state.get("history", []) if state else [])
         check_placement(cfg)  # a role no node can hold is a ConfigError now, not an actor pending forever
         hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
         # The engines' actors start now (their constructors run on their own), so their process
@@ -212,6 +217,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         if group is not None:
             group.kill()
         stop_sandbox_hosts(hosts)  # after the engines: each host closes its sandboxes, then is killed
+        if rd.sinks:
+            rd.sinks.close()
         if started_ray:
             ray.shutdown()
         # The run is over: nothing of it may outlive it (design.md, invariant 8).
