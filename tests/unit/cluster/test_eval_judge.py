@@ -123,3 +123,19 @@ def test_the_engines_env_factory_makes_eval_envs_with_the_judges_kwargs(judged_e
     with pytest.raises(RuntimeError), budget_applied(worker, budget):
         raise RuntimeError("an engine fault mid-eval")
     assert guesses() == 5 and worker.limits is limits  # restored when the rollout raises
+
+
+def test_a_rerun_finds_which_stored_episodes_are_a_training_runs_evals(tmp_path):
+    """``agentrl replay rerun`` makes an eval episode's env with the judge's kwargs: it tells
+    the run's eval episodes from its training ones by their stored kind (paged)."""
+    from agentrl.cluster.rerun import _is_eval_episode
+    from agentrl.replay import ReplayStore
+    from tests.helpers.episodes import make_episode
+
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        store.start_run("r", {})
+        store.add_episodes("r", 0, [make_episode("full_history", episode_id=f"r/it0/t{i}") for i in range(3)])
+        store.add_episodes("r", 0, [make_episode("full_history", episode_id=f"r/eval/it0/e{i}") for i in range(3)],
+                           kind="eval")
+        assert [_is_eval_episode(store, "r", f"r/eval/it0/e{i}", page=2) for i in range(3)] == [True] * 3
+        assert not any(_is_eval_episode(store, "r", f"r/it0/t{i}", page=2) for i in range(3))
