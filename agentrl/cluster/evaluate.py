@@ -156,11 +156,14 @@ def materialize(target: EvalTarget, progress: Callable[[str], None] | None = Non
                       target.run_dir, target.checkpoint)
 
 
-def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: str | None = None) -> tuple[Config, Config | None]:
+def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: str | None = None,
+                judge: bool = True) -> tuple[Config, Config | None]:
     """``(eval config, training config or None)`` for ``target`` (module docstring).
 
     ``overrides`` (``key=value``, e.g. ``eval.samples=8``, ``rollout.kv_cache_gb=1``) apply
-    before the eval section is put in place of the rollout's.
+    before the eval section is put in place of the rollout's. ``judge=False`` keeps the
+    training reward's ``env.kwargs`` (no judge kwargs: e.g. a difficulty profile, which
+    measures the reward training sees).
 
     Raises:
         ConfigError: a bad override (the key and value named).
@@ -176,7 +179,8 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     data["model"]["path"] = target.model if target.model is not None else data["model"]["path"]
     data["env"].update(split=ev.split, task_ids=None, group_size=ev.samples)
     # every eval episode is scored by the env's declared judge, not the training reward (agentrl.cluster.judge)
-    data["env"]["kwargs"] = judge_env_kwargs(base.env.id, data["env"]["kwargs"], base.env.import_modules)
+    if judge:
+        data["env"]["kwargs"] = judge_env_kwargs(base.env.id, data["env"]["kwargs"], base.env.import_modules)
     data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
                            max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
     data["run"]["seed"] = ev.seed
@@ -339,8 +343,10 @@ def _store_episodes(store: Any, run_id: str, episodes: list[Episode], iteration:
 
 
 def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = None, allow_overlap: bool = False,
-             replay_url: str | None = None, progress: Callable[[str], None] | None = None) -> EvalResult:
+             replay_url: str | None = None, progress: Callable[[str], None] | None = None,
+             judge: bool = True) -> EvalResult:
     """Evaluate ``given`` (module docstring); starts (or joins) Ray and stops what it started.
+    ``judge=False``: score with the training reward, not the env's judge (``eval_config``).
 
     Raises:
         ConfigError: a bad target, override, env, split, or an overlapping split.
@@ -358,12 +364,12 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
 
     say = progress or (lambda _phase: None)
     target = resolve_target(given)
-    cfg, train_cfg = eval_config(target, overrides, env_id=env_id)  # overrides checked before any export
+    cfg, train_cfg = eval_config(target, overrides, env_id=env_id, judge=judge)  # overrides checked before any export
     task_ids = held_out_task_ids(cfg, train_cfg, allow_overlap=allow_overlap or cfg.eval.allow_overlap)
     if target.model is None:
         say(f"exporting {target.checkpoint.name}")
         target = materialize(target, progress=say)
-        cfg, _ = eval_config(target, overrides, env_id=env_id)
+        cfg, _ = eval_config(target, overrides, env_id=env_id, judge=judge)
     run_id = eval_run_id(target, cfg)
     model_path = resolve_model_path(cfg.model.path)
     if replay_url is None:
@@ -377,7 +383,8 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
 
     settings = settings_of(cfg, len(task_ids))
     trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else {}
-    settings["judge"] = judge_label(cfg.env.id, trained_on, cfg.env.import_modules)  # printed, stored with the run
+    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules) if judge  # printed, stored
+                         else "judge: the training reward (the env's judge not applied)")
     identity = eval_identity(target, cfg)
     store = ReplayStore(replay_url)  # opened first: a bad store fails before any rollout
     try:

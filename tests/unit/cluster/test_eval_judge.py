@@ -139,3 +139,10 @@ def test_a_rerun_finds_which_stored_episodes_are_a_training_runs_evals(tmp_path)
                            kind="eval")
         assert [_is_eval_episode(store, "r", f"r/eval/it0/e{i}", page=2) for i in range(3)] == [True] * 3
         assert not any(_is_eval_episode(store, "r", f"r/it0/t{i}", page=2) for i in range(3))
+
+
+def test_judge_false_keeps_the_training_reward(tmp_path):
+    """``agentrl tasks profile`` measures the reward training sees: ``judge=False``."""
+    target = resolve_target(str(_run(tmp_path, HUMANEVAL, {"reward_tests": "visible"})))
+    cfg, _ = eval_config(target, judge=False)
+    assert cfg.env.kwargs == {"reward_tests": "visible"}
