@@ -82,18 +82,70 @@ def check_async_run(run_dir, run_id, store, *, k: int = K) -> dict[str, int]:
     return dict(trained_groups)
 
 
+EVAL_EVERY = 2
+EVAL_ARGS = [f"eval.every={EVAL_EVERY}", "eval.split=test", "eval.num_tasks=2", "eval.samples=2", "eval.max_turns=3",
+             "eval.max_new_tokens=24", "eval.max_context_tokens=512"]
+
+
+def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, every: int = EVAL_EVERY) -> dict[int, int]:
+    """Eval during async training (issue 14 item 2; ``agentrl.cluster.async_eval``): each
+    landed eval's episodes carry exactly the version it claims (every sampled token) and are
+    stored as kind 'eval' with the line that reports it; every due eval landed once or was
+    counted skipped; the driver blocked on evals only in the last line, which carries the
+    final version's eval; the loop went on while an eval ran; each checkpoint records exactly
+    the evals not landed by then (what a resume reruns or drops: unit tests in
+    tests/unit/cluster/test_async_eval.py). Returns {0-based line: version evaluated}."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    landed = {i: round(m["eval/policy_version"]) for i, m in enumerate(lines) if m.get("eval/policy_version") is not None}
+    due = set(range(every, iterations + 1, every))
+    assert landed[iterations - 1] == iterations  # the last line: the final policy, after waiting for it
+    assert set(landed.values()) <= due and len(set(landed.values())) == len(landed)
+    assert len(landed) + sum(m["async/eval_skipped"] for m in lines) == len(due)  # each due eval landed or skipped
+    assert all(m["async/eval_dropped"] == m["async/eval_failed"] == 0 for m in lines)
+    assert all(m["time/eval_wait_s"] == 0 for m in lines[:-1])  # training never waited for an eval
+    for i, v in landed.items():
+        m = lines[i]
+        assert m["eval/iteration"] == v <= round(m["policy_version"]) and "eval/pass@2" in m and m["time/eval_s"] > 0
+        assert m["eval/samples_scored"] + m["eval/samples_errored"] == 4
+        assert m["timeline/eval_start_s"] >= lines[v - 1]["timeline/sync_end_s"] - 1e-6  # after v's sync
+        if v < iterations:  # the loop went on: the next iteration started before the eval was done
+            assert m["timeline/eval_end_s"] > lines[v]["timeline/rollout_start_s"]
+    evals = [e for e in store.list_episodes(run_id, limit=100_000) if e.kind == "eval"]
+    assert sorted({e.iteration for e in evals}) == sorted(landed)  # stored with the line that reports them
+    for i, v in landed.items():
+        mine = [e for e in evals if e.iteration == i]
+        assert len(mine) == 4 and all(f"/eval/it{v - 1}/" in e.episode_id for e in mine)  # ids: the measured iteration
+        for e in mine:  # one policy version: every sampled token's, equal to the claimed one
+            ep = store.get_episode(e.episode_id)
+            assert {pv for t in ep.turns for pv in t.policy_versions} == {v}, (i, v, e.episode_id)
+    kept = sorted(int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("iter_*"))
+    assert kept and kept[-1] == iterations
+    for it in kept:  # each checkpoint records the evals not landed by its line
+        state = json.loads((run_dir / "checkpoints" / f"iter_{it}" / "controller.json").read_text())
+        recorded = {p["policy_version"] for p in state["eval"]["pending"]}
+        landed_by_then = {v for i, v in landed.items() if i < it}
+        landed_later = {v for i, v in landed.items() if i >= it}
+        assert landed_later & {v for v in due if v <= it} <= recorded  # in flight then, so recorded
+        assert recorded <= {v for v in due if v <= it} - landed_by_then, (it, recorded, landed)  # never a landed one
+        assert it < iterations or recorded == set()  # the last line waited for every eval
+    return landed
+
+
 def test_async_training_keeps_the_staleness_bound(ray_session, tmp_path, tiny_model_path):
+    """Two streaming engines, ``max_staleness=1``, and evaluation during training
+    (``eval.every=2``) on a dedicated eval engine beside them (one run for both: CI time)."""
     from agentrl.cluster.controller import train
     from agentrl.config import load_config
     from agentrl.replay import ReplayStore
 
     run_dir = tmp_path / "async"
-    summary = train(load_config(None, async_args(run_dir, tiny_model_path)))
+    summary = train(load_config(None, async_args(run_dir, tiny_model_path, *EVAL_ARGS)))
     assert summary.iterations_done == ITERATIONS and summary.policy_version == ITERATIONS
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
         groups = check_async_run(run_dir, summary.run_id, store)
         assert len(groups) >= TASKS * ITERATIONS
         assert store.completed_iterations(summary.run_id) == list(range(ITERATIONS))
+        check_async_evals(run_dir, summary.run_id, store)
     state = json.loads((run_dir / "checkpoints" / f"iter_{ITERATIONS}" / "controller.json").read_text())
     pending = {r["group_id"] for r in state["async"]["pending_requests"]}
     assert pending.isdisjoint(groups)  # what was admitted and not trained is recorded, not trained
