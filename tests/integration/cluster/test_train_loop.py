@@ -91,7 +91,7 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     extra = ["env.tasks_per_iteration=1", f"env.task_ids={json.dumps(['HumanEval/1', 'HumanEval/2'])}"]
     straight = _cfg(tmp_path, tiny_model_path, "straight", "run.iterations=4", *extra)
     train(straight)
-    first = _cfg(tmp_path, tiny_model_path, "resumed", "run.iterations=2", *extra)
+    first = _cfg(tmp_path, tiny_model_path, "resumed", "run.iterations=2", "logging.tensorboard=true", *extra)
     assert train(first).iterations_done == 2
     for n in (3, 4):  # resumed on an epoch boundary, then mid-epoch
         summary = train(load_run_config(tmp_path / "resumed", [f"run.iterations={n}"]), resume=True)
@@ -99,6 +99,19 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     a, b = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
     assert [x[0] for x in b] == [1, 2, 3, 4]  # nothing repeated or skipped
     assert a == b  # same tasks, same samples, same losses (CPU, fp32)
+    # TensorBoard (logging.tensorboard, agentrl/cluster/metric_sinks.py) across both resumes:
+    # metrics.jsonl's names and values, each iteration once
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    lines = [json.loads(x) for x in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    acc = EventAccumulator(str(tmp_path / "resumed" / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {k for m in lines for k, v in m.items() if v is not None and k != "iteration"}
+    for tag in acc.Tags()["scalars"]:
+        want = [(round(m["iteration"]), m[tag]) for m in lines if m.get(tag) is not None]
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]
+        assert [s for s, _ in got] == [s for s, _ in want], tag
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6, abs=1e-6), tag
     # the replay store holds each iteration once, all complete (a SIGKILL mid-run is in
     # test_resume_no_duplicates.py)
     from agentrl.replay import ReplayStore
