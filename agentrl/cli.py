@@ -77,7 +77,7 @@ def _summary_table(summary: Any) -> Table:
 
 @app.command()
 def train(
-    config: Optional[Path] = typer.Argument(None, help="YAML config (default: the embedded CPU default shipped in the package, agentrl/defaults/humaneval.yaml; examples/humaneval.yaml is a copy to edit)."),
+    config: Optional[Path] = typer.Argument(None, help="YAML config (default: the embedded CPU default shipped in the package, agentrl/defaults/shell_lookup.yaml; examples/shell_lookup.yaml is a copy to edit; examples/humaneval.yaml runs HumanEval)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. run.iterations=5 rollout.max_turns=2."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this run directory from its latest checkpoint."),
     address: Optional[str] = typer.Option(None, "--address", help="Join an existing Ray cluster at this address instead of starting one."),
@@ -117,7 +117,10 @@ def train(
 
     Console().print(_summary_table(summary))
     console.print(f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/)")
-    for line in training_eval_lines(summary.history):  # eval.before_training / after_training: the last lines
+    from agentrl.cluster.judge import judge_label
+
+    judge = judge_label(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)  # which judge scored the evals
+    for line in training_eval_lines(summary.history, judge=judge):  # eval.before_training / after_training: the last lines
         typer.echo(line)
 
 

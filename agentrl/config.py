@@ -800,9 +800,9 @@ def config_from_dict(data: dict[str, Any], overrides: Sequence[str] = ()) -> Con
         raise ConfigError(_format_validation_error(exc)) from None
 
 
-DEFAULT_CONFIG_RESOURCE = "defaults/humaneval.yaml"
+DEFAULT_CONFIG_RESOURCE = "defaults/shell_lookup.yaml"
 """The embedded default run config, package data of ``agentrl`` (read with
-``importlib.resources``, so it works from any install); ``examples/humaneval.yaml`` is the
+``importlib.resources``, so it works from any install); ``examples/shell_lookup.yaml`` is the
 same file for users to copy."""
 
 
@@ -834,13 +834,14 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Confi
 
 
 def default_config_text() -> str:
-    """The text of the embedded default config (``agentrl/defaults/humaneval.yaml``)."""
+    """The text of the embedded default config (``agentrl/defaults/shell_lookup.yaml``)."""
     return resources.files("agentrl").joinpath(DEFAULT_CONFIG_RESOURCE).read_text(encoding="utf-8")
 
 
 def load_default_config(overrides: Sequence[str] = ()) -> Config:
     """The embedded default (what ``agentrl train`` runs without a config file): one CPU
-    machine, SmolLM2-135M-Instruct, HumanEval, GRPO; plus ``overrides``.
+    machine, SmolLM2-135M-Instruct, ShellLookup (look-up jobs with a bash tool in a sandbox),
+    GRPO, held-out eval before and after training; plus ``overrides``.
 
     Raises:
         ConfigError: an override is malformed or invalid.

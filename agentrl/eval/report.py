@@ -58,13 +58,14 @@ def _eval_line(row: Mapping[str, Any], prefix: str, when: str) -> str:
             f"{per_task} ({scored or 0:.0f} scored, {errored or 0:.0f} errored)")
 
 
-def training_eval_lines(history: list[Mapping[str, Any]]) -> list[str]:
+def training_eval_lines(history: list[Mapping[str, Any]], judge: str | None = None) -> list[str]:
     """The end of ``agentrl train``'s summary: held-out pass@1 with its interval (the
     bootstrap over tasks, ``eval.confidence``) before training (``eval_before/*``, from
     ``eval.before_training``) and after the last evaluated iteration (``eval/*``, from
     ``eval.after_training`` or ``eval.every``), each with its policy version, tasks and
     samples; the lines of evaluations the run did not make are left out. Samples per task is
-    the scored count over tasks (errored samples are left out of n)."""
+    the scored count over tasks (errored samples are left out of n). ``judge``
+    (``agentrl.cluster.judge.judge_label``) ends each line: which judge scored the evals."""
     lines = []
     before = next((row for row in history if row.get("eval_before/policy_version") is not None), None)
     if before is not None:
@@ -75,4 +76,4 @@ def training_eval_lines(history: list[Mapping[str, Any]]) -> list[str]:
         it = after.get("iteration")
         when = "after training" if last else f"after iteration {it:.0f}" if it is not None else "during training"
         lines.append(_eval_line(after, "eval", when))
-    return lines
+    return [f"{line}; {judge}" for line in lines] if judge else lines

@@ -146,3 +146,15 @@ def test_judge_false_keeps_the_training_reward(tmp_path):
     target = resolve_target(str(_run(tmp_path, HUMANEVAL, {"reward_tests": "visible"})))
     cfg, _ = eval_config(target, judge=False)
     assert cfg.env.kwargs == {"reward_tests": "visible"}
+
+
+def test_the_train_summary_names_the_judge():
+    from agentrl.eval.report import training_eval_lines
+
+    row = {"iteration": 1.0, "eval/policy_version": 1.0, "eval/pass@1": 0.5, "eval/pass@1_low": 0.25,
+           "eval/pass@1_high": 0.75, "eval/tasks": 2.0, "eval/samples_scored": 4.0, "eval/samples_errored": 0.0}
+    judge = judge_label(HUMANEVAL, {"reward_tests": "visible"})
+    (line,) = training_eval_lines([row], judge=judge)
+    assert line.startswith("held-out eval after training (policy version 1): pass@1 0.500 [0.250, 0.750]")
+    assert line.endswith("(4 scored, 0 errored); judge reward_tests='hidden' (training reward: reward_tests='visible')")
+    assert training_eval_lines([row]) == [line.split("; judge")[0]]

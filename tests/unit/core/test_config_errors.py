@@ -51,14 +51,14 @@ def test_env_kwargs_take_any_key_and_a_field_error_keeps_key_and_value():
 
 def test_the_default_config_is_package_data_equal_to_the_example():
     """One source of truth: ``agentrl train`` with no file reads the packaged copy;
-    examples/humaneval.yaml is the same bytes."""
+    examples/shell_lookup.yaml is the same bytes."""
     import agentrl
 
     packaged = Path(agentrl.__file__).parent / DEFAULT_CONFIG_RESOURCE
     assert packaged.is_file()
     assert default_config_text() == packaged.read_text()
-    assert (REPO / "examples" / "humaneval.yaml").read_text() == packaged.read_text()
-    assert load_default_config() == load_config(REPO / "examples" / "humaneval.yaml")
+    assert (REPO / "examples" / "shell_lookup.yaml").read_text() == packaged.read_text()
+    assert load_default_config() == load_config(REPO / "examples" / "shell_lookup.yaml")
     assert load_default_config(["run.iterations=9"]).run.iterations == 9
     pyproject = (REPO / "pyproject.toml").read_text()
     assert 'agentrl = ["defaults/*.yaml"]' in pyproject  # shipped in the wheel
