@@ -38,7 +38,8 @@ def test_the_public_names_are_the_functions_they_forward_to():
 
 def test_default_config_is_what_agentrl_train_runs():
     cfg = agentrl.default_config(["run.iterations=2"])
-    assert (cfg.env.id, cfg.run.iterations, cfg.rollout.max_new_tokens) == ("agentrl/HumanEval-v0", 2, 160)
+    assert (cfg.env.id, cfg.run.iterations, cfg.rollout.max_new_tokens) == ("agentrl/ShellLookup-v0", 2, 128)
+    assert cfg.eval.before_training and cfg.eval.after_training  # the summary ends with held-out eval before / after
 
 
 def test_register_env_registers_once_and_refuses_a_different_entry_point():
