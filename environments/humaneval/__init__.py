@@ -64,8 +64,8 @@ Grading (one sandbox exec per submission; ``score_solutions`` batches several)
 Training reward and judge (``reward_tests``)
     By default the reward is the pass fraction of the hidden ``check`` above, the
     benchmark's judge. ``reward_tests="visible"`` pays the pass fraction of the examples the
-    prompt shows instead (``visible``: the docstring's ``>>>`` examples, or the first hidden
-    case where there is none), graded by the same harness; ``HumanEvalEnv.judge_kwargs``
+    prompt shows instead (``visible``: the docstring's ``>>>`` examples or ``f(x) => y`` lines,
+    or the first hidden case where there is none), graded by the same harness; ``HumanEvalEnv.judge_kwargs``
     makes every eval episode (``agentrl eval``, ``eval.every``) grade on the hidden check,
     so the eval judge stays apart from the training reward.
 

@@ -13,31 +13,38 @@ Extraction (``visible_tests``), per problem:
 1. ``docstring``: the entry point's docstring, read as it stands in the prompt's *source*
    (escape sequences such as ``\\n`` inside examples stay Python source, as a programmer
    reads them; HumanEval/51's processed docstring would not even parse), is parsed by the
-   standard library's ``doctest.DocTestParser``. Each ``>>>`` example becomes one test case:
+   standard library's ``doctest.DocTestParser``. A docstring without ``>>>`` examples is read
+   for the other form its authors used, one line each: ``entry_point(args) <sep> <literal>``
+   with ``<sep>`` one of ``=>``, ``==>``, ``➞``, ``->``, ``→``, ``==``, "should return",
+   "should be", "will return", "returns" (``_ARROW``). Each example becomes one test case:
    an example with an expected output ``want`` (a Python literal) is
-   ``assert (source) == (want)``; one with no output is a comparison the author wrote as a
-   statement (``>>> count_nums([]) == 0``, ``assert (source)``) or, for other expressions,
-   doctest's own meaning: the value is ``None`` (``>>> longest([])``). Examples whose
-   output is not a literal, that expect an exception, or that are not expressions are
-   left out (none in HumanEval 1.0.3), and so are the examples the dataset's own canonical
+   ``assert (source) == (want)``; a ``>>>`` one with no output is a comparison the author wrote as a statement
+   (``>>> count_nums([]) == 0``, ``assert (source)``) or, for other expressions, doctest's
+   own meaning: the value is ``None`` (``>>> longest([])``). Examples whose output is not
+   a literal, that expect an exception, that are not expressions, or that name something
+   other than the entry point and builtins (HumanEval/80's ``is_happy(a)`` means the
+   string ``"a"``) are left out, and so are the examples the dataset's own canonical
    solution fails (``WRONG_DOCSTRING_EXAMPLES``: wrong references, which would pay for a
    wrong program and punish a right one).
-2. ``first_hidden_case``: a problem with no usable example (its examples are written in
-   another form, such as ``f(x) ➞ y``, or none) is trained on the first test case of its
-   hidden ``check`` (with the check's setup statements), so every problem has a non-empty
-   training reward. The remaining hidden cases stay unseen.
+2. ``first_hidden_case``: a problem with no usable example is trained on the first test
+   case of its hidden ``check`` (with the check's setup statements), so every problem has a
+   non-empty training reward. The remaining hidden cases stay unseen.
 
 Counts on HumanEval 1.0.3 (pinned by ``tests/unit/environments/test_env_humaneval_visible.py``):
-75 problems use their docstring examples (178 cases), 89 fall back to the first hidden case
-(HumanEval/116 among them: all three of its examples are wrong).
+129 problems use their docstring examples (357 cases: 75 problems with ``>>>`` examples, 178
+cases; 54 with the other form, 179 cases), 35 fall back to the first hidden case
+(HumanEval/116 among them: all three of its examples are wrong; HumanEval/80: unquoted
+strings).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import doctest
 import functools
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,6 +67,9 @@ WRONG_DOCSTRING_EXAMPLES: dict[str, tuple[int, ...]] = {
     # and canonical solution (which sort by the number of ones, then by value); the third is
     # not even a comparison (``sort_array([1, 0, 2, 3, 4]) [0, 1, 2, 3, 4]``).
     "HumanEval/116": (0, 1, 2),
+    # bf: ``bf("Earth", "Mercury") ==> ("Venus")`` is the string "Venus"; the function returns
+    # the tuple ``("Venus",)``, as the hidden check expects.
+    "HumanEval/148": (1,),
 }
 """``task_id -> indices`` (0-based, in ``docstring_examples`` order) of docstring examples
 that the dataset's canonical solution fails: wrong references, left out of the visible
@@ -108,10 +118,36 @@ def _docstring_source(task: HumanEvalTask) -> str | None:
     return None
 
 
+_ARROW = re.compile(r"\s*(==>|=>|➞|->|→|==|should return|should be|will return|returns)\s*")
+"""What separates a call from its result in the docstrings' other example form
+(``digitSum("abAB") => 131``, ``search([4, 1, 2, 2, 3, 1]) == 2``, ``iscube(1) ==> True``,
+``decimal_to_binary(15)   # returns "db1111db"``: a comment before the result is dropped)."""
+
+
+def _arrow_examples(doc: str, entry_point: str) -> list[doctest.Example]:
+    """Lines ``entry_point(...) <separator> <literal>`` of ``doc`` (``_ARROW``), as examples."""
+    out = []
+    for line in doc.splitlines():
+        text = line.strip()
+        if not text.startswith(entry_point + "("):
+            continue
+        for m in _ARROW.finditer(text):
+            call, want = text[: m.start()], text[m.end():].strip().rstrip(".,;").strip()
+            try:
+                ast.parse(call, mode="eval")
+                ast.literal_eval(want)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+            out.append(doctest.Example(call + "\n", want + "\n"))
+            break
+    return out
+
+
 def docstring_examples(task_id: str) -> list[doctest.Example]:
-    """The ``>>>`` examples of ``task_id``'s entry-point docstring (``doctest.DocTestParser``
-    on the docstring's source text); ``[]`` when there is none or it does not parse as
-    doctest.
+    """The examples of ``task_id``'s entry-point docstring, read from its source text: the
+    ``>>>`` examples (``doctest.DocTestParser``), or, where it has none, the lines of the
+    form ``entry_point(args) <separator> <literal>`` (``_ARROW``: ``=>``, ``➞``, ``==`` ...);
+    ``[]`` when there is neither.
 
     Raises:
         ConfigError: unknown task id.
@@ -121,19 +157,27 @@ def docstring_examples(task_id: str) -> list[doctest.Example]:
     if not doc:
         return []
     try:
-        return doctest.DocTestParser().get_examples(doc, name=task_id)
-    except ValueError:  # inconsistent indentation and the like: no parsable example
-        return []
+        examples = doctest.DocTestParser().get_examples(doc, name=task_id)
+    except ValueError:  # inconsistent indentation and the like: no parsable >>> example
+        examples = []
+    return examples or _arrow_examples(doc, task.entry_point)
 
 
-def _example_case(example: doctest.Example) -> str | None:
-    """The ``assert`` statement of one example (module docstring), or None if unusable."""
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _example_case(example: doctest.Example, entry_point: str) -> str | None:
+    """The ``assert`` statement of one example (module docstring), or None if unusable (an
+    expected exception, not an expression, an output that is not a literal, or a name that
+    is neither the entry point nor a builtin: ``is_happy(a)`` means the string ``"a"``)."""
     src = example.source.strip()
     if example.exc_msg is not None:
         return None
     try:
         expr = ast.parse(src, mode="eval").body
     except SyntaxError:
+        return None
+    if any(isinstance(n, ast.Name) and n.id != entry_point and n.id not in _BUILTINS for n in ast.walk(expr)):
         return None
     call = ast.unparse(expr)  # comments after the call (HumanEval/32) dropped
     want = example.want.strip()
@@ -168,7 +212,7 @@ def visible_tests(task_id: str) -> VisibleTests:
     cases: list[str] = []
     skipped: list[tuple[int, str]] = []
     for i, example in enumerate(docstring_examples(task_id)):
-        case = None if i in wrong else _example_case(example)
+        case = None if i in wrong else _example_case(example, task.entry_point)
         if case is None:
             skipped.append((i, example.source.strip()))
         else:

@@ -1,5 +1,5 @@
-"""HumanEval's visible tests (environments/humaneval/visible.py): the prompt's doctest examples
-as a test module, the fallback to the first hidden case, and the known wrong examples. The
+"""HumanEval's visible tests (environments/humaneval/visible.py): the prompt's examples (doctest
+``>>>`` ones, or ``f(x) => y`` lines) as a test module, the fallback to the first hidden case, and the known wrong examples. The
 instrumented code runs here in-process with the dataset's canonical solutions (trusted code),
 as in test_env_humaneval_split.py; the sandboxed grading is in
 tests/integration/environments/test_env_humaneval_sandboxed.py."""
@@ -21,6 +21,10 @@ from environments.humaneval.visible import (
 )
 
 
+UNUSABLE = {"HumanEval/80": (0, 1, 2, 3, 4, 5)}
+"""Examples left out because they cannot be run as written (``is_happy(a)``: names, not strings)."""
+
+
 def verdicts(task_id: str, solution: str, program) -> dict[int, str]:
     """Run ``program`` (a CheckProgram) on ``solution`` in-process: case index -> pass/fail."""
     task = get_task(task_id)
@@ -36,16 +40,18 @@ def verdicts(task_id: str, solution: str, program) -> dict[int, str]:
 def test_counts_over_the_164_problems():
     tests = {tid: visible_tests(tid) for tid in task_ids("all")}
     by_source = collections.Counter(v.source for v in tests.values())
-    assert by_source == {"docstring": 75, "first_hidden_case": 89}
-    assert sum(v.program.num_cases for v in tests.values() if v.source == "docstring") == 178
+    assert by_source == {"docstring": 129, "first_hidden_case": 35}
+    assert sum(v.program.num_cases for v in tests.values() if v.source == "docstring") == 357
+    doctest_form = [tid for tid, v in tests.items() if v.source == "docstring" and ">>>" in get_task(tid).prompt]
+    assert (len(doctest_form), sum(tests[t].program.num_cases for t in doctest_form)) == (75, 178)
     # a fallback is exactly one case: the hidden check's first
     for tid, v in tests.items():
         if v.source == "first_hidden_case":
             hidden = split_check(get_task(tid).test, label=tid)
             assert v.program.case_sources == hidden.case_sources[:1], tid
-    # the wrong references are skipped, nothing else is
+    # the wrong references and the unusable examples are skipped, nothing else is
     skipped = {tid: tuple(i for i, _ in v.skipped) for tid, v in tests.items() if v.skipped}
-    assert skipped == WRONG_DOCSTRING_EXAMPLES
+    assert skipped == {**WRONG_DOCSTRING_EXAMPLES, **UNUSABLE}
 
 
 def test_doctest_examples_of_real_problems_become_asserts():
@@ -64,9 +70,15 @@ def test_doctest_examples_of_real_problems_become_asserts():
     assert "'abcdef\\nghijklm'" in visible_tests("HumanEval/51").program.case_sources[1]
     # a comment after the call (HumanEval/32) is dropped, the call kept
     assert visible_tests("HumanEval/32").program.case_sources[0] == "assert (round(find_zero([1, 2]), 2)) == (-0.5)"
-    # no example at all (HumanEval/41), or examples in another form (HumanEval/67: "for
-    # example: fruit_distribution(...) ->19 - 5 - 6 = 8"): the first hidden case
-    assert visible_tests("HumanEval/41").source == visible_tests("HumanEval/67").source == "first_hidden_case"
+    # the other form, one line each (HumanEval/66 "digitSum("abAB") => 131", HumanEval/77
+    # "iscube(1) ==> True", HumanEval/79 with a comment after the call)
+    assert visible_tests("HumanEval/66").program.case_sources[1] == "assert (digitSum('abAB')) == (131)"
+    assert visible_tests("HumanEval/77").program.case_sources[0] == "assert (iscube(1)) == (True)"
+    assert visible_tests("HumanEval/79").program.case_sources[0] == "assert (decimal_to_binary(15)) == ('db1111db')"
+    # no example at all (HumanEval/41), results that are no literal (HumanEval/67:
+    # "fruit_distribution(...) ->19 - 5 - 6 = 8"), or unquoted strings (HumanEval/80:
+    # "is_happy(a) => False"): the first hidden case
+    assert {visible_tests(f"HumanEval/{n}").source for n in (41, 67, 80)} == {"first_hidden_case"}
 
 
 def test_canonical_solutions_pass_every_visible_case_and_fail_exactly_the_wrong_examples():
@@ -75,7 +87,11 @@ def test_canonical_solutions_pass_every_visible_case_and_fail_exactly_the_wrong_
         v = visible_tests(tid)
         assert verdicts(tid, task.canonical_program, v.program) == {k: "pass" for k in range(v.program.num_cases)}, tid
         for i, example in enumerate(docstring_examples(tid)):  # every example, none left out
-            program = split_check(check_module_source([_example_case(example)]))
+            case = _example_case(example, task.entry_point)
+            assert case is not None or tid in UNUSABLE, (tid, i, example.source)
+            if case is None:
+                continue
+            program = split_check(check_module_source([case]))
             passed = verdicts(tid, task.canonical_program, program) == {0: "pass"}
             assert passed == (i not in WRONG_DOCSTRING_EXAMPLES.get(tid, ())), (tid, i, example.source)
 
