@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -134,13 +135,14 @@ class WandbSink:
                 shutil.rmtree(old, ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         wid = wandb_run_id(run_id, settings.mode, len(history))
+        self._excepthook = sys.excepthook  # wandb.init installs its own; close() puts this one back
         self._run = wandb.init(
             project=settings.project, entity=settings.entity, mode=settings.mode, dir=str(root), id=wid,
             name=run_name, group=run_id, tags=list(settings.tags), config=dict(config),
             # no system-metric sampler, console capture or code snapshot: on 2 cores they cost
             # CPU, and they are not metrics.jsonl's
             settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False, silent=True,
-                                    x_save_requirements=False),
+                                    x_save_requirements=False, disable_git=True),
         )
         for line in history:
             self.write(*scalars_of(line))
@@ -155,6 +157,7 @@ class WandbSink:
         # finish() can return before W&B's core process has written the offline run's .wandb
         # file (seen: only its 7-byte header a moment later); teardown waits for that process
         wandb.teardown()
+        sys.excepthook = self._excepthook
 
 
 class Sinks:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,9 @@ def test_wandb_offline_holds_metrics_jsonl_names_and_values_once_per_iteration_a
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))  # dir= in the config wins over it
     cfg = load_config(None, ["logging.wandb.project=agentrl-test", "logging.wandb.mode=offline", "run.name=wb"])
+    hook = sys.excepthook
     rd = crash_and_resume(tmp_path, cfg, "wb-0002")
+    assert sys.excepthook is hook  # wandb.init's own hook is taken back when the sink closes
     runs = sorted((rd.path / "wandb").glob("offline-run-*"))
     assert [p.name.rsplit("-", 2)[-2:] for p in runs] == [["wb", "0002"]]  # one offline run: the abandoned one is gone
     wandb_file = next(runs[0].glob("run-*.wandb"))
