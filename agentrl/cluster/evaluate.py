@@ -382,7 +382,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     cfg_dict = cfg.model_dump(mode="json")
 
     settings = settings_of(cfg, len(task_ids))
-    trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else {}
+    trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else None
     settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules) if judge  # printed, stored
                          else "judge: the training reward (the env's judge not applied)")
     identity = eval_identity(target, cfg)

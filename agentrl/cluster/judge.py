@@ -68,10 +68,11 @@ def judge_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], import_modules:
     return {**dict(env_kwargs), **declared_judge_kwargs(env_id, import_modules)}
 
 
-def judge_label(env_id: str, train_kwargs: Mapping[str, Any], import_modules: Sequence[str] = ()) -> str:
+def judge_label(env_id: str, train_kwargs: Mapping[str, Any] | None, import_modules: Sequence[str] = ()) -> str:
     """One phrase for reports and summaries: which judge scores the eval, and whether it is
     the training reward. ``train_kwargs`` is the training run's ``env.kwargs`` (a key it does
-    not set counts as the constructor's default).
+    not set counts as the constructor's default); ``None`` (a bare model, not trained here):
+    the judge alone.
 
     Examples: ``"judge reward_tests='hidden' (training reward: reward_tests='visible')"``,
     ``"judge reward_tests='hidden' (the training reward too)"``, ``"judge: the training
@@ -80,6 +81,9 @@ def judge_label(env_id: str, train_kwargs: Mapping[str, Any], import_modules: Se
     judge = declared_judge_kwargs(env_id, import_modules)
     if not judge:
         return f"judge: the training reward ({env_id} declares no separate judge)"
+    what = ", ".join(f"{k}={v!r}" for k, v in judge.items())
+    if train_kwargs is None:
+        return f"judge {what}"
     try:
         params = inspect.signature(_env_class(env_id, import_modules)).parameters
     except (TypeError, ValueError):
@@ -91,7 +95,6 @@ def judge_label(env_id: str, train_kwargs: Mapping[str, Any], import_modules: Se
         p = params.get(key)
         return p.default if p is not None and p.default is not inspect.Parameter.empty else None
 
-    what = ", ".join(f"{k}={v!r}" for k, v in judge.items())
     differs = [k for k, v in judge.items() if trained(k) != v]
     if not differs:
         return f"judge {what} (the training reward too)"

@@ -71,6 +71,7 @@ def test_labels_say_which_judge_and_whether_it_is_the_training_reward():
     assert judge_label(HUMANEVAL, {"reward_tests": "visible"}) == \
         "judge reward_tests='hidden' (training reward: reward_tests='visible')"
     assert judge_label(HUMANEVAL, {}) == "judge reward_tests='hidden' (the training reward too)"  # the default
+    assert judge_label(HUMANEVAL, None) == "judge reward_tests='hidden'"  # a bare model: not trained here
     assert judge_label("agentrl/GuessNumber-v0", {}) == \
         "judge: the training reward (agentrl/GuessNumber-v0 declares no separate judge)"
     settings = {"env": HUMANEVAL, "split": "test", "tasks": 33, "samples": 4, "seed": 0, "temperature": 1.0,
