@@ -707,9 +707,6 @@ def _check_eval_engine(cfg: "Config") -> None:
         raise ValueError(f"eval.engine='dedicated' with controller.mode='sync' (eval.every={ev.every}): a dedicated "
                          "eval engine runs beside asynchronous training only; sync mode evaluates on the run's "
                          "engines between updates (eval.engine=auto or rollout)")
-    if mode == "async" and getattr(ev, "before_training", False):
-        raise ValueError("eval.before_training=True with controller.mode='async': the eval before training runs in "
-                         "sync mode only; run `agentrl eval MODEL` before training, or use controller.mode=sync")
 
 
 def _section_keys(loc: Sequence[Any]) -> list[str] | None:

@@ -217,7 +217,7 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None, tr
     if training_eval is not None and training_eval.task_ids and start_iter < cfg.run.iterations:
         from agentrl.cluster.async_eval import DedicatedEval
 
-        evals = DedicatedEval(run, training_eval, state)  # its engine starts while training starts
+        evals = DedicatedEval(run, training_eval, state, start_iter)  # its engine starts while training starts
     B, k = cfg.env.tasks_per_iteration, cfg.controller.max_staleness
     buf = GroupBuffer(B, k)
     resumed = requests_from_state(((state or {}).get("async") or {}).get("pending_requests", []))

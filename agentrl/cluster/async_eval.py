@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -65,26 +64,36 @@ WAIT_POLL_S = 0.2
 """How long one blocking check waits for the eval engine at the last iteration (seconds)."""
 
 
+BEFORE = "eval_before"
+"""The name of the eval of the starting policy (``eval.before_training``): its metrics are
+``eval_before/*``, as in sync mode; every other eval's are ``eval/*``."""
+
+
 @dataclass
 class EvalJob:
     """One eval of ``policy_version``, the version the update of 0-based iteration
-    ``iteration`` made. ``payload``: that version's weights (``weight_sync.weights_payload``),
-    dropped once the engine loaded them; ``launched_s`` / ``finished_s``: driver clock."""
+    ``iteration`` made (``name`` ``"eval"``), or the starting policy (``name``
+    ``"eval_before"``, iteration 0). ``payload``: that version's weights
+    (``weight_sync.weights_payload``), dropped once the engine took them; ``launched_s`` /
+    ``finished_s``: driver clock."""
 
     iteration: int
     policy_version: int
     payload: Any = None
+    name: str = "eval"
     launched_s: float | None = None
     finished_s: float | None = None
     episodes: list[Episode] = field(default_factory=list)
     engine_s: float = 0.0
 
-    def state(self) -> dict[str, int]:
-        return {"iteration": int(self.iteration), "policy_version": int(self.policy_version)}
+    def state(self) -> dict[str, Any]:
+        return {"iteration": int(self.iteration), "policy_version": int(self.policy_version), "name": self.name}
 
 
 class EvalSchedule:
     """The evals between falling due and landing in a metrics line (module docstring); no Ray.
+    Evals of different names (``eval``, ``eval_before``) never replace each other and may land
+    in the same line (their metric keys differ).
 
     Raises:
         ContractError: a finish or failure reported while nothing runs.
@@ -92,24 +101,27 @@ class EvalSchedule:
 
     def __init__(self) -> None:
         self.running: EvalJob | None = None
-        self.waiting: EvalJob | None = None
-        self.finished: deque[EvalJob] = deque()
+        self.waiting: dict[str, EvalJob] = {}  # at most one per name
+        self.finished: list[EvalJob] = []
         self.skipped = self.dropped = self.failed = 0
 
     def add(self, job: EvalJob) -> None:
-        """A new eval is due: it waits for the engine; one already waiting is skipped."""
-        if self.waiting is not None:
+        """A new eval is due: it waits for the engine; one of its name already waiting is skipped."""
+        old = self.waiting.get(job.name)
+        if old is not None:
             log.warning("eval of policy version %d skipped: the eval engine was still busy when version %d fell due",
-                        self.waiting.policy_version, job.policy_version)
+                        old.policy_version, job.policy_version)
             self.skipped += 1
-        self.waiting = job
+        self.waiting[job.name] = job
 
     def next_to_launch(self) -> EvalJob | None:
-        """The waiting eval, now running, when the engine is free; else None."""
-        if self.running is not None or self.waiting is None:
+        """The waiting eval of the oldest version, now running, when the engine is free; else None."""
+        if self.running is not None or not self.waiting:
             return None
-        self.running, self.waiting = self.waiting, None
-        return self.running
+        job = min(self.waiting.values(), key=lambda j: (j.policy_version, j.name != BEFORE))
+        del self.waiting[job.name]
+        self.running = job
+        return job
 
     def finish(self, episodes: Sequence[Episode], engine_s: float, now_s: float) -> EvalJob:
         """The running eval finished with ``episodes``."""
@@ -133,27 +145,30 @@ class EvalSchedule:
 
     def idle(self) -> bool:
         """Nothing running or waiting (finished ones may still wait to land)."""
-        return self.running is None and self.waiting is None
+        return self.running is None and not self.waiting
 
-    def take_landing(self, final: bool = False) -> EvalJob | None:
-        """The eval whose results go into the line being recorded: the oldest finished one;
-        at the last iteration (``final``, after waiting until ``idle``) the newest, the older
-        ones counting as skipped."""
-        if not self.finished:
-            return None
-        if not final:
-            return self.finished.popleft()
-        job = self.finished.pop()
-        self.skipped += len(self.finished)
-        self.finished.clear()
-        return job
+    def take_landing(self, final: bool = False) -> list[EvalJob]:
+        """The evals whose results go into the line being recorded, at most one per name: the
+        oldest finished one; at the last iteration (``final``, after waiting until ``idle``)
+        the newest, the older ones of its name counting as skipped."""
+        out: list[EvalJob] = []
+        for name in sorted({j.name for j in self.finished}):
+            mine = [j for j in self.finished if j.name == name]
+            pick = mine[-1] if final else mine[0]
+            if final:
+                self.skipped += len(mine) - 1
+                self.finished = [j for j in self.finished if j.name != name]
+            else:
+                self.finished.remove(pick)
+            out.append(pick)
+        return out
 
     def pending(self) -> list[EvalJob]:
         """Every eval not landed yet (running, waiting, finished), oldest version first."""
-        jobs = [j for j in (self.running, self.waiting) if j is not None] + list(self.finished)
-        return sorted(jobs, key=lambda j: (j.policy_version, j.iteration))
+        jobs = ([self.running] if self.running is not None else []) + list(self.waiting.values()) + list(self.finished)
+        return sorted(jobs, key=lambda j: (j.policy_version, j.iteration, j.name))
 
-    def pending_state(self) -> list[dict[str, int]]:
+    def pending_state(self) -> list[dict[str, Any]]:
         """``pending()`` for a checkpoint (``eval.pending``)."""
         return [j.state() for j in self.pending()]
 
@@ -167,8 +182,8 @@ class EvalSchedule:
 
 def resumed_evals(pending: Sequence[dict[str, Any]], policy_version: int) -> tuple[list[EvalJob], int]:
     """The checkpoint's ``eval.pending`` on resume at ``policy_version``: ``(rerun, dropped)``
-    (module docstring): the eval of ``policy_version`` itself is rerun (at most one), older
-    ones are dropped.
+    (module docstring): the evals of ``policy_version`` itself are rerun (at most one per
+    name), older ones are dropped.
 
     Raises:
         ContractError: a pending eval newer than the checkpoint (versions went backwards).
@@ -176,11 +191,11 @@ def resumed_evals(pending: Sequence[dict[str, Any]], policy_version: int) -> tup
     rerun: list[EvalJob] = []
     dropped = 0
     for p in pending:
-        v, it = int(p["policy_version"]), int(p["iteration"])
+        v, it, name = int(p["policy_version"]), int(p["iteration"]), str(p.get("name", "eval"))
         if v > policy_version:
             raise ContractError(f"checkpoint at policy version {policy_version} records a pending eval of version {v}")
-        if v == policy_version and not rerun:
-            rerun.append(EvalJob(it, v))
+        if v == policy_version and all(j.name != name for j in rerun):
+            rerun.append(EvalJob(it, v, name=name))
         else:
             dropped += 1
     return rerun, dropped
@@ -235,7 +250,7 @@ class DedicatedEval:
     current one, so ``pool.kill()`` ends it too. ``kill()`` ends it.
     """
 
-    def __init__(self, run: Any, training_eval: Any, state: dict[str, Any] | None = None) -> None:
+    def __init__(self, run: Any, training_eval: Any, state: dict[str, Any] | None = None, start_iter: int = 0) -> None:
         from agentrl.cluster.weight_sync import weights_payload
 
         self.run, self.training_eval, self.cfg = run, training_eval, run.cfg
@@ -255,6 +270,8 @@ class DedicatedEval:
             log.info("resume: rerunning the eval of policy version %d, in flight at the checkpoint", job.policy_version)
             job.payload = weights_payload(run.group.actors)
             self.schedule.add(job)
+        if training_eval.due_before(start_iter):  # eval.before_training: the starting policy, first in line
+            self.schedule.add(EvalJob(0, run.policy_version, weights_payload(run.group.actors), name=BEFORE))
         self.poll()
 
     def _start_engine(self) -> None:
@@ -289,7 +306,8 @@ class DedicatedEval:
 
         if self.actor is None:
             self._start_engine()
-        requests = eval_requests(self.cfg, self.training_eval.task_ids, f"{self.run.run_id}/eval", iteration=job.iteration)
+        under = f"{self.run.run_id}/eval" if job.name != BEFORE else f"{self.run.run_id}/eval-before"  # as sync mode's
+        requests = eval_requests(self.cfg, self.training_eval.task_ids, under, iteration=job.iteration)
         job.launched_s = self.run.now_s()
         # one default-group thread, calls in order: the load of v's weights, then the eval at v
         load = self.actor.update_weights.remote(job.payload, job.policy_version)
@@ -330,21 +348,27 @@ class DedicatedEval:
                     ray.wait([self._calls[1]], timeout=WAIT_POLL_S)
                 self.poll()
             self._wait_s += time.perf_counter() - t0
-        job = self.schedule.take_landing(final)  # before the counters: the last line counts what it leaves out
+        jobs = self.schedule.take_landing(final)  # before the counters: the last line counts what it leaves out
         m = self.schedule.counters()
         m["time/eval_wait_s"], self._wait_s = self._wait_s, 0.0
-        if job is None:
+        if not jobs:
             return [], m
         from agentrl.eval.passk import summarize, task_outcomes
 
         ev = self.cfg.eval
-        report = summarize(task_outcomes(job.episodes), range(1, ev.samples + 1), seed=ev.seed,
-                           num_resamples=ev.num_resamples, confidence=ev.confidence)
-        m.update(report.metrics())
-        m.update({"eval/policy_version": float(job.policy_version), "eval/iteration": float(job.iteration + 1),
-                  "time/eval_s": job.engine_s, "timeline/eval_start_s": float(job.launched_s or 0.0),
-                  "timeline/eval_end_s": float(job.finished_s or 0.0)})
-        return job.episodes, m
+        episodes: list[Episode] = []
+        for job in jobs:
+            report = summarize(task_outcomes(job.episodes), range(1, ev.samples + 1), seed=ev.seed,
+                               num_resamples=ev.num_resamples, confidence=ev.confidence)
+            n = job.name
+            m.update(report.metrics(prefix=f"{n}/"))
+            m.update({f"{n}/policy_version": float(job.policy_version), f"time/{n}_s": job.engine_s,
+                      f"timeline/{n}_start_s": float(job.launched_s or 0.0),
+                      f"timeline/{n}_end_s": float(job.finished_s or 0.0)})
+            if n != BEFORE:
+                m["eval/iteration"] = float(job.iteration + 1)
+            episodes.extend(job.episodes)
+        return episodes, m
 
     def pending_state(self) -> dict[str, Any]:
         """The checkpoint's ``eval`` entry: ``{"pending": [{"iteration", "policy_version"}, ...]}``."""
@@ -363,5 +387,5 @@ class DedicatedEval:
         self.run.pool.eval_engine = None
 
 
-__all__ = ["DedicatedEval", "EvalJob", "EvalSchedule", "WAIT_POLL_S", "eval_engine_config", "resumed_evals",
+__all__ = ["BEFORE", "DedicatedEval", "EvalJob", "EvalSchedule", "WAIT_POLL_S", "eval_engine_config", "resumed_evals",
            "start_eval_engine"]

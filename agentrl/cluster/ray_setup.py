@@ -222,7 +222,7 @@ def dedicated_eval_engines(cfg: Any) -> int:
     ev = getattr(cfg, "eval", None)
     if ev is None or getattr(getattr(cfg, "controller", None), "mode", "sync") != "async":
         return 0
-    during = ev.every > 0 or bool(getattr(ev, "after_training", False))
+    during = ev.every > 0 or bool(getattr(ev, "after_training", False)) or bool(getattr(ev, "before_training", False))
     return 1 if during else 0
 
 

@@ -38,7 +38,7 @@ def async_args(run_dir, tiny_model_path, *extra: str) -> list[str]:
             "env.id=agentrl/GuessNumber-v0", f"env.tasks_per_iteration={TASKS}", f"env.group_size={GROUP}",
             "rollout.max_turns=2", "rollout.max_new_tokens=8", "rollout.max_context_tokens=1024",
             "rollout.num_engines=2", "trainer.micro_batch_size=2", "controller.mode=async",
-            f"controller.max_staleness={K}", *extra]
+            f"controller.max_staleness={K}", "eval.before_training=false", "eval.after_training=false", *extra]
 
 
 def trained_episodes(store, run_id):
@@ -83,7 +83,7 @@ def check_async_run(run_dir, run_id, store, *, k: int = K) -> dict[str, int]:
 
 
 EVAL_EVERY = 2
-EVAL_ARGS = [f"eval.every={EVAL_EVERY}", "eval.split=test", "eval.num_tasks=2", "eval.samples=2", "eval.max_turns=3",
+EVAL_ARGS = [f"eval.every={EVAL_EVERY}", "eval.before_training=true", "eval.split=test", "eval.num_tasks=2", "eval.samples=2", "eval.max_turns=3",
              "eval.max_new_tokens=24", "eval.max_context_tokens=512"]
 
 
@@ -98,6 +98,9 @@ def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, ever
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     landed = {i: round(m["eval/policy_version"]) for i, m in enumerate(lines) if m.get("eval/policy_version") is not None}
     due = set(range(every, iterations + 1, every))
+    # eval.before_training: the starting policy (version 0), once, in some line (keys eval_before/*)
+    (before,) = [i for i, m in enumerate(lines) if m.get("eval_before/policy_version") is not None]
+    assert lines[before]["eval_before/policy_version"] == 0 and "eval_before/pass@2" in lines[before]
     assert landed[iterations - 1] == iterations  # the last line: the final policy, after waiting for it
     assert set(landed.values()) <= due and len(set(landed.values())) == len(landed)
     assert len(landed) + sum(m["async/eval_skipped"] for m in lines) == len(due)  # each due eval landed or skipped
@@ -111,6 +114,10 @@ def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, ever
         if v < iterations:  # the loop went on: the next iteration started before the eval was done
             assert m["timeline/eval_end_s"] > lines[v]["timeline/rollout_start_s"]
     evals = [e for e in store.list_episodes(run_id, limit=100_000) if e.kind == "eval"]
+    at_start = [e for e in evals if "/eval-before/" in e.episode_id]
+    assert len(at_start) == 4 and {e.iteration for e in at_start} == {before}
+    assert {(e.policy_version_min, e.policy_version_max) for e in at_start} == {(0, 0)}
+    evals = [e for e in evals if "/eval-before/" not in e.episode_id]
     assert sorted({e.iteration for e in evals}) == sorted(landed)  # stored with the line that reports them
     for i, v in landed.items():
         mine = [e for e in evals if e.iteration == i]
@@ -122,7 +129,7 @@ def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, ever
     assert kept and kept[-1] == iterations
     for it in kept:  # each checkpoint records the evals not landed by its line
         state = json.loads((run_dir / "checkpoints" / f"iter_{it}" / "controller.json").read_text())
-        recorded = {p["policy_version"] for p in state["eval"]["pending"]}
+        recorded = {p["policy_version"] for p in state["eval"]["pending"] if p["name"] == "eval"}
         landed_by_then = {v for i, v in landed.items() if i < it}
         landed_later = {v for i, v in landed.items() if i >= it}
         assert landed_later & {v for v in due if v <= it} <= recorded  # in flight then, so recorded

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.cluster.async_eval import EvalJob, EvalSchedule, eval_engine_config, resumed_evals
+from agentrl.cluster.async_eval import BEFORE, EvalJob, EvalSchedule, eval_engine_config, resumed_evals
 from agentrl.errors import ConfigError, ContractError
 
 GUESS = "agentrl/GuessNumber-v0"
@@ -24,12 +24,12 @@ def test_an_eval_runs_alone_and_a_newer_one_replaces_the_waiting_one():
     assert first.policy_version == 1 and s.next_to_launch() is None  # one at a time
     s.add(_job(2))
     s.add(_job(3))  # v2 never started: skipped, v3 waits (at most two snapshots held)
-    assert s.waiting.policy_version == 3 and s.skipped == 1
+    assert s.waiting["eval"].policy_version == 3 and s.skipped == 1
     done = s.finish(["ep"], engine_s=1.5, now_s=10.0)
     assert done is first and done.payload is None and done.episodes == ["ep"] and done.finished_s == 10.0
     assert s.next_to_launch().policy_version == 3 and not s.idle()
-    assert [j.state() for j in s.pending()] == [{"iteration": 0, "policy_version": 1},
-                                                {"iteration": 2, "policy_version": 3}]
+    assert [j.state() for j in s.pending()] == [{"iteration": 0, "policy_version": 1, "name": "eval"},
+                                                {"iteration": 2, "policy_version": 3, "name": "eval"}]
     assert s.counters() == {"async/eval_skipped": 1.0, "async/eval_dropped": 0.0, "async/eval_failed": 0.0}
     assert s.counters()["async/eval_skipped"] == 0.0  # since the last line only
 
@@ -40,14 +40,27 @@ def test_results_land_one_per_line_oldest_first_and_the_last_line_takes_the_newe
         s.add(_job(v))
         s.next_to_launch()
         s.finish([], 1.0, float(v))
-    assert s.take_landing().policy_version == 1  # one eval per line: v2 waits for the next line
-    assert s.take_landing().policy_version == 2 and s.take_landing() is None
+    assert [j.policy_version for j in s.take_landing()] == [1]  # one eval per line: v2 waits for the next line
+    assert [j.policy_version for j in s.take_landing()] == [2] and s.take_landing() == []
     for v in (3, 4):
         s.add(_job(v))
         s.next_to_launch()
         s.finish([], 1.0, float(v))
-    assert s.take_landing(final=True).policy_version == 4 and s.skipped == 1  # v3 can no longer land
+    assert [j.policy_version for j in s.take_landing(final=True)] == [4] and s.skipped == 1  # v3 can no longer land
     assert s.pending() == [] and s.idle()
+
+
+def test_the_eval_before_training_goes_first_and_never_replaces_or_is_replaced():
+    s = EvalSchedule()
+    s.add(_job(1))  # due before the engine took the starting policy's eval
+    s.add(EvalJob(0, 0, "weights-v0", name=BEFORE))
+    assert s.skipped == 0 and s.next_to_launch().name == BEFORE  # the oldest version first
+    s.add(_job(2))  # replaces v1 (same name), not the running eval_before
+    assert s.skipped == 1 and s.waiting["eval"].policy_version == 2
+    s.finish([], 1.0, 1.0)
+    s.next_to_launch()
+    s.finish([], 1.0, 2.0)
+    assert sorted(j.name for j in s.take_landing()) == ["eval", BEFORE]  # different keys: one line holds both
 
 
 def test_a_lost_eval_is_counted_and_frees_the_engine():
@@ -64,7 +77,9 @@ def test_a_lost_eval_is_counted_and_frees_the_engine():
 def test_a_resume_reruns_the_checkpoints_own_version_and_drops_older_ones():
     pending = [{"iteration": 1, "policy_version": 2}, {"iteration": 3, "policy_version": 4}]
     rerun, dropped = resumed_evals(pending, policy_version=4)
-    assert [(j.iteration, j.policy_version) for j in rerun] == [(3, 4)] and dropped == 1
+    assert [(j.iteration, j.policy_version, j.name) for j in rerun] == [(3, 4, "eval")] and dropped == 1
+    rerun, dropped = resumed_evals([{"iteration": 0, "policy_version": 0, "name": BEFORE}], policy_version=1)
+    assert rerun == [] and dropped == 1  # the starting weights are gone after the first update
     assert resumed_evals([], 4) == ([], 0)
     with pytest.raises(ContractError, match="version 5"):
         resumed_evals([{"iteration": 4, "policy_version": 5}], 4)
@@ -84,6 +99,8 @@ def test_eval_engine_settings_are_checked_at_start():
     # its own engine: the eval's context, not the rollout's, is its vLLM max_model_len
     assert eval_engine_config(cfg)["rollout"]["max_context_tokens"] == 4096
     assert dedicated_eval_engines(load_config(None, ["controller.mode=async"])) == 0
+    before = load_config(None, ["controller.mode=async", "eval.before_training=true"])
+    assert before.eval_engine == "dedicated" and dedicated_eval_engines(before) == 1
     bad = load_config(None, [f"env.id={GUESS}", "eval.every=1", "controller.mode=async", "eval.max_new_tokens=600",
                              "eval.max_context_tokens=512"])
     with pytest.raises(ConfigError, match="max_new_tokens=600 must be smaller than rollout.max_context_tokens=512"):
