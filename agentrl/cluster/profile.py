@@ -54,7 +54,7 @@ from agentrl.tasks import TaskSource
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DifficultyFilter", "ProfileResult", "fold_profile", "profile_overrides", "profile_seed",
+__all__ = ["DifficultyFilter", "ProfileResult", "fold_profile", "profile_eval_overrides", "profile_overrides", "profile_seed",
            "profile_tasks", "rollout_budget"]
 
 
@@ -174,6 +174,29 @@ def profile_overrides(cfg: Config, *, split: str, samples: int, seed: int, num_t
             f"eval.num_tasks={'null' if num_tasks is None else num_tasks}", *(f"eval.{k}={v}" for k, v in b.items())]
 
 
+def profile_eval_overrides(target: Any, overrides: Sequence[str] = (), *, env_id: str | None = None,
+                           split: str = "train", samples: int = 4, seed: int | None = None,
+                           num_tasks: int | None = None) -> tuple[list[str], Config]:
+    """``(overrides for evaluate, the config they start from)`` of ``agentrl tasks profile`` on ``target`` (an
+    ``EvalTarget``): the user's ``overrides``, the eval-during-training switches off (a profile
+    trains nothing, so their checks against the rollout's limits, which a ``rollout.*``
+    override may lower, do not apply), then ``profile_overrides`` of the config they give;
+    ``seed`` None: that config's ``run.seed``.
+
+    Raises:
+        ConfigError: a bad override (the key and value named).
+    """
+    from agentrl.cluster.checkpoint import RunDir
+
+    extra = [f"env.id={env_id}"] if env_id else []
+    no_training_eval = ["eval.every=0", "eval.before_training=false", "eval.after_training=false"]
+    base = (RunDir(target.run_dir).load_config([*extra, *overrides, *no_training_eval]) if target.run_dir is not None
+            else load_default_config([*extra, *overrides, *no_training_eval]))
+    seed = base.run.seed if seed is None else int(seed)
+    return [*overrides, *no_training_eval,
+            *profile_overrides(base, split=split, samples=samples, seed=seed, num_tasks=num_tasks)], base
+
+
 def profile_tasks(given: str, overrides: Sequence[str] = (), *, env_id: str | None = None, split: str = "train",
                   samples: int = 4, seed: int | None = None, num_tasks: int | None = None, out: str | Path | None = None,
                   replay_url: str | None = None, progress: Callable[[str], None] | None = None) -> ProfileResult:
@@ -186,15 +209,11 @@ def profile_tasks(given: str, overrides: Sequence[str] = (), *, env_id: str | No
         ClusterError: engines that could not start or were all lost.
     """
     from agentrl.cluster.actors import env_task_ids
-    from agentrl.cluster.checkpoint import RunDir
     from agentrl.cluster.evaluate import evaluate, resolve_target
 
     target = resolve_target(given)
-    extra = [f"env.id={env_id}"] if env_id else []
-    base = (RunDir(target.run_dir).load_config([*extra, *overrides]) if target.run_dir is not None
-            else load_default_config([*extra, *overrides]))
-    seed = base.run.seed if seed is None else int(seed)
-    ov = [*overrides, *profile_overrides(base, split=split, samples=samples, seed=seed, num_tasks=num_tasks)]
+    ov, base = profile_eval_overrides(target, overrides, env_id=env_id, split=split, samples=samples, seed=seed,
+                                      num_tasks=num_tasks)
     result = evaluate(given, ov, env_id=env_id, allow_overlap=True, replay_url=replay_url, progress=progress)
     s = result.settings
     listed = env_task_ids(s["env"], s["split"], base.env.import_modules)

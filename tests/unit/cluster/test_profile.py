@@ -141,3 +141,27 @@ def test_the_cli_reports_a_missing_target_and_a_bad_override_in_one_line(tmp_pat
     assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["tasks", "profile", "tiny-random-smollm2", "rollout.max_turns=0"])
     assert res.exit_code == 2 and "rollout.max_turns=0" in res.output and "Traceback" not in res.output
+
+
+def test_a_config_that_evaluates_during_training_still_profiles_with_a_lower_rollout_context(tmp_path):
+    """A run that evaluated before training (eval.max_context_tokens 2048) profiled with
+    rollout.max_context_tokens=512: the training-eval check would refuse that config, but a
+    profile trains nothing; the eval config gets the rollout's limits and the run's seed."""
+    from agentrl.cluster.evaluate import resolve_target
+    from agentrl.cluster.profile import profile_eval_overrides
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "iter_1" / "trainer").mkdir(parents=True)
+    (run / "config.yaml").write_text("run:\n  name: r\n  seed: 9\nenv:\n  id: agentrl/GuessNumber-v0\n"
+                                     "eval:\n  before_training: true\n")
+    (run / "checkpoints" / "iter_1" / "controller.json").write_text(json.dumps({"run_id": "r-1", "iteration": 1,
+                                                                               "policy_version": 1}))
+    (run / "checkpoints" / "iter_1" / "trainer" / "COMPLETE").write_text("ok\n")
+    (run / "checkpoints" / "latest").write_text("iter_1")
+    with pytest.raises(ConfigError, match="eval.max_context_tokens=2048 exceeds rollout.max_context_tokens=512"):
+        load_config(run / "config.yaml", ["rollout.max_context_tokens=512"])
+    target = resolve_target(str(run))
+    ov, base = profile_eval_overrides(target, ["rollout.max_context_tokens=512"], samples=2)
+    cfg, _ = eval_config(target, ov)
+    assert base.run.seed == 9 and (cfg.eval.seed, cfg.eval.samples, cfg.eval.split) == (9, 2, "train")
+    assert cfg.rollout.max_context_tokens == 512 and not cfg.eval.before_training
