@@ -27,7 +27,8 @@ when they open (``open_sinks``):
   holds every iteration it covers exactly once. (Not exercised by the tests: no network.)
 
 Failures. A missing package when the config asks for its sink is a ``ConfigError`` at
-start-up naming the extra to install. A sink that fails while writing is logged once and
+start-up naming the extra to install; a W&B run that cannot start (online without a login
+or a network) is an ``InfraError`` before the first rollout. A sink that fails while writing is logged once and
 switched off; ``metrics.jsonl`` and the replay store stay the run's record.
 """
 
@@ -40,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentrl.errors import ConfigError
+from agentrl.errors import ConfigError, InfraError
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +137,20 @@ class WandbSink:
         out.mkdir(parents=True, exist_ok=True)
         wid = wandb_run_id(run_id, settings.mode, len(history))
         self._excepthook = sys.excepthook  # wandb.init installs its own; close() puts this one back
-        self._run = wandb.init(
-            project=settings.project, entity=settings.entity, mode=settings.mode, dir=str(root), id=wid,
-            name=run_name, group=run_id, tags=list(settings.tags), config=dict(config),
-            # no system-metric sampler, console capture or code snapshot: on 2 cores they cost
-            # CPU, and they are not metrics.jsonl's
-            settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False, silent=True,
-                                    x_save_requirements=False, disable_git=True),
-        )
+        try:
+            self._run = wandb.init(
+                project=settings.project, entity=settings.entity, mode=settings.mode, dir=str(root), id=wid,
+                name=run_name, group=run_id, tags=list(settings.tags), config=dict(config),
+                # no system-metric sampler, console capture or code snapshot: on 2 cores they cost
+                # CPU, and they are not metrics.jsonl's
+                settings=wandb.Settings(x_disable_stats=True, console="off", save_code=False, silent=True,
+                                        x_save_requirements=False, disable_git=True),
+            )
+        except Exception as exc:  # no login, no network, a bad entity: before the run starts, in one line
+            sys.excepthook = self._excepthook
+            raise InfraError(f"logging.wandb (mode={settings.mode!r}, project={settings.project!r}): W&B could not "
+                             f"start a run: {type(exc).__name__}: {exc}; `wandb login` for online mode, or "
+                             "logging.wandb.mode=offline to log without a network") from exc
         for line in history:
             self.write(*scalars_of(line))
 

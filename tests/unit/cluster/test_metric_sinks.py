@@ -136,3 +136,19 @@ def test_a_failing_sink_is_switched_off_and_metrics_jsonl_keeps_every_line(tmp_p
     assert Broken.writes == 1 and not rd.sinks
     assert "metric sink broken failed at iteration 1 and is switched off" in caplog.text
     assert sorted(jsonl(rd)) == [1, 2]
+
+
+def test_wandb_online_without_a_login_is_one_clear_error_before_the_run(tmp_path, monkeypatch):
+    """W&B online needs a login: without one (no API key here), the sink refuses at start
+    with an InfraError naming the mode and the way out, never a traceback mid-run."""
+    from agentrl.errors import InfraError
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))  # no stored login either
+    monkeypatch.setenv("HOME", str(tmp_path))
+    hook = sys.excepthook
+    cfg = load_config(None, ["logging.wandb.mode=online"])
+    with pytest.raises(InfraError, match=r"logging.wandb \(mode='online', project='agentrl'\): W&B could not start "
+                                         r"a run: UsageError.*logging.wandb.mode=offline"):
+        open_sinks(cfg, tmp_path / "run", "r-0003", [])
+    assert sys.excepthook is hook
