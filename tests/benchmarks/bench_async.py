@@ -105,6 +105,7 @@ def overrides(args: argparse.Namespace, mode: str, model_path: str, run_dir: Pat
         f"algorithm.advantage={args.advantage}", f"trainer.lr={args.lr}",
         f"controller.mode={mode}", f"controller.max_staleness={args.max_staleness}",
         f"controller.partial_rollout={args.partial_rollout}",
+        "eval.before_training=false", "eval.after_training=false",  # the default's evals: same work in both modes
         *args.set,
     ]
 

@@ -68,7 +68,8 @@ class _Pool(StreamingEnginePool):
 
 def test_an_engine_lost_while_streaming_aborts_its_requests_and_retries_them(ray_session, tmp_path):
     cfg = load_config(None, [f"run.dir={tmp_path}", "rollout.num_engines=2", "controller.mode=async",
-                             "env.group_size=2", "sandbox.backend=bwrap"])
+                             "env.group_size=2", "sandbox.backend=bwrap", "eval.before_training=false",
+                             "eval.after_training=false"])  # no eval engine beside the stand-ins
     pool = _Pool(cfg, cfg.model_dump(mode="json"), "unused", "run")
     try:
         pool.ready()
