@@ -11,7 +11,8 @@ puts them in place of the eval budget, and the run's own profile calls the engin
 run's settings.
 
 ``agentrl tasks profile`` (``profile_tasks``): ``agentrl eval``'s path (``evaluate``) with
-``--allow-overlap`` on ``--split`` (default ``train``), ``--samples`` n and ``--seed`` s;
+``--allow-overlap`` on ``--split`` (default ``train``), ``--samples`` n and ``--seed`` s,
+scored by the training reward (``judge=False``: an env's separate eval judge is not applied);
 its episodes go to the replay store as that evaluation's run (``kind='eval'``, split in the
 run id), and the pass rates to a JSON file (``--out``; default ``RUN/profiles/<eval run
 id>.json`` for a run or checkpoint, ``<run.output_dir>/profiles/<eval run id>.json`` for a
@@ -214,7 +215,9 @@ def profile_tasks(given: str, overrides: Sequence[str] = (), *, env_id: str | No
     target = resolve_target(given)
     ov, base = profile_eval_overrides(target, overrides, env_id=env_id, split=split, samples=samples, seed=seed,
                                       num_tasks=num_tasks)
-    result = evaluate(given, ov, env_id=env_id, allow_overlap=True, replay_url=replay_url, progress=progress)
+    # judge=False: the reward training sees (the env's declared eval judge, e.g. HumanEval's hidden check, is not applied)
+    result = evaluate(given, ov, env_id=env_id, allow_overlap=True, replay_url=replay_url, progress=progress,
+                      judge=False)
     s = result.settings
     listed = env_task_ids(s["env"], s["split"], base.env.import_modules)
     prof = profile_from_outcomes(result.report.per_task, listed, env_id=s["env"], split=s["split"],
