@@ -22,9 +22,10 @@ Protocol, reward, anchor: as ``agentrl/ShellTasks-v0`` (``environments.shell_tas
 env this subclasses: tool calls run as ``bash -c`` in the working directory, a reply without
 a tool call ends the episode and the checks run in the sandbox (the reward is the fraction of
 checks met; every check is exact: ``answer.txt`` must hold exactly the answer, trailing
-newlines aside). The system prompt adds a one-shot demonstration of the tool-call format on
-a task of another kind than the families (Brown et al. 2020, "Language Models are Few-Shot
-Learners", one-shot prompting).
+newlines aside). The system prompt adds a one-shot demonstration (read a file, write what it
+says, say done) on a task of another kind than the families (Brown et al. 2020, "Language
+Models are Few-Shot Learners", one-shot prompting): without it SmolLM2-135M-Instruct made a
+valid first tool call in 2 of 48 samples, with it (temperature 0.3) in 19 of 48.
 """
 
 from __future__ import annotations
@@ -134,18 +135,18 @@ def lookup_task(task_id: str) -> ShellTask:
 
 _DEMO = (
     "Example (another task):\n"
-    "Task: Write the size in bytes of `photo.jpg` to `size.txt`.\n"
+    "Task: `owner.txt` names a user. Write that name to `name.txt`.\n"
     "Assistant: <tool_call>\n"
-    '{"name": "bash", "arguments": {"command": "ls -l photo.jpg"}}\n'
+    '{"name": "bash", "arguments": {"command": "cat owner.txt"}}\n'
     "</tool_call>\n"
     "Tool: Exit code: 0\n"
     "stdout:\n"
-    "-rw-r--r-- 1 root root 5120 May 1 10:00 photo.jpg\n"
+    "The owner is maple7.\n"
     "Assistant: <tool_call>\n"
-    '{"name": "bash", "arguments": {"command": "echo 5120 > size.txt"}}\n'
+    '{"name": "bash", "arguments": {"command": "echo maple7 > name.txt"}}\n'
     "</tool_call>\n"
     "Tool: Exit code: 0\n"
-    "Assistant: Done: size.txt holds 5120."
+    "Assistant: Done: name.txt holds maple7."
 )
 
 
@@ -179,9 +180,9 @@ class ShellLookupEnv(ShellTasksEnv):
         return (
             "You work in a Linux sandbox with no network. You have one tool, `bash`: it runs a "
             "command in the task's working directory and shows you its exit code, stdout and "
-            f"stderr ({self.max_tool_calls} calls per task). The answer is in the files: look at "
+            f"stderr ({self.max_tool_calls} calls per task). The answer is in the files: read "
             "them with a command first, then act on what the output says. Call the tool exactly "
-            "like this, one call per reply:\n"
+            "like this, one call per reply and nothing after it:\n"
             "<tool_call>\n"
             '{"name": "bash", "arguments": {"command": "cat note.txt"}}\n'
             "</tool_call>\n"
