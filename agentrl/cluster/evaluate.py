@@ -299,13 +299,14 @@ def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str, iteration: 
     return tasks.next_requests(len(task_ids))
 
 
-def eval_budget(cfg: Config) -> dict[str, Any]:
+def eval_budget(cfg: Config, *, judge: bool = True) -> dict[str, Any]:
     """The eval section's sampling and limits, as ``RolloutActor.rollout``'s ``budget``, and
-    the env kwargs of the eval's judge (``env_kwargs``: ``agentrl.cluster.judge``)."""
+    the env kwargs of the eval's judge (``env_kwargs``: ``agentrl.cluster.judge``);
+    ``judge=False``: ``cfg.env.kwargs`` as they are (the training reward, ``eval_config``)."""
     ev = cfg.eval
+    kwargs = judge_env_kwargs(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules) if judge else dict(cfg.env.kwargs)
     return {"temperature": ev.temperature, "max_turns": ev.max_turns, "max_new_tokens": ev.max_new_tokens,
-            "max_context_tokens": ev.max_context_tokens,
-            "env_kwargs": judge_env_kwargs(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)}
+            "max_context_tokens": ev.max_context_tokens, "env_kwargs": kwargs}
 
 
 @dataclass
@@ -405,7 +406,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
             pool.ready()
             say(f"rolling out {len(requests)} episodes")
             t0 = time.perf_counter()
-            episodes, _, _ = pool.rollout(requests, target.policy_version, eval_budget(cfg))
+            episodes, _, _ = pool.rollout(requests, target.policy_version, eval_budget(cfg, judge=judge))
             rollout_s = time.perf_counter() - t0
         except Exception as exc:
             cluster_error = as_cluster_error(exc)

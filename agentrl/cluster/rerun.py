@@ -113,15 +113,17 @@ def rerun_stored_episode(target: str | Path, episode_id: str, *, record: bool = 
         episode = store.get_episode(episode_id)
         run = store.get_run(run_id)
         raw = dict(run.config)
-        if raw.get("kind") == "eval" and isinstance(raw.get("config"), dict):
+        eval_run = raw.get("kind") == "eval" and isinstance(raw.get("config"), dict)
+        if eval_run:
             raw = raw["config"]  # `agentrl eval` stores its settings around the config it rolled out with
         cfg = config_from_dict(raw)
         if cfg.env.id != episode.env_id:
             # an episode of another env than the run's (e.g. an eval env): its kwargs are not the run's
             cfg.env.id = episode.env_id
             cfg.env.kwargs = {}
-        elif _is_eval_episode(store, run_id, episode_id):
-            # an eval episode of a training run (eval.every): its env had the judge's kwargs (agentrl.cluster.judge)
+        elif not eval_run and _is_eval_episode(store, run_id, episode_id):
+            # an eval episode of a training run (eval.every): its env had the judge's kwargs (agentrl.cluster.judge);
+            # an eval run's config is already the one its envs were made with (a profile's: no judge)
             cfg.env.kwargs = judge_env_kwargs(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)
         cfg.sandbox.pool_size = 0
         cfg.sandbox.max_sandboxes = None

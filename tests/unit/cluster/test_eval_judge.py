@@ -159,3 +159,90 @@ def test_the_train_summary_names_the_judge():
     assert line.startswith("held-out eval after training (policy version 1): pass@1 0.500 [0.250, 0.750]")
     assert line.endswith("(4 scored, 0 errored); judge reward_tests='hidden' (training reward: reward_tests='visible')")
     assert training_eval_lines([row]) == [line.split("; judge")[0]]
+
+
+class _Recorded(Exception):
+    """Raised by the stand-in pool once it has recorded what the engines would get."""
+
+
+def _record_rollout_budget(monkeypatch) -> dict:
+    """Stand-ins for Ray, the sandbox hosts and the engines (the real path is the integration
+    test tests/integration/cluster/test_profile_train.py): the budget ``evaluate`` hands the
+    engines' rollout is recorded, then the rollout raises ``_Recorded``."""
+    import agentrl.cluster.engine_pool as engine_pool
+    import agentrl.cluster.ray_setup as ray_setup
+    import agentrl.cluster.sandbox_host as sandbox_host
+    import sandboxes
+
+    seen: dict = {}
+
+    class Pool:
+        def __init__(self, cfg, cfg_dict, model_path, run_id, sandbox_hosts=()):
+            seen["cfg_kwargs"] = cfg.env.kwargs
+
+        def ready(self):
+            pass
+
+        def rollout(self, requests, policy_version, budget=None):
+            seen["budget"] = budget
+            raise _Recorded
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(engine_pool, "EnginePool", Pool)
+    monkeypatch.setattr(ray_setup, "connect", lambda cfg: False)
+    monkeypatch.setattr(sandbox_host, "start_sandbox_hosts", lambda cfg, run_id: [])
+    monkeypatch.setattr(sandbox_host, "stop_sandbox_hosts", lambda hosts: None)
+    monkeypatch.setattr(sandboxes, "reap_orphans", lambda *a, **k: None)
+    return seen
+
+
+@pytest.mark.parametrize("judge, graded", [(False, "visible"), (True, "hidden")])
+def test_the_engines_grade_with_the_training_reward_exactly_when_judge_is_false(tmp_path, monkeypatch, judge, graded):
+    """``agentrl tasks profile`` (``evaluate(judge=False)``) must score the training reward
+    on the engines too, not only in its stored config: the rollout budget's ``env_kwargs``
+    are the kwargs every eval env is made with (``actors.budget_applied``)."""
+    from agentrl.cluster.evaluate import evaluate
+
+    seen = _record_rollout_budget(monkeypatch)
+    with pytest.raises(_Recorded):
+        evaluate("tiny-random-smollm2", [f"env.id={HUMANEVAL}", "env.kwargs={reward_tests: visible}",
+                                         "eval.split=train", "eval.num_tasks=1", "eval.samples=1"],
+                 allow_overlap=True, replay_url=f"sqlite:///{tmp_path / 'replay.db'}", judge=judge)
+    assert seen["cfg_kwargs"] == {"reward_tests": graded}
+    assert seen["budget"]["env_kwargs"] == {"reward_tests": graded}
+
+
+def test_a_rerun_of_an_eval_runs_episode_uses_the_config_that_eval_rolled_out_with(tmp_path, judged_env, monkeypatch):
+    """An ``agentrl eval`` / ``agentrl tasks profile`` run stores the config its envs were
+    made with (judge kwargs in it, or, for a profile's ``judge=False``, the training reward's):
+    a rerun of its episodes makes the env with exactly those, never the judge's over them.
+    A training run's eval episodes still get the judge's (``test_a_rerun_finds_...``)."""
+    import dataclasses
+
+    import agentrl.cluster.actors as actors
+    from agentrl.cluster.rerun import rerun_stored_episode
+    from agentrl.replay import ReplayStore
+    from tests.helpers.episodes import make_episode
+
+    made: list[dict] = []
+
+    def factory(cfg, *a, **k):
+        made.append(dict(cfg.env.kwargs))
+        raise _Recorded
+
+    monkeypatch.setattr(actors, "make_env_factory", factory)
+    url = f"sqlite:///{tmp_path / 'replay.db'}"
+    profile_cfg = config_from_dict({"env": {"id": judged_env, "kwargs": {"max_guesses": 5}}}).model_dump(mode="json")
+    train_cfg = profile_cfg  # a training run's stored config: its env.kwargs are the training reward's
+    with ReplayStore(url) as store:
+        store.start_run("profile-run", {"kind": "eval", "config": profile_cfg})
+        store.start_run("train-run", train_cfg)
+        for run_id in ("profile-run", "train-run"):
+            ep = dataclasses.replace(make_episode("full_history", episode_id=f"{run_id}/eval/e0"), env_id=judged_env)
+            store.add_episodes(run_id, 0, [ep], kind="eval")
+    for run_id in ("profile-run", "train-run"):
+        with pytest.raises(_Recorded):
+            rerun_stored_episode(url, f"{run_id}/eval/e0", record=False)
+    assert made == [{"max_guesses": 5}, {"max_guesses": 2}]
