@@ -10,21 +10,21 @@ joining the stream could not say which policy it measured. So a **dedicated eval
 an object-store snapshot that later updates do not touch), then rolls out the eval requests
 (``agentrl.cluster.evaluate.eval_requests``, the eval section's budget) to the end. Calls in
 the actor's default concurrency group run one at a time in call order, so nothing can load
-between the two. Peers do the same in spirit: verl's fully-async recipe validates on the
-rollouter after a parameter sync (``test_freq``), AReaL evaluates saved checkpoints in a
-separate process.
+between the two.
 
 Scheduling (``EvalSchedule``, pure bookkeeping, unit-tested): an eval falls due after the
 weight sync of iteration ``it`` when ``TrainingEval.due(it)`` (``eval.every``,
-``eval.after_training``). The driver never waits for it while training goes on: it hands
+``eval.after_training``); ``eval.before_training`` queues the starting policy's eval (named
+``eval_before``: keys ``eval_before/*`` as in sync mode, ids under ``{run_id}/eval-before``)
+before the first iteration. The driver never waits for it while training goes on: it hands
 the eval to the engine at once when the engine is idle, else parks it in one waiting slot
-(a newer eval replaces a parked one, counted in ``async/eval_skipped``: evals never pile up
-and at most two weight snapshots are held). Between engine steps (every driver poll, at most
+(a newer eval replaces a parked one of its name, counted in ``async/eval_skipped``: evals
+never pile up and at most three weight snapshots are held). Between engine steps (every driver poll, at most
 ``async_controller.POLL_S`` apart) it checks the engine without blocking.
 
 Where results land: in the metrics line of the first iteration recorded after the eval
-finished (usually the next iteration after the one it measured; one eval per line, so a
-second one that finished in the same gap waits one more line), tagged with
+finished (usually the next iteration after the one it measured; one eval of each name per
+line, so a second one that finished in the same gap waits one more line), tagged with
 ``eval/policy_version`` (the version measured) and ``eval/iteration`` (the 1-based iteration
 whose update made it); its episodes are stored as ``kind='eval'`` under that same landing
 iteration (ids from the measured iteration under ``{run_id}/eval``, as in sync mode), so a
