@@ -21,7 +21,9 @@ bare model). Same seed, same numbers.
 During training (``DifficultyFilter``, sync mode): before iteration 0 (and before every
 iteration ``i`` with ``i % env.profile_every == 0`` when that is > 0) the run's engines roll
 out every training task ``env.profile_samples`` times at the current policy version; the
-tasks with pass rate 0 or 1 become the ``TaskSource``'s skip set until the next profile. The
+tasks with pass rate 0 or 1 and equal rewards (``agentrl.eval.difficulty``: a partial-credit
+reward that differs between samples keeps a task) become the ``TaskSource``'s skip set until
+the next profile. The
 profile's seed is ``run.seed + 1_000_003 * (iteration + 1)``: other env instances and
 sampling seeds than the training's own requests (with ``run.seed`` the profile of iteration
 0 would sample exactly the episodes iteration 0 then trains on), and ``agentrl tasks

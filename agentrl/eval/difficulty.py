@@ -8,17 +8,20 @@ the errored samples (infrastructure or reward errors, aborted: excluded from ``n
 failures, as in evaluation) and the tokens generated (errored samples included: paid work).
 
 Skip rule (``env.difficulty_filter: skip_solved_and_unsolved``): a task whose pass rate
-``c / n`` is 0 (every scored sample failed) or 1 (every one succeeded) gives a GRPO group
-zero reward variance, so zero advantages and no gradient, under the policy profiled
-(DAPO's dynamic sampling drops such groups after paying for them, Yu et al. 2025, Sec. 3.2;
-the profile decides before the rollout). A task without a scored sample (``n = 0``) has no
+``c / n`` is 0 (every scored sample failed) or 1 (every one succeeded) *and* whose scored
+samples all got the same reward gives a GRPO group zero reward variance, so zero advantages
+and no gradient, under the policy profiled (DAPO's dynamic sampling drops such groups after
+paying for them, Yu et al. 2025, Sec. 3.2, as ``algorithm.dynamic_sampling`` does for groups
+whose rewards are all equal; the profile decides before the rollout). A partial-credit reward
+(HumanEval's pass fraction of tests) can differ between samples none of which succeeded:
+such a task (``reward_varies``) is kept. A task without a scored sample (``n = 0``) has no
 pass rate and is never skipped.
 
 File (``write_profile`` / ``read_profile``): one JSON object, ``"format":
 "agentrl.task_profile/1"``, the metadata (env, split, policy version, samples, seed, the
 sampling and budget, where it came from) and ``"tasks"``: one record per task in profile
 order with ``task_id``, ``n``, ``c``, ``errored``, ``pass_rate`` (null when ``n = 0``),
-``tokens_generated``. A JSON file beside the run (not only replay-store rows): one small file
+``tokens_generated``, ``reward_varies`` (false when absent). A JSON file beside the run (not only replay-store rows): one small file
 per profile that a tool reads without a database, and the CLI's profile of a bare model has no
 run to store it in.
 """
@@ -45,13 +48,15 @@ PROFILE_FORMAT = "agentrl.task_profile/1"
 @dataclass(frozen=True)
 class TaskPassRate:
     """One task's profile: ``n`` scored samples, ``c`` successes among them, ``errored``
-    samples (left out of ``n``), ``tokens_generated`` (all samples)."""
+    samples (left out of ``n``), ``tokens_generated`` (all samples), ``reward_varies``
+    (the scored samples' rewards are not all equal: a group has reward variance)."""
 
     task_id: str
     n: int
     c: int
     errored: int = 0
     tokens_generated: int = 0
+    reward_varies: bool = False
 
     @property
     def pass_rate(self) -> float | None:
@@ -60,9 +65,14 @@ class TaskPassRate:
 
     @property
     def verdict(self) -> str:
-        """``unsolved`` (pass rate 0), ``solved`` (1), ``mixed`` or ``unknown`` (``n = 0``)."""
+        """``unsolved`` (pass rate 0), ``solved`` (1), ``mixed`` (another rate, or rewards that
+        differ: ``reward_varies``) or ``unknown`` (``n = 0``)."""
         p = self.pass_rate
-        return "unknown" if p is None else "unsolved" if p == 0.0 else "solved" if p == 1.0 else "mixed"
+        if p is None:
+            return "unknown"
+        if self.reward_varies:
+            return "mixed"
+        return "unsolved" if p == 0.0 else "solved" if p == 1.0 else "mixed"
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,7 @@ class TaskProfile:
         return sum(t.tokens_generated for t in self.tasks)
 
     def skip_task_ids(self) -> list[str]:
-        """Tasks with pass rate 0 or 1 (module docstring), in profile order."""
+        """Tasks with pass rate 0 or 1 and equal rewards (module docstring), in profile order."""
         return [t.task_id for t in self.tasks if t.verdict in ("solved", "unsolved")]
 
     def counts(self) -> dict[str, int]:
@@ -138,7 +148,8 @@ class TaskProfile:
             raise ContractError(f"{where}: format {got!r}; expected {PROFILE_FORMAT!r}")
         try:
             tasks = [TaskPassRate(str(t["task_id"]), int(t["n"]), int(t["c"]), int(t.get("errored", 0)),
-                                  int(t.get("tokens_generated", 0))) for t in data["tasks"]]
+                                  int(t.get("tokens_generated", 0)), bool(t.get("reward_varies", False)))
+                     for t in data["tasks"]]
             return cls(str(data["env_id"]), str(data["split"]), int(data["policy_version"]), int(data["samples"]),
                        int(data["seed"]), dict(data["budget"]), tasks, str(data.get("source", "")),
                        None if data.get("iteration") is None else int(data["iteration"]))
@@ -152,7 +163,8 @@ def profile_from_outcomes(outcomes: Sequence[TaskOutcome], order: Sequence[str] 
     left out of ``n``), its tasks in ``order`` (e.g. the split's listing; tasks not in it
     after, in outcome order) or in outcome order; ``meta``: the ``TaskProfile`` fields but
     ``tasks``."""
-    tasks = [TaskPassRate(o.task_id, o.n, o.c, o.errored, o.tokens_generated) for o in outcomes]
+    tasks = [TaskPassRate(o.task_id, o.n, o.c, o.errored, o.tokens_generated, len(set(o.rewards)) > 1)
+             for o in outcomes]
     if order is not None:
         rank = {t: i for i, t in enumerate(order)}
         tasks.sort(key=lambda t: rank.get(t.task_id, len(rank)))  # stable: unknown ones keep outcome order
@@ -194,7 +206,7 @@ def profile_table(profile: TaskProfile) -> Table:
               caption=(f"{profile.samples} samples per task, seed {profile.seed}; temperature {b.get('temperature')}, "
                        f"max_turns {b.get('max_turns')}, max_new_tokens {b.get('max_new_tokens')}; "
                        f"{profile.tokens_generated} tokens generated; errored samples are left out of n; "
-                       "skipped: pass rate 0 or 1 (no reward variance in a group)"))
+                       "skipped: pass rate 0 or 1 with equal rewards (no reward variance in a group)"))
     for name in ("task", "pass rate", "c / n", "errored", "tokens", "filter"):
         t.add_column(name, justify="left" if name in ("task", "filter") else "right")
     for r in profile.tasks:

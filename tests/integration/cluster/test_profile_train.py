@@ -1,9 +1,10 @@
 """Difficulty-aware task sampling on real parts (Ray, vLLM on CPU with the tiny model, the
 FSDP2 trainer, the SQLite store), in one cheap run: a one-iteration sync run of
 ``agentrl-test/Symptoms-v0`` (``diagnose_envs.py``: one turn per episode; ``constant``,
-``length`` and ``wrong`` are never solved by the random policy, ``fair`` about half the time)
-with ``env.difficulty_filter`` on profiles its 4 tasks x 4 samples at version 0, skips the
-tasks whose pass rate is 0 or 1, trains only on the others, stores the profile (file,
+``length`` and ``wrong`` are never solved by the random policy, ``fair`` about half the time;
+``length`` pays a partial reward that differs between samples) with ``env.difficulty_filter``
+on profiles its 4 tasks x 4 samples at version 0, skips the tasks whose pass rate is 0 or 1
+with equal rewards (``constant``, ``wrong``), trains only on the others, stores the profile (file,
 ``kind='profile'`` episodes, checkpoint) and pays for its tokens; then ``agentrl tasks
 profile`` of the same model with the same seed and settings (a fresh engine, the CLI)
 measures the same pass rates."""
@@ -49,17 +50,18 @@ def test_the_filter_skips_tasks_at_0_or_1_pays_for_the_profile_and_agentrl_tasks
         rows = store.list_episodes(summary.run_id, 0)
         profiled = [r for r in rows if r.kind == "profile"]
         trained = [r for r in rows if r.kind == "train"]
-        # the skip rule, recomputed from the stored profile episodes
-        by_task: dict[str, list[bool]] = {}
+        # the skip rule, recomputed from the stored profile episodes: success and reward all alike
+        by_task: dict[str, list[tuple[bool, float]]] = {}
         for r in profiled:
             ep = store.get_episode(r.episode_id)
             if not ep.is_error:
-                by_task.setdefault(r.task_id, []).append(bool(ep.success) if ep.success is not None
-                                                         else (ep.total_reward or 0.0) >= 1.0)
+                success = bool(ep.success) if ep.success is not None else (ep.total_reward or 0.0) >= 1.0
+                by_task.setdefault(r.task_id, []).append((success, float(ep.total_reward or 0.0)))
     assert len(profiled) == 16 and {r.policy_version_min for r in profiled} == {0}
     assert all(r.episode_id.startswith(f"{summary.run_id}/profile/it0/") for r in profiled)
     skipped = sorted(t for t, s in by_task.items() if len(set(s)) == 1)
-    assert sorted(prof.skip_task_ids()) == skipped and {"constant", "length", "wrong"} <= set(skipped)
+    assert sorted(prof.skip_task_ids()) == skipped and {"constant", "wrong"} <= set(skipped)
+    assert "length" not in skipped  # never solved, but its partial rewards differ: a group has a gradient
     assert "fair" not in skipped, "this seed's profile sampled fair 4 times alike: pick another run.seed"
     assert m["profile/skipped_tasks"] == len(skipped) and m["profile/fallback_all"] == 0
     assert len(trained) == 4 and {r.task_id for r in trained} == set(SPLITS["train"]) - set(skipped)

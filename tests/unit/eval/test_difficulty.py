@@ -66,7 +66,8 @@ def test_the_file_round_trips_and_a_bad_file_is_a_clear_error(tmp_path):
     path = write_profile(tmp_path / "profiles" / "iter_4.json", p)
     data = json.loads(path.read_text())
     assert data["format"] == PROFILE_FORMAT and data["tokens_generated"] == 39
-    assert data["tasks"][1] == {"task_id": "never", "n": 2, "c": 0, "errored": 1, "tokens_generated": 9, "pass_rate": 0.0}
+    assert data["tasks"][1] == {"task_id": "never", "n": 2, "c": 0, "errored": 1, "tokens_generated": 9,
+                                "reward_varies": False, "pass_rate": 0.0}
     assert data["tasks"][3]["pass_rate"] is None
     assert read_profile(path) == p
     with pytest.raises(ConfigError, match="does not exist"):
@@ -89,3 +90,19 @@ def test_the_table_shows_each_task_and_what_the_filter_does():
     for needle in ("policy version 2", "never", "0.00", "skip (never solved)", "always", "skip (always solved)",
                    "mixed", "0.33", "keep", "broken", "keep (no scored sample)", "1 / 3", "39 tokens generated"):
         assert needle in text, needle
+
+
+def test_a_task_with_partial_rewards_that_differ_is_kept_though_no_sample_succeeded():
+    """The skip rule is about reward variance (a GRPO group with equal rewards has zero
+    advantages), as the run's own dynamic sampling drops groups whose rewards are all equal:
+    HumanEval's reward is a pass fraction of tests, so samples at 0.0 and 0.6 give a gradient
+    although neither succeeded (pass rate 0). Equal partial rewards are still skipped."""
+    eps = [_ep("partial", 0.0), _ep("partial", 0.6), _ep("flat", 0.5), _ep("flat", 0.5), _ep("never", 0.0),
+           _ep("never", 0.0)]
+    p = profile_from_outcomes(task_outcomes(eps), env_id="e", split="train", policy_version=0, samples=2, seed=0,
+                              budget={})
+    by = {t.task_id: t for t in p.tasks}
+    assert by["partial"].pass_rate == 0.0 and by["partial"].verdict == "mixed"
+    assert (by["flat"].verdict, by["never"].verdict) == ("unsolved", "unsolved")
+    assert p.skip_task_ids() == ["flat", "never"]
+    assert TaskProfile.from_json(json.loads(json.dumps(p.to_json()))) == p  # the file keeps it
