@@ -94,6 +94,11 @@ class TaskSource:
         self._skip = skip
         self.skip = {"skip_task_ids": sorted(skip), "policy_version": int(policy_version), "iteration": int(iteration)}
 
+    def clear_skip(self) -> None:
+        """Drop the skip set (the filter turned off on a resume): from the next request on the
+        order, and ``state_dict``, are the unfiltered ones again."""
+        self._skip, self.skip = frozenset(), None
+
     def _perm(self, epoch: int) -> np.ndarray:
         if epoch not in self._perm_cache:
             self._perm_cache = {epoch: np.random.default_rng([self.seed, epoch]).permutation(len(self.task_ids))}

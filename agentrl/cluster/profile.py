@@ -111,7 +111,14 @@ class DifficultyFilter:
 
     def before_iteration(self, run: Any, it: int) -> dict[str, float]:
         """Profile before iteration ``it`` when ``due`` (``run``: the ``RunContext``), else ``{}``;
-        the metrics include ``timeline/profile_start_s`` / ``_end_s``."""
+        the metrics include ``timeline/profile_start_s`` / ``_end_s``. With the filter off, a
+        skip set restored from a checkpoint (a run resumed with ``env.difficulty_filter=off``)
+        is dropped: the order is the unfiltered one, as the setting says."""
+        if not self.enabled and run.tasks.skip is not None:
+            log.warning("env.difficulty_filter is off: the checkpoint's skip set (%d tasks, profiled before iteration "
+                        "%d) is dropped; iteration %d on draws from every task", len(run.tasks.skip["skip_task_ids"]),
+                        run.tasks.skip["iteration"] + 1, it + 1)
+            run.tasks.clear_skip()
         if not self.due(run.tasks, it):
             return {}
         from agentrl.cluster.iteration import span
