@@ -97,7 +97,10 @@ def run_page(request: Request) -> HTMLResponse:
 
     # A run that evaluates (eval.every) stores its eval episodes at the iteration they follow:
     # train points then link to kind=train, eval points to kind=eval, so neither mixes in the other.
-    split = v.db.has_kind and any(k.startswith("eval/") for k in metrics)
+    # So do a difficulty profile's episodes (kind=profile, time/profile_s) and an eval before
+    # training's (kind=eval at iteration 0, time/eval_before_s), stored beside the training rows.
+    split = v.db.has_kind and any(k.startswith("eval/") or k in ("time/profile_s", "time/eval_before_s")
+                                  for k in metrics)
 
     def link(it: int, kind: str | None = None) -> str:
         return "/episodes?" + v.env.globals["qs"](run=run_id, iteration=it, kind=kind)
