@@ -27,10 +27,11 @@ the next profile. The
 profile's seed is ``run.seed + 1_000_003 * (iteration + 1)``: other env instances and
 sampling seeds than the training's own requests (with ``run.seed`` the profile of iteration
 0 would sample exactly the episodes iteration 0 then trains on), and ``agentrl tasks
-profile --seed`` reproduces it. Its episodes are stored with the iteration as
-``kind='profile'`` (ids under ``{run_id}/profile``; a resume rewinds and re-runs them with
-the iteration), its file is ``RUN/profiles/iter_<i>.json``, and the iteration's metrics get
-``profile/*``, ``tokens/profile_generated``, ``time/profile_s``; the profile's tokens are
+profile --seed`` reproduces it for a run on the whole split (the CLI profiles the split, not
+``env.task_ids``: another task list, so other env instances and seeds). Its episodes are
+stored with the iteration as ``kind='profile'`` (ids under ``{run_id}/profile``; a resume
+rewinds and re-runs them with the iteration), its file is ``RUN/profiles/iter_<i>.json``,
+and the iteration's metrics get ``profile/*``, ``tokens/profile_generated``, ``time/profile_s``; the profile's tokens are
 added to ``tokens/generated`` and ``tokens/discarded`` (generated, never trained: filtered
 work is paid work). When every task has pass rate 0 or 1 the run trains on all of them
 (a warning and ``profile/fallback_all`` = 1): stopping a run whose policy solves everything,
