@@ -70,7 +70,25 @@ class RecordingEngine:
 def engine(tiny_model_path):
     from agentrl.rollout.engine import VLLMEngine
 
-    return VLLMEngine(tiny_model_path, dtype="float32", max_model_len=1024, seed=0, max_num_seqs=16)
+    return VLLMEngine(tiny_model_path, dtype="float32", max_model_len=1024, seed=0, max_num_seqs=16,
+                      kv_cache_gb=KV_CACHE_GB)
+
+
+KV_CACHE_GB = 0.125  # a fraction of a GiB: VLLM_CPU_KVCACHE_SPACE alone would have made it 1 GiB
+
+
+def test_the_kv_cache_has_the_configured_size_also_below_one_gib(engine, tiny_model_path):
+    """``rollout.kv_cache_gb`` is honoured to the byte (``kv_cache_memory_bytes``): the
+    engine's blocks hold exactly as many tokens as 0.125 GiB fit at the model's K and V size
+    per token (fp32), not the 1 GiB ``VLLM_CPU_KVCACHE_SPACE`` rounds it up to."""
+    import json
+    from pathlib import Path
+
+    c = json.loads((Path(tiny_model_path) / "config.json").read_text())
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    bytes_per_token = 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * 4  # K and V, fp32
+    cache = engine.llm.llm_engine.vllm_config.cache_config
+    assert cache.num_gpu_blocks * cache.block_size * bytes_per_token == int(KV_CACHE_GB * 2**30)
 
 
 @pytest.fixture(scope="module")
