@@ -158,7 +158,7 @@ def test_a_stored_eval_with_other_settings_is_not_replaced(tmp_path):
     with the same identity, may be replaced; one whose stored identity differs, or that
     records none, is a ``ConfigError`` naming the setting, and the stored run is untouched."""
     m = resolve_target(str(_hf(tmp_path / "m")))
-    cfg, _ = eval_config(m, ["eval.num_tasks=3"], env_id=GUESS)
+    cfg, _ = eval_config(m, ["eval.num_tasks=3", "eval.temperature=1.0"], env_id=GUESS)  # not the default's 0.3
     hot, _ = eval_config(m, ["eval.num_tasks=3", "eval.temperature=0.5"], env_id=GUESS)
     run_id, identity = eval_run_id(m, cfg), eval_identity(m, cfg)
     with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
