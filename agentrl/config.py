@@ -76,6 +76,10 @@ class RolloutConfig(_Section):
     )
     history_length: int = Field(2, ge=0, description="per_step mode: how many previous (action, observation) steps the prompt shows.")
     score_truncated: bool = Field(True, description="Hand a completion cut by max_new_tokens to the environment for scoring (the episode still ends there, truncated); an unparseable cut answer earns 0 and is never counted as a format failure.")
+    stop_strings: list[str] = Field(
+        default_factory=list,
+        description="Strings that end a turn, e.g. ['</tool_call>']: the turn ends with the token that completes the first one in its text (what the model writes after it is not kept), the environment acts on it, and the next prompt closes the message with the chat template's end-of-message text (not sampled, loss_mask 0). Stops a model that writes a tool call and then imagines its output. Empty: turns end at a stop token or max_new_tokens only.",
+    )
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature; the trainer scores at the same temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling. The trainer refuses top_p < 1 (it cannot reproduce it exactly).")
     top_k: int = Field(-1, description="Top-k sampling (-1 = off). The trainer refuses top_k > 0.")
@@ -96,6 +100,9 @@ class RolloutConfig(_Section):
             raise ValueError(
                 f"rollout.max_new_tokens={self.max_new_tokens} must be smaller than rollout.max_context_tokens={self.max_context_tokens}"
             )
+        if any(not s for s in self.stop_strings):
+            raise ValueError(f"rollout.stop_strings={self.stop_strings!r} holds an empty string; expected non-empty strings "
+                             "(an empty one would end every turn at its first token)")
         return self
 
 

@@ -268,13 +268,14 @@ class RolloutActor:
             check_chat_template(chat, cfg, environments.env_class(cfg.env.id))
         t0 = time.perf_counter()
         self.engine = VLLMEngine(model_path, dtype=cfg.model.dtype, max_model_len=cfg.rollout.max_context_tokens,
-                                 seed=cfg.run.seed, kv_cache_gb=cfg.rollout.kv_cache_gb, max_num_seqs=cfg.rollout.max_num_seqs)
+                                 seed=cfg.run.seed, kv_cache_gb=cfg.rollout.kv_cache_gb, max_num_seqs=cfg.rollout.max_num_seqs,
+                                 decode=tokenizer.decode)
         self.engine_start_s = time.perf_counter() - t0
         self.worker = RolloutWorker(
             self.engine, chat, make_env_factory(cfg, run_id, sandbox_hosts, engine_index=engine_index),
             RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens,
                           score_truncated=cfg.rollout.score_truncated, prompt_mode=cfg.rollout.prompt_mode,
-                          history_length=cfg.rollout.history_length),
+                          history_length=cfg.rollout.history_length, stop_strings=tuple(cfg.rollout.stop_strings)),
             sampling_of(cfg), env_workers=cfg.rollout.env_workers,
         )
         from agentrl.rollout.stream import StreamRunner

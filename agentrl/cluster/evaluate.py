@@ -248,7 +248,7 @@ def eval_identity(target: EvalTarget, cfg: Config) -> dict[str, Any]:
             "samples": ev.samples, "seed": ev.seed, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
             "max_turns": r.max_turns, "max_new_tokens": r.max_new_tokens, "max_context_tokens": r.max_context_tokens,
             "prompt_mode": r.prompt_mode, "history_length": r.history_length, "score_truncated": r.score_truncated,
-            "confidence": ev.confidence, "num_resamples": ev.num_resamples}
+            **({"stop_strings": list(r.stop_strings)} if r.stop_strings else {}), "confidence": ev.confidence, "num_resamples": ev.num_resamples}
 
 
 def eval_run_id(target: EvalTarget, cfg: Config) -> str:

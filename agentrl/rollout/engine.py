@@ -24,9 +24,10 @@ import gc
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from agentrl.errors import EngineError
+from agentrl.rollout.stop_strings import cut_at_stop, tail_holds_stop
 from agentrl.types import FinishReason, SamplingRecord
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ class VLLMEngine:
     """
 
     def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
-                 kv_cache_gb: float = 1.0, max_num_seqs: int = 64) -> None:
+                 kv_cache_gb: float = 1.0, max_num_seqs: int = 64,
+                 decode: Callable[[Sequence[int]], str] | None = None) -> None:
         configure_vllm_env(kv_cache_gb)
         try:
             from vllm import LLM
@@ -140,11 +142,25 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self._partial: dict[str, Any] = {}  # request id -> its latest cumulative CompletionOutput (None: none yet)
         self._reload_reason: str | None = None  # why update_weights last fell back to reload_weights
+        self.decode = decode  # the policy tokenizer's decode: needed for requests with stop strings
+        self._stops: dict[str, tuple[tuple[str, ...], int]] = {}  # request id -> (stop strings, tokens checked)
 
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
-            stop_token_ids: Sequence[int], seed: int | None = None) -> None:
-        """Queue one request. ``prompt_ids`` ``[P]`` with ``P + max_tokens <= max_model_len``."""
+            stop_token_ids: Sequence[int], seed: int | None = None, stop_strings: Sequence[str] = ()) -> None:
+        """Queue one request. ``prompt_ids`` ``[P]`` with ``P + max_tokens <= max_model_len``.
+        ``stop_strings``: the request ends (``finish_reason="stop"``, ``stop_token_id`` None)
+        with the token that completes the first of them in its text
+        (``agentrl.rollout.stop_strings``); needs the engine's ``decode``.
+
+        Raises:
+            EngineError: the request does not fit ``max_model_len``, or stop strings without
+                a ``decode``.
+        """
         from vllm import SamplingParams
+
+        if stop_strings and self.decode is None:
+            raise EngineError(f"request {request_id}: stop strings {list(stop_strings)} need the engine's decode "
+                              "(VLLMEngine(decode=tokenizer.decode))")
 
         if len(prompt_ids) + max_tokens > self.max_model_len:
             raise EngineError(
@@ -164,6 +180,8 @@ class VLLMEngine:
         )
         self.engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
         self._partial[request_id] = None
+        if stop_strings:
+            self._stops[request_id] = (tuple(stop_strings), 0)
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished_requests()
@@ -174,9 +192,17 @@ class VLLMEngine:
         for out in self.engine.step():
             if not out.finished:
                 self._partial[out.request_id] = out.outputs[0]  # cumulative: read at preemption only
+                stopped = self._stopped(out.request_id, out.outputs[0])
+                if stopped is not None:
+                    self.abort([out.request_id])
+                    done.append(stopped)
                 continue
             self._partial.pop(out.request_id, None)
             o = out.outputs[0]
+            stopped = self._stopped(out.request_id, o, finished=True)
+            if stopped is not None:
+                done.append(stopped)
+                continue
             ids, lps = _ids_and_log_probs(out.request_id, o)
             reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
             stop_id = o.stop_reason if isinstance(o.stop_reason, int) else None
@@ -185,11 +211,33 @@ class VLLMEngine:
             done.append(Completion(out.request_id, ids, lps, reason, stop_id))
         return done
 
+    def _stopped(self, request_id: str, o: Any, *, finished: bool = False) -> Completion | None:
+        """The request's completion cut at its first stop string, if its newest tokens hold
+        one (None otherwise, or for a request without stop strings)."""
+        entry = self._stops.get(request_id)
+        if entry is None:
+            return None
+        stops, checked = entry
+        n = len(o.token_ids)
+        if finished:
+            self._stops.pop(request_id, None)
+        if not tail_holds_stop(o.token_ids, self.decode, stops, checked):
+            if not finished:
+                self._stops[request_id] = (stops, n)
+            return None
+        ids, lps = _ids_and_log_probs(request_id, o)
+        k = cut_at_stop(ids, self.decode, stops)
+        if k is None:
+            return None
+        self._stops.pop(request_id, None)
+        return Completion(request_id, ids[:k], lps[:k], "stop", None)
+
     def abort(self, request_ids: Iterable[str]) -> None:
         ids = list(request_ids)
         self.engine.abort_request(ids)
         for rid in ids:
             self._partial.pop(rid, None)
+            self._stops.pop(rid, None)
 
     def unfinished_ids(self) -> list[str]:
         """Ids of the requests added and not yet finished or aborted, in the order added."""

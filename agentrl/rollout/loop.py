@@ -46,6 +46,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 from agentrl.errors import EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
+from agentrl.rollout.stop_strings import cut_at_stop
 from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, StepInfo, TerminationReason, Turn
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class RolloutLimits:
     score_truncated: bool = True
     prompt_mode: str = "full_history"
     history_length: int = 2
+    stop_strings: tuple[str, ...] = ()  # a turn ends with the token completing one (agentrl.rollout.stop_strings)
 
 
 @dataclass
@@ -265,7 +267,12 @@ class RolloutWorker:
         """Add ``st``'s prepared turn to the engine, sampled under weight version ``version``."""
         st.version = version
         self.engine.add(st.request_id, st.engine_prompt, sampling=self.sampling, max_tokens=st.max_tokens,
-                        stop_token_ids=self.chat.stop_token_ids, seed=st.seed)
+                        stop_token_ids=self.chat.stop_token_ids, seed=st.seed, **self.stop_kwargs())
+
+    def stop_kwargs(self) -> dict[str, Any]:
+        """``engine.add``'s stop-string argument (none when no stop strings are set, so an
+        engine without them keeps its signature)."""
+        return {"stop_strings": self.limits.stop_strings} if self.limits.stop_strings else {}
 
     def _after_env(self, kind: str, fut: Future, st: _Active, queue: list[_Active]) -> bool:
         try:
@@ -310,7 +317,8 @@ class RolloutWorker:
             st.anchor = info.anchor_or(obs)
             if self.limits.prompt_mode == "per_step":
                 return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), queue)
-            delta = self.chat.delta_ids(_observation_messages(obs, info))
+            ended_with_stop_token = bool(turn.completion_ids) and turn.completion_ids[-1] in self.chat.stop_token_ids
+            delta = self.chat.delta_ids(_observation_messages(obs, info), completion_ended_with_stop=ended_with_stop_token)
             return self._queue_turn(st, delta, queue)
         except RewardError as exc:
             return self._fail(st, TerminationReason.REWARD_ERROR, exc)
@@ -347,6 +355,13 @@ class RolloutWorker:
         lps = [lp for seg in st.segments for lp in seg[1]] + list(comp.log_probs)
         versions = [seg[2] for seg in st.segments for _ in seg[0]] + [st.version] * len(comp.token_ids)
         st.segments = []
+        if self.limits.stop_strings and comp.finish_reason != "abort":
+            # the engine stops at a stop string within its steps; one that spans a preemption
+            # (two engine requests) is only seen whole here
+            k = cut_at_stop(ids, self.tokenizer.decode, self.limits.stop_strings)
+            if k is not None and not (k == len(ids) - 1 and ids[-1] in self.chat.stop_token_ids):
+                ids, lps, versions = ids[:k], lps[:k], versions[:k]
+                comp = Completion(comp.request_id, tuple(ids), tuple(lps), "stop", None)
         turn = Turn(
             prompt_ids=st.pending_prompt,
             completion_ids=ids,

@@ -248,3 +248,55 @@ def test_per_step_mode_keeps_context_flat_and_makes_one_row_per_step(engine, tok
     store.add_episodes("r", 0, episodes)
     back = store.get_episode(episodes[0].episode_id)
     assert back.prompt_mode == "per_step" and back.token_ids() == episodes[0].token_ids()
+
+
+@pytest.mark.parametrize("engine_sees_stops", [True, False], ids=["engine_stops", "loop_cuts"])
+def test_a_stop_string_ends_the_turn_at_the_token_that_completes_it_and_the_episode_goes_on(
+        engine, tokenizer, engine_sees_stops):
+    """``rollout.stop_strings`` (agentrl/rollout/stop_strings.py): the same request sampled
+    again (same seed, alone in the engine) with a stop string taken from its first sampling's
+    text ends at exactly the shortest prefix whose text holds it, as ``stop`` with no stop
+    token; the environment acts on that prefix, the episode goes on (it would have ended at
+    ``max_new_tokens``), and the next prompt starts with the template's end-of-message text.
+    ``engine_stops``: the engine aborts the request itself within its steps; ``loop_cuts``: an
+    engine that ignores stop strings (the spy drops them) is cut by the agent loop instead."""
+    from agentrl.rollout.stop_strings import cut_at_stop
+
+    def decode(ids):
+        return tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    limits = RolloutLimits(3, 24, 1024)
+    first_env = ToolEchoEnv(episode_len=2)
+    worker, spy = _worker(engine, tokenizer, [first_env], limits=limits)
+    (first,) = worker.run(_requests(1), policy_version=0)
+    full = first.turns[0].completion_ids
+    assert first.turns[0].finish_reason == "length" and len(full) == 24, "pick another sample_seed"
+    stop = decode(full[8:10])
+    assert stop.strip(), "pick another slice"
+    k = cut_at_stop(full, decode, [stop])
+    assert k is not None and 1 <= k <= 10
+
+    env = ToolEchoEnv(episode_len=2)
+    worker, spy = _worker(engine, tokenizer, [env], limits=RolloutLimits(3, 24, 1024, stop_strings=(stop,)))
+    if not engine_sees_stops:
+        real_add = spy.add
+        spy.add = lambda rid, prompt, **kw: real_add(rid, prompt, **{a: b for a, b in kw.items() if a != "stop_strings"})
+    saved = engine.decode
+    engine.decode = decode
+    try:
+        (ep,) = worker.run(_requests(1), policy_version=0)
+    finally:
+        engine.decode = saved
+    ep.validate()
+    t0 = ep.turns[0]
+    assert t0.completion_ids == full[:k] and t0.finish_reason == "stop"
+    assert stop in decode(t0.completion_ids) and stop not in decode(t0.completion_ids[:-1])
+    assert t0.behavior_log_probs == first.turns[0].behavior_log_probs[:k]
+    assert env.actions[0] == tokenizer.decode(full[:k], skip_special_tokens=True)
+    engine_ids = spy.completions[f"{ep.episode_id}:0"].token_ids
+    assert len(engine_ids) == (k if engine_sees_stops else 24)  # who cut it
+    # the episode went on: the observation follows the closed assistant message
+    assert len(ep.turns) == 2
+    assert ep.turns[1].prompt_ids == worker.chat.delta_ids([{"role": "tool", "content": "result: ok"}],
+                                                           completion_ended_with_stop=False)
+    assert sum(ep.loss_mask()) == len(ep.behavior_log_probs())  # the closing text is not the policy's
