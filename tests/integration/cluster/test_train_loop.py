@@ -25,6 +25,7 @@ def make_cfg(tmp_path, tiny_model_path, name, *extra):
         f"model.path={tiny_model_path}", "env.tasks_per_iteration=2", "env.group_size=2",
         "rollout.max_turns=2", "rollout.max_new_tokens=24", "rollout.max_context_tokens=1024",
         "rollout.check_template=true", "sandbox.backend=bwrap", "trainer.lr=1e-4", "trainer.micro_batch_size=2",
+        "rollout.kv_cache_gb=0.125",  # 262k tokens of the tiny model's cache; 1 GiB zeroed per start was 8x that
         *extra,
     ])
 

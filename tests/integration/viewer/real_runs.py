@@ -51,7 +51,7 @@ def run_overrides(run_dir: Path, model_path: str, db_url: str, name: str) -> lis
         f"model.path={model_path}", f"env.id={ENV_ID}", "env.tasks_per_iteration=2", "env.group_size=2",
         "rollout.max_turns=2", "rollout.max_new_tokens=12", "rollout.max_context_tokens=2048",
         "rollout.history_length=1", "sandbox.backend=bwrap", "algorithm.advantage=gigpo",
-        "trainer.micro_batch_size=2", f"replay.url={db_url}",
+        "trainer.micro_batch_size=2", f"replay.url={db_url}", "rollout.kv_cache_gb=0.125",
     ]
 
 
