@@ -52,7 +52,8 @@ def _start(tmp_path: Path, name: str, model: str, backend: str = "bwrap") -> sub
     cmd = [sys.executable, "-m", "agentrl.cli", "train",
            f"run.name={name}", f"run.dir={tmp_path / name}", "run.iterations=200", f"model.path={model}",
            "env.tasks_per_iteration=2", "env.group_size=2", "rollout.max_turns=2", "rollout.max_new_tokens=16",
-           "rollout.max_context_tokens=1024", f"sandbox.backend={backend}", "cluster.num_cpus=4"]
+           "rollout.max_context_tokens=1024", f"sandbox.backend={backend}", "cluster.num_cpus=4",
+           "eval.before_training=false", "eval.after_training=false"]  # the packaged default evaluates; not this test's subject
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

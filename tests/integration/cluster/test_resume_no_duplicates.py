@@ -72,7 +72,8 @@ def test_sigkill_then_resume_stores_each_iteration_once(tmp_path, tiny_model_pat
             "run.checkpoint_every=2", "run.seed=0", f"model.path={tiny_model_path}", "env.id=agentrl/GuessNumber-v0",
             f"env.tasks_per_iteration={TASKS}", f"env.group_size={GROUP}", "rollout.max_turns=2",
             "rollout.max_new_tokens=8", "rollout.max_context_tokens=1024", f"rollout.prompt_mode={mode}",
-            "rollout.history_length=1", "trainer.micro_batch_size=2", "cluster.num_cpus=4"]
+            "rollout.history_length=1", "trainer.micro_batch_size=2", "cluster.num_cpus=4",
+            "eval.before_training=false", "eval.after_training=false"]  # the packaged default evaluates; not this test's subject
 
     first_ids: dict[int, list[str]] = {}
     for k, kill_at in enumerate(KILLS[mode]):
