@@ -227,8 +227,8 @@ class VLLMEngine:
             return None
         ids, lps = _ids_and_log_probs(request_id, o)
         k = cut_at_stop(ids, self.decode, stops)
-        if k is None:
-            return None
+        if k is None or (finished and o.finish_reason == "stop" and k == n - 1):
+            return None  # none, or only the stop token after it: the completion as vLLM ended it
         self._stops.pop(request_id, None)
         return Completion(request_id, ids[:k], lps[:k], "stop", None)
 

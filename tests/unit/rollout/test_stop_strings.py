@@ -36,3 +36,45 @@ def test_the_tail_check_sees_a_stop_string_that_began_before_the_checked_tokens(
 def test_an_empty_stop_string_is_a_config_error_naming_it():
     with pytest.raises(ValueError, match=r"rollout.stop_strings=\['</tool_call>', ''\] holds an empty string"):
         load_default_config(["rollout.stop_strings=['</tool_call>', '']"])
+
+
+class _Logprob:
+    def __init__(self, lp):
+        self.logprob = lp
+
+
+class _Output:
+    """The fields of vLLM's CompletionOutput that the engine reads."""
+
+    def __init__(self, ids, finish_reason=None):
+        self.token_ids = list(ids)
+        self.logprobs = [{t: _Logprob(-0.5)} for t in ids]
+        self.finish_reason = finish_reason
+
+
+def _engine():
+    from agentrl.rollout.engine import VLLMEngine
+
+    eng = object.__new__(VLLMEngine)  # only the stop-string bookkeeping, no vLLM
+    eng.decode = decode
+    eng._stops = {}
+    return eng
+
+
+def test_the_engine_cuts_a_finished_completion_at_its_stop_string_but_keeps_a_stop_token_right_after_it():
+    eos = len(PIECES)
+    pieces = PIECES + ["<|im_end|>"]
+
+    def dec(ids):
+        return "".join(pieces[i] for i in ids)
+
+    eng = _engine()
+    eng.decode = dec
+    eng._stops["a"] = (("</tool_call>",), 0)
+    cut = eng._stopped("a", _Output(range(13), "length"), finished=True)
+    assert cut.token_ids == tuple(range(11)) and cut.finish_reason == "stop" and cut.stop_token_id is None
+    eng._stops["b"] = (("</tool_call>",), 0)  # "...</tool_call>" then the stop token: as vLLM ended it
+    assert eng._stopped("b", _Output([*range(11), eos], "stop"), finished=True) is None
+    eng._stops["c"] = (("</tool_call>",), 0)  # unfinished: nothing yet, then the tokens that complete it
+    assert eng._stopped("c", _Output(range(9))) is None and eng._stops["c"][1] == 9
+    assert eng._stopped("c", _Output(range(12))).token_ids == tuple(range(11)) and "c" not in eng._stops
