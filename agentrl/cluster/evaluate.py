@@ -57,7 +57,7 @@ from typing import Any, Callable, Sequence
 
 from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir
 from agentrl.cluster.judge import judge_env_kwargs, judge_label
-from agentrl.config import Config, load_default_config
+from agentrl.config import Config, load_config, load_default_config
 from agentrl.errors import ConfigError, ContractError
 from agentrl.eval.passk import EvalReport, summarize, task_outcomes
 from agentrl.types import Episode, EpisodeRequest
@@ -173,7 +173,12 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     if train_cfg is not None:
         base = RunDir(target.run_dir).load_config([*extra, *overrides])
     else:
-        base = load_default_config([*extra, *overrides])
+        # the packaged default's rollout and eval settings (temperature, stop strings, its
+        # eval.num_tasks ...) are tuned for its own env; another env starts from the built-in
+        # defaults, so none of them silently shapes that env's evaluation
+        wanted_env = env_id or next((o.split("=", 1)[1].strip() for o in overrides if o.startswith("env.id=")), None)
+        base = (load_default_config([*extra, *overrides]) if wanted_env in (None, load_default_config().env.id)
+                else load_config(None, [*extra, *overrides]))
     ev = base.eval
     data = base.model_dump(mode="json")
     data["model"]["path"] = target.model if target.model is not None else data["model"]["path"]

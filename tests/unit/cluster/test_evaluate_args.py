@@ -254,3 +254,21 @@ def test_the_train_summary_ends_with_eval_before_and_after():
     assert mid == ["held-out eval after iteration 1 (policy version 1): pass@1 undefined over 9 tasks x 4 samples "
                    "(36 scored, 0 errored)"]
     assert training_eval_lines([{"iteration": 1.0}]) == []  # no eval in the run: no lines
+
+
+def test_a_bare_model_on_another_env_is_evaluated_without_the_packaged_defaults_env_settings():
+    """The packaged default is tuned for its env (ShellLookup: eval.num_tasks 12, temperature 0.3,
+    stop strings): ``agentrl eval MODEL --env OTHER`` starts from the built-in defaults instead, so
+    HumanEval is not silently cut to its first 12 test tasks; the packaged env keeps them."""
+    from agentrl.cluster.evaluate import eval_config, resolve_target
+    from agentrl.config import load_default_config
+
+    target = resolve_target("tiny-random-smollm2")
+    other, _ = eval_config(target, [], env_id="agentrl/HumanEval-v0")
+    assert other.env.id == "agentrl/HumanEval-v0" and other.eval.num_tasks is None
+    assert other.rollout.stop_strings == [] and other.rollout.temperature == 1.0
+    packaged = load_default_config()
+    same, _ = eval_config(target, ["eval.samples=2"], env_id=packaged.env.id)
+    assert same.eval.num_tasks == packaged.eval.num_tasks == 12 and same.eval.samples == 2
+    assert same.rollout.stop_strings == packaged.rollout.stop_strings == ["</tool_call>"]
+    assert eval_config(target, [])[0].env.id == packaged.env.id  # no env named: the packaged one
