@@ -15,7 +15,8 @@ A checkpoint is first written as a Hugging Face folder with ``agentrl export``'s
 checkpoint reuses it), and the engines load that folder.
 
 The configuration (``eval_config``): the run's own config (env kwargs, engines, sandboxes)
-or, for a bare model, the packaged default, with the ``eval`` section's fixed budget put in
+or, for a bare model, the packaged default (on another env than the packaged default's: the
+built-in defaults, since its settings are tuned for its env), with the ``eval`` section's fixed budget put in
 place of the rollout's (``eval.temperature`` with top_p 1 / top_k off, ``eval.max_turns``,
 ``eval.max_new_tokens``, ``eval.max_context_tokens``) and ``env.group_size = eval.samples``.
 The env is made with its declared judge kwargs over ``env.kwargs`` (``agentrl.cluster.judge``:
