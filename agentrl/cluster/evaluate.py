@@ -177,9 +177,9 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
         # the packaged default's rollout and eval settings (temperature, stop strings, its
         # eval.num_tasks ...) are tuned for its own env; another env starts from the built-in
         # defaults, so none of them silently shapes that env's evaluation
-        wanted_env = env_id or next((o.split("=", 1)[1].strip() for o in overrides if o.startswith("env.id=")), None)
-        base = (load_default_config([*extra, *overrides]) if wanted_env in (None, load_default_config().env.id)
-                else load_config(None, [*extra, *overrides]))
+        base = load_default_config([*extra, *overrides])
+        if base.env.id != load_default_config().env.id:  # --env or an env.id override named another env
+            base = load_config(None, [*extra, *overrides])
     ev = base.eval
     data = base.model_dump(mode="json")
     data["model"]["path"] = target.model if target.model is not None else data["model"]["path"]

@@ -214,13 +214,11 @@ class VLLMEngine:
     def _stopped(self, request_id: str, o: Any, *, finished: bool = False) -> Completion | None:
         """The request's completion cut at its first stop string, if its newest tokens hold
         one (None otherwise, or for a request without stop strings)."""
-        entry = self._stops.get(request_id)
+        entry = self._stops.pop(request_id, None) if finished else self._stops.get(request_id)
         if entry is None:
             return None
         stops, checked = entry
         n = len(o.token_ids)
-        if finished:
-            self._stops.pop(request_id, None)
         if not tail_holds_stop(o.token_ids, self.decode, stops, checked):
             if not finished:
                 self._stops[request_id] = (stops, n)
@@ -229,8 +227,7 @@ class VLLMEngine:
         k = cut_at_stop(ids, self.decode, stops)
         if k is None or (finished and o.finish_reason == "stop" and k == n - 1):
             return None  # none, or only the stop token after it: the completion as vLLM ended it
-        self._stops.pop(request_id, None)
-        return Completion(request_id, ids[:k], lps[:k], "stop", None)
+        return Completion(request_id, ids[:k], lps[:k], "stop", None)  # unfinished: the caller aborts it
 
     def abort(self, request_ids: Iterable[str]) -> None:
         ids = list(request_ids)
