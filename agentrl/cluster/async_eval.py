@@ -353,13 +353,11 @@ class DedicatedEval:
         m["time/eval_wait_s"], self._wait_s = self._wait_s, 0.0
         if not jobs:
             return [], m
-        from agentrl.eval.passk import summarize, task_outcomes
+        from agentrl.cluster.evaluate import eval_report
 
-        ev = self.cfg.eval
         episodes: list[Episode] = []
         for job in jobs:
-            report = summarize(task_outcomes(job.episodes), range(1, ev.samples + 1), seed=ev.seed,
-                               num_resamples=ev.num_resamples, confidence=ev.confidence)
+            report = eval_report(job.episodes, self.cfg)
             n = job.name
             m.update(report.metrics(prefix=f"{n}/"))
             m.update({f"{n}/policy_version": float(job.policy_version), f"time/{n}_s": job.engine_s,

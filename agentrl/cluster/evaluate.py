@@ -65,7 +65,7 @@ from agentrl.types import Episode, EpisodeRequest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "check_replaceable", "eval_budget", "eval_config",
+__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "check_replaceable", "eval_budget", "eval_config", "eval_report",
            "eval_identity", "eval_requests", "eval_run_id", "evaluate", "held_out_task_ids", "resolve_target"]
 
 
@@ -305,6 +305,15 @@ def eval_requests(cfg: Config, task_ids: Sequence[str], run_id: str, iteration: 
     return tasks.next_requests(len(task_ids))
 
 
+def eval_report(episodes: Sequence[Episode], cfg: Config) -> EvalReport:
+    """pass@1..``eval.samples``, mean reward and tokens of ``episodes`` with the ``eval``
+    section's bootstrap (seed, resamples, confidence): the one summary ``agentrl eval``, eval
+    during training and the async eval engine all report (``agentrl.eval.passk``)."""
+    ev = cfg.eval
+    return summarize(task_outcomes(episodes), range(1, ev.samples + 1), seed=ev.seed,
+                     num_resamples=ev.num_resamples, confidence=ev.confidence)
+
+
 def eval_budget(cfg: Config, *, judge: bool = True) -> dict[str, Any]:
     """The eval section's sampling and limits, as ``RolloutActor.rollout``'s ``budget``, and
     the env kwargs of the eval's judge (``env_kwargs``: ``agentrl.cluster.judge``);
@@ -427,8 +436,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
                 ray.shutdown()
             reap_orphans(run_id, include_live_owners=True)
 
-        report = summarize(task_outcomes(episodes), range(1, cfg.eval.samples + 1), seed=cfg.eval.seed,
-                           num_resamples=cfg.eval.num_resamples, confidence=cfg.eval.confidence)
+        report = eval_report(episodes, cfg)
         say("writing the episodes")
         store.rewind(run_id, 0)  # an earlier eval with this identity (check_replaceable): replaced, not doubled
         _store_episodes(store, run_id, episodes)
@@ -492,12 +500,10 @@ class TrainingEval:
 
     def _evaluate(self, pool: Any, store: Any, run_id: str, it: int, policy_version: int, name: str) -> dict[str, float]:
         t0 = time.perf_counter()
-        ev = self.cfg.eval
         ids_under = f"{run_id}/eval" if name == "eval" else f"{run_id}/eval-before"
         requests = eval_requests(self.cfg, self.task_ids, ids_under, iteration=it)
         episodes, _, _ = pool.rollout(requests, policy_version, eval_budget(self.cfg))
-        report = summarize(task_outcomes(episodes), range(1, ev.samples + 1), seed=ev.seed,
-                           num_resamples=ev.num_resamples, confidence=ev.confidence)
+        report = eval_report(episodes, self.cfg)
         _store_episodes(store, run_id, episodes, iteration=it)
         m = report.metrics(prefix=f"{name}/")
         m.update({f"{name}/policy_version": float(policy_version), f"time/{name}_s": time.perf_counter() - t0})
