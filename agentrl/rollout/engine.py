@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -47,6 +48,44 @@ def configure_vllm_env(kv_cache_gb: float, num_threads: int | None = None) -> No
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if num_threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(num_threads)
+
+
+class _NoCompile:
+    """``with _no_compile:`` runs vLLM's ``torch.compile``'d helpers eagerly while the engine works.
+
+    With ``enforce_eager`` the model is not compiled, but vLLM's sampler still
+    ``torch.compile``s (Inductor) one small helper, the rank of each sampled token's log-prob
+    (``batched_count_greater_than``: an integer count, the same eagerly): every engine start
+    paid that compile, a C++ build included, at its first step (measured 2.3-4 CPU-s per
+    engine start on 2 cores, and more for a new batch shape); ``step``, ``prompt_log_probs``
+    and the start-up (its warm-up) run under it. ``torch.compiler.set_stance(
+    "force_eager")`` is process-wide, so the first engine call enters it and the last one
+    leaves it (calls from several threads nest); nothing else in the process is affected
+    while no engine call runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._stance: Any = None  # the set_stance context while depth > 0
+
+    def __enter__(self) -> None:
+        import torch
+
+        with self._lock:
+            if self._depth == 0:
+                self._stance = torch.compiler.set_stance("force_eager")  # in effect from here
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                stance, self._stance = self._stance, None
+                stance.__exit__(None, None, None)  # back to the stance before the first entry
+
+
+_no_compile = _NoCompile()
 
 
 def _no_chat_warmup_warning(record: logging.LogRecord) -> bool:
@@ -110,28 +149,29 @@ class VLLMEngine:
             # kv_cache_memory_bytes below: hidden while the engine reads its config
             kv_env = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
             try:
-                self.llm = LLM(
-                    model=model_path,
-                    dtype=dtype,
-                    enforce_eager=True,
-                    max_model_len=max_model_len,
-                    seed=seed,
-                    max_num_seqs=max_num_seqs,
-                    logprobs_mode="processed_logprobs",
-                    enable_prefix_caching=True,
-                    # Per-request seeds make sampling reproducible (resume replays the same
-                    # tokens); vLLM's CPU generators cannot rewind the draw of a partially
-                    # prefilled prompt ("CPU Generator does not use offset"), so prompts are
-                    # never split across steps.
-                    enable_chunked_prefill=False,
-                    max_num_batched_tokens=max(max_model_len, 8192),
-                    # Token ids in and out (the agent loop has its own tokenizer, and every
-                    # EOS id is passed as a stop id): vLLM loads no tokenizer and detokenizes
-                    # nothing (about 2 s of CPU less per engine start, and less per token).
-                    skip_tokenizer_init=True,
-                    # Fractions of a GiB too (VLLM_CPU_KVCACHE_SPACE: whole GiB only).
-                    kv_cache_memory_bytes=max(1, int(kv_cache_gb * 2**30)),
-                )
+                with _no_compile:
+                    self.llm = LLM(
+                        model=model_path,
+                        dtype=dtype,
+                        enforce_eager=True,
+                        max_model_len=max_model_len,
+                        seed=seed,
+                        max_num_seqs=max_num_seqs,
+                        logprobs_mode="processed_logprobs",
+                        enable_prefix_caching=True,
+                        # Per-request seeds make sampling reproducible (resume replays the same
+                        # tokens); vLLM's CPU generators cannot rewind the draw of a partially
+                        # prefilled prompt ("CPU Generator does not use offset"), so prompts are
+                        # never split across steps.
+                        enable_chunked_prefill=False,
+                        max_num_batched_tokens=max(max_model_len, 8192),
+                        # Token ids in and out (the agent loop has its own tokenizer, and every
+                        # EOS id is passed as a stop id): vLLM loads no tokenizer and detokenizes
+                        # nothing (about 2 s of CPU less per engine start, and less per token).
+                        skip_tokenizer_init=True,
+                        # Fractions of a GiB too (VLLM_CPU_KVCACHE_SPACE: whole GiB only).
+                        kv_cache_memory_bytes=max(1, int(kv_cache_gb * 2**30)),
+                    )
             finally:
                 renderer_log.removeFilter(_no_chat_warmup_warning)
                 if kv_env is not None:
@@ -189,7 +229,9 @@ class VLLMEngine:
     def step(self) -> list[Completion]:
         """Run one engine step; return the requests that finished in it."""
         done: list[Completion] = []
-        for out in self.engine.step():
+        with _no_compile:
+            outs = self.engine.step()
+        for out in outs:
             if not out.finished:
                 self._partial[out.request_id] = out.outputs[0]  # cumulative: read at preemption only
                 stopped = self._stopped(out.request_id, out.outputs[0])
@@ -318,7 +360,8 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
+        with _no_compile:
+            out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], params, use_tqdm=False)[0]
         plp = out.prompt_logprobs
         return [float(plp[i][token_ids[i]].logprob) for i in range(1, len(token_ids))]
 

@@ -91,6 +91,27 @@ def test_the_kv_cache_has_the_configured_size_also_below_one_gib(engine, tiny_mo
     assert cache.num_gpu_blocks * cache.block_size * bytes_per_token == int(KV_CACHE_GB * 2**30)
 
 
+def test_the_engine_compiles_nothing_and_leaves_torch_compile_as_it_was(engine):
+    """vLLM's sampler ``torch.compile``s the rank of each sampled log-prob (a C++ build at an
+    engine's first step, seconds of CPU at every start); the engine runs it eagerly: its
+    first steps (this module's first) compile no graph, and afterwards the process's
+    ``torch.compile`` stance is the default again."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    for i, n in enumerate((3, 5)):  # two batch shapes: a compiled helper would compile (again) for each
+        for k in range(n):
+            engine.add(f"nocompile-{i}-{k}", [1, 2, 3, 4 + k], sampling=SamplingRecord(temperature=1.0), max_tokens=4,
+                       stop_token_ids=[0], seed=k)
+        done = []
+        while engine.has_unfinished():
+            done += engine.step()
+        assert len(done) == n and all(len(c.log_probs) == len(c.token_ids) > 0 for c in done)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert torch._dynamo.eval_frame._stance.stance == "default"
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model_path):
     from transformers import AutoTokenizer
