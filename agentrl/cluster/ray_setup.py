@@ -41,6 +41,14 @@ _EPS = 1e-6  # Ray keeps resource amounts to 1e-4; never call 0.99999 CPU "less 
 _MAX_SEARCH_STEPS = 200_000  # exact packing search budget (a few hundred ms at most)
 _MAX_SEARCH_DEPTH = 400  # actors; more than that and a packing first-fit misses is left to Ray
 _JOIN_PROBE_TIMEOUT_S = 10.0  # TCP connect to a cluster's GCS before handing the address to Ray
+LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+"""Ray's ``_system_config`` for a local instance started here. Ray prestarts a worker per
+logical CPU for the job when the driver connects (``prestart_worker_first_driver``), for
+tasks and actors with the job's runtime environment; a run's actors each carry their own
+(``role_options``: OpenMP threads), so none ever used them: each cost about 1 CPU-s and
+100 MB, and their start-up held Ray's worker start slots (as many as cores) while the run's
+actors waited to start (measured: 2 idle workers of about 0.7-1 CPU-s each per start on 2
+cores). Tasks and actors still get workers on demand."""
 
 
 def _local_num_cpus(cfg: Any) -> int:
@@ -76,7 +84,8 @@ def connect(cfg: Any) -> bool:
     if address is None:
         # "local", never None: None would follow RAY_ADDRESS or /tmp/ray/ray_current_cluster
         # (an earlier `ray start`, maybe long dead) and then refuse num_cpus.
-        ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False, **common)
+        ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False,
+                 _system_config=LOCAL_SYSTEM_CONFIG, **common)
         return True
     target = address
     try:

@@ -26,8 +26,11 @@ _state = {"ours": False}  # whether the Ray instance of this process is the one 
 def _start():
     import ray
 
+    from agentrl.cluster.ray_setup import LOCAL_SYSTEM_CONFIG
+
     ray.init(address="local", num_cpus=_NUM_CPUS, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+             _system_config=LOCAL_SYSTEM_CONFIG)  # as agentrl's own local start: no idle prestarted workers
     _state["ours"] = True
 
 

@@ -22,10 +22,13 @@ def local_ray():
     ``ray_session`` lives in tests/integration/cluster/conftest.py and serves that folder)."""
     import ray
 
+    from agentrl.cluster.ray_setup import LOCAL_SYSTEM_CONFIG
+
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING",
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+                 _system_config=LOCAL_SYSTEM_CONFIG)  # as agentrl's own local start: no idle prestarted workers
     yield ray
     if started:
         ray.shutdown()
@@ -63,7 +66,10 @@ def test_stream_with_a_weight_load_in_flight(local_ray, tmp_path, tiny_model_pat
 
     ray = local_ray
     cfg = load_config(None, [f"run.dir={tmp_path}", f"model.path={tiny_model_path}", "env.id=agentrl/GuessNumber-v0",
-                             "rollout.max_turns=2", "rollout.max_new_tokens=32", "rollout.max_context_tokens=512",
+                             # turns long enough to be in flight when the load lands: the tiny model samples
+                             # 32 tokens of 8 requests in well under the 0.5 s the test waits (only vLLM's
+                             # first-step compile, gone since, made them last longer)
+                             "rollout.max_turns=2", "rollout.max_new_tokens=192", "rollout.max_context_tokens=1024",
                              "rollout.kv_cache_gb=1", "rollout.max_num_seqs=16"])
     actor = RolloutActor.remote(cfg.model_dump(mode="json"), tiny_model_path, "stream-test")
     try:
