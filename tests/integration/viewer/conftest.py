@@ -1,6 +1,7 @@
 """Fixtures of the viewer's browser tests: replay databases written by real training runs
-(SQLite, and the same rows copied into PostgreSQL), ``agentrl view`` serving each of them,
-and Debian's Chromium driven headless by Playwright.
+(``real_runs``, tests/integration/conftest.py: SQLite, and here the same rows copied into
+PostgreSQL), ``agentrl view`` serving each of them, and Debian's Chromium driven headless by
+Playwright.
 
 The browser: ``/usr/bin/chromium`` (scripts/install.sh installs it when
 ``AGENTRL_INSTALL_TEST_DEPS=1``, which scripts/test.sh sets), launched through Playwright's
@@ -29,7 +30,7 @@ from urllib.request import urlopen
 
 import pytest
 
-from tests.integration.viewer.real_runs import RealRuns, add_xss_episode, copy_database, train_runs
+from tests.integration.viewer.real_runs import RealRuns, copy_database
 
 REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("AGENTRL_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -41,14 +42,6 @@ def _missing(what: str, env: str) -> None:
     if os.environ.get(env) == "1":
         pytest.fail(f"{env}=1 but {what}")
     pytest.skip(what)
-
-
-@pytest.fixture(scope="session")
-def real_runs(tmp_path_factory, tiny_model_path) -> RealRuns:
-    """Two real one-iteration ShellTasks runs (same seed, same task ids) in one SQLite
-    replay database, plus the run holding the XSS episode (real_runs.py)."""
-    runs = train_runs(tmp_path_factory.mktemp("viewer_runs"), tiny_model_path)
-    return add_xss_episode(runs, tiny_model_path)
 
 
 @pytest.fixture(scope="session")

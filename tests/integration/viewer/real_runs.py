@@ -5,7 +5,9 @@ README screenshots (scripts/viewer_screenshots.py).
 bubblewrap sandbox, the FSDP2 trainer) on ``agentrl/ShellTasks-v0`` into one replay database:
 every episode ends in a grading command in the sandbox, so each has at least one recorded
 sandbox command, and GiGPO gives anchor-state groups. Two runs with the same seed see the
-same task ids, which is what the run-against-run diff aligns on.
+same task ids, which is what the run-against-run diff aligns on. The first run is also
+ShellTasks' one real training iteration (tests/integration/cluster/test_builtin_envs_train.py),
+through the session fixture ``real_runs`` (tests/integration/conftest.py).
 
 ``add_xss_episode`` stores, in a run of its own, a copy of a real episode whose model output,
 observation, sandbox command, output and anchor carry HTML that runs script if a page fails
@@ -35,10 +37,11 @@ ENV_ID = "agentrl/ShellTasks-v0"
 
 @dataclass(frozen=True)
 class RealRuns:
-    """What ``train_runs`` wrote: the database and the run ids, in order."""
+    """What ``train_runs`` wrote: the database, the run ids and the run directories, in order."""
 
     db_url: str
     run_ids: tuple[str, ...]
+    run_dirs: tuple[Path, ...] = ()
     xss_run_id: str | None = None
     xss_episode_id: str | None = None
 
@@ -63,13 +66,15 @@ def train_runs(workdir: Path, model_path: str, names: tuple[str, ...] = ("viewer
     import ray
 
     from agentrl.cluster.controller import train
+    from agentrl.cluster.ray_setup import LOCAL_SYSTEM_CONFIG
     from agentrl.config import load_config
 
     db_url = f"sqlite:///{workdir / 'replay.db'}"
     started = False
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level="WARNING",
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+                 _system_config=LOCAL_SYSTEM_CONFIG)  # as agentrl's own local start: no idle prestarted workers
         started = True
     try:
         run_ids = []
@@ -79,7 +84,7 @@ def train_runs(workdir: Path, model_path: str, names: tuple[str, ...] = ("viewer
     finally:
         if started:
             ray.shutdown()
-    return RealRuns(db_url=db_url, run_ids=tuple(run_ids))
+    return RealRuns(db_url=db_url, run_ids=tuple(run_ids), run_dirs=tuple(workdir / name for name in names))
 
 
 def add_xss_episode(runs: RealRuns, model_path: str) -> RealRuns:
