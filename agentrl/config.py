@@ -555,13 +555,16 @@ class EvalConfig(_Section):
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature (top_p 1, top_k off): the policy's own distribution, as pass@k from n samples assumes.")
     max_turns: int = Field(3, ge=1, description="Turn cap per eval episode.")
     max_new_tokens: int = Field(256, ge=1, description="Per-turn completion cap of an eval episode.")
-    max_context_tokens: int = Field(2048, ge=16, description="Whole-episode token budget of an eval episode.")
+    max_context_tokens: int | None = Field(
+        None, ge=16, description="Whole-episode token budget of an eval episode; None (default): the rollout's "
+                                 "(rollout.max_context_tokens, 2048 by default), so lowering the rollout's context "
+                                 "lowers the eval's with it. Resolved when the config is built.")
     confidence: float = Field(0.95, gt=0.0, lt=1.0, description="Mass of the bootstrap intervals over tasks.")
     num_resamples: int = Field(1000, ge=1, description="Bootstrap resamples of the tasks per interval.")
     allow_overlap: bool = Field(False, description="Evaluate even when the eval tasks overlap the training tasks (refused by default: not held out).")
     every: int = Field(0, ge=0, description="During training: evaluate the policy after every N-th iteration's update, one policy version per eval, with this section's budget, where eval.engine says; metrics eval/* in that iteration's metrics line (async mode: the first line recorded after the eval finished), episodes stored as kind 'eval'. 0: never.")
-    before_training: bool = Field(False, description="During training (controller.mode sync): evaluate the policy the run starts from (version 0) before iteration 0, on the run's engines with this section's budget; metrics eval_before/* in iteration 0's metrics, episodes stored as kind 'eval'. A resumed run does not repeat it.")
-    after_training: bool = Field(False, description="During training (controller.mode sync): evaluate the final policy after the last iteration's update (as eval.every does; nothing extra when eval.every already evaluates that iteration); metrics eval/* in the last iteration's metrics.")
+    before_training: bool = Field(False, description="During training: evaluate the policy the run starts from (version 0) before iteration 0 with this section's budget, where eval.engine says (sync: the run's engines, before the first rollout; async: the dedicated eval engine, beside the first updates); metrics eval_before/* in iteration 0's metrics (async: the first line recorded after it finished), episodes stored as kind 'eval'. A resumed run does not repeat it.")
+    after_training: bool = Field(False, description="During training: evaluate the final policy after the last iteration's update, where eval.engine says (as eval.every does; nothing extra when eval.every already evaluates that iteration); metrics eval/* in the last iteration's metrics (async: the last line waits for it).")
 
     @property
     def during_training(self) -> bool:
@@ -633,6 +636,8 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Config":
+        if self.eval.max_context_tokens is None:  # the rollout's (EvalConfig.max_context_tokens)
+            self.eval.max_context_tokens = self.rollout.max_context_tokens
         rc = self.trainer.rollout_correction
         if (rc.is_level is not None or rc.token_mask_band is not None or rc.seq_mask_band is not None) and (
             self.rollout.top_p < 1.0 or self.rollout.top_k > 0
@@ -706,12 +711,14 @@ def _check_eval_engine(cfg: "Config") -> None:
     """Evaluation during training fits the controller mode (``eval.engine``); raises
     ``ValueError`` naming the values otherwise (the config's cross-checks)."""
     ev, mode = cfg.eval, cfg.controller.mode
+    on = ", ".join([f"eval.every={ev.every}"] * (ev.every > 0) + ["eval.before_training=true"] * ev.before_training
+                   + ["eval.after_training=true"] * ev.after_training)  # what asked for evaluation during training
     if mode == "async" and ev.engine == "rollout":
-        raise ValueError(f"eval.engine='rollout' with controller.mode='async' (eval.every={ev.every}): the rollout "
+        raise ValueError(f"eval.engine='rollout' with controller.mode='async' ({on}): the rollout "
                          "engines load new weights after every update and an episode may span versions, so an eval "
                          "on them would not measure one policy version; use eval.engine=dedicated (or auto)")
     if mode == "sync" and ev.engine == "dedicated":
-        raise ValueError(f"eval.engine='dedicated' with controller.mode='sync' (eval.every={ev.every}): a dedicated "
+        raise ValueError(f"eval.engine='dedicated' with controller.mode='sync' ({on}): a dedicated "
                          "eval engine runs beside asynchronous training only; sync mode evaluates on the run's "
                          "engines between updates (eval.engine=auto or rollout)")
 

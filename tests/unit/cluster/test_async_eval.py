@@ -93,6 +93,11 @@ def test_eval_engine_settings_are_checked_at_start():
         load_config(None, ["eval.every=1", "controller.mode=async", "eval.engine=rollout"])
     with pytest.raises(ConfigError, match="eval.engine='dedicated' with controller.mode='sync'"):
         load_config(None, ["eval.every=1", "eval.engine=dedicated"])
+    # the message names what asked for evaluation during training, not eval.every=0
+    with pytest.raises(ConfigError, match=r"controller.mode='sync' \(eval.before_training=true\)"):
+        load_config(None, ["eval.before_training=true", "eval.engine=dedicated"])
+    with pytest.raises(ConfigError, match=r"controller.mode='async' \(eval.every=2, eval.after_training=true\)"):
+        load_config(None, ["eval.every=2", "eval.after_training=true", "controller.mode=async", "eval.engine=rollout"])
     cfg = load_config(None, [f"env.id={GUESS}", "eval.every=1", "controller.mode=async",
                              "eval.max_context_tokens=4096", "rollout.max_context_tokens=1024"])
     assert cfg.eval_engine == "dedicated" and dedicated_eval_engines(cfg) == 1

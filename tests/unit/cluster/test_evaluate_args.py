@@ -183,12 +183,17 @@ def test_cli_errors_are_one_line(tmp_path):
 
 def test_eval_during_training_settings_are_checked_at_start():
     from agentrl.cluster.evaluate import TrainingEval, eval_budget
-    from agentrl.config import load_config
+    from agentrl.config import load_config, load_default_config
 
     with pytest.raises(ConfigError, match="eval.engine='rollout' with controller.mode='async'"):  # async: a dedicated one
         load_config(None, ["eval.every=1", "controller.mode=async", "eval.engine=rollout"])
     with pytest.raises(ConfigError, match="eval.max_context_tokens=4096 exceeds rollout.max_context_tokens=2048"):
         load_config(None, ["eval.every=1", "eval.max_context_tokens=4096"])
+    # unset, the eval's context is the rollout's: a lowered rollout context lowers it too, so the
+    # packaged default (evals before and after training) starts with rollout.max_context_tokens=1024
+    assert load_config(None, ["eval.every=1", "rollout.max_context_tokens=1024"]).eval.max_context_tokens == 1024
+    assert load_default_config(["rollout.max_context_tokens=1024"]).eval.max_context_tokens == 1024
+    assert load_default_config().eval.max_context_tokens == 2048
     cfg = load_config(None, [f"env.id={GUESS}", "eval.every=2", "eval.num_tasks=3", "eval.max_new_tokens=5"])
     te = TrainingEval(cfg)
     assert len(te.task_ids) == 3 and [te.due(i) for i in range(4)] == [False, True, False, True]

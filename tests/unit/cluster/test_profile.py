@@ -153,7 +153,7 @@ def test_a_config_that_evaluates_during_training_still_profiles_with_a_lower_rol
     run = tmp_path / "run"
     (run / "checkpoints" / "iter_1" / "trainer").mkdir(parents=True)
     (run / "config.yaml").write_text("run:\n  name: r\n  seed: 9\nenv:\n  id: agentrl/GuessNumber-v0\n"
-                                     "eval:\n  before_training: true\n")
+                                     "eval:\n  before_training: true\n  max_context_tokens: 2048\n")
     (run / "checkpoints" / "iter_1" / "controller.json").write_text(json.dumps({"run_id": "r-1", "iteration": 1,
                                                                                "policy_version": 1}))
     (run / "checkpoints" / "iter_1" / "trainer" / "COMPLETE").write_text("ok\n")
