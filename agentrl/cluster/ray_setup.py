@@ -69,6 +69,8 @@ def connect(cfg: Any) -> bool:
     Raises:
         ClusterError: joining ``cluster.address`` failed (no cluster there, a dead cluster,
             an unreachable host); the message names the address and Ray's own words.
+            Or a local instance would not start (e.g. Ray's "node timed out during startup"
+            on a loaded machine): one line with Ray's words and where its logs are.
     """
     import ray
 
@@ -84,8 +86,11 @@ def connect(cfg: Any) -> bool:
     if address is None:
         # "local", never None: None would follow RAY_ADDRESS or /tmp/ray/ray_current_cluster
         # (an earlier `ray start`, maybe long dead) and then refuse num_cpus.
-        ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False,
-                 _system_config=LOCAL_SYSTEM_CONFIG, **common)
+        try:
+            ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False,
+                     _system_config=LOCAL_SYSTEM_CONFIG, **common)
+        except Exception as exc:  # e.g. "The current node timed out during startup" on a loaded machine
+            raise ClusterError(_local_start_failed(exc)) from exc
         return True
     target = address
     try:
@@ -103,8 +108,23 @@ def connect(cfg: Any) -> bool:
     return True
 
 
+def _said(exc: BaseException) -> str:
+    """What Ray said, on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _local_start_failed(exc: BaseException) -> str:
+    """One line for a local Ray instance that would not start (``cluster.address`` unset):
+    Ray's own words, and where its processes logged why (Ray's exception omits the raylet's
+    error, which is in the session's logs)."""
+    said = _said(exc)
+    return (f"starting a local Ray instance failed (cluster.address unset): {said}. Nothing of the run was done "
+            "yet. On a heavily loaded machine Ray's start can time out: retry when the load is lower. Ray's own "
+            "logs: /tmp/ray/session_latest/logs (raylet.err, gcs_server.err)")
+
+
 def _join_failed(address: str, exc: BaseException, *, maybe_auth: bool) -> str:
-    said = " ".join(str(exc).split()) or type(exc).__name__
+    said = _said(exc)
     env = os.environ.get("RAY_ADDRESS")
     via = f" (RAY_ADDRESS={env!r})" if address == "auto" and env else ""
     auth = ""

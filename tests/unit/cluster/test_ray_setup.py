@@ -228,3 +228,27 @@ def test_too_many_actors_for_the_local_instance_names_cluster_num_cpus():
     with pytest.raises(ConfigError) as err:
         check_placement(joined, nodes=[_node("10.0.0.1", 4, head=True)])
     assert "cluster.num_cpus" not in str(err.value)
+
+
+def test_a_local_ray_that_does_not_start_is_one_cluster_error(monkeypatch):
+    """Under load, Ray's local start can fail with "The current node timed out during startup"
+    (a bare Exception from ray.init): the run gets one ClusterError line naming it and where Ray
+    logged why, not a raw traceback. A stand-in ray.init; the real local start is what every
+    integration test's ``agentrl train`` does."""
+    import ray
+
+    from agentrl.cluster.ray_setup import connect
+
+    said = ("The current node timed out during startup. This could happen because some of the raylet "
+            "failed to startup or the GCS has become overloaded.")
+
+    def init(*args, **kwargs):
+        raise Exception(said)
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(ClusterError) as info:
+        connect(load_config(None, []))
+    msg = str(info.value)
+    assert "starting a local Ray instance failed" in msg and said in msg and "/tmp/ray/session_latest/logs" in msg
+    assert "\n" not in msg
