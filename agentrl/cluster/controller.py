@@ -180,6 +180,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             tasks.load_state_dict(state["tasks"])
             policy_version = int(state["policy_version"])
             start_iter = int(state["iteration"])
+            difficulty.restored(tasks, start_iter)  # the filter off (or async mode): a skip set is dropped
             history = list(state.get("history", []))
             pool.update_weights(group.actors)  # every engine gets the checkpoint's weights
 

@@ -110,16 +110,20 @@ class DifficultyFilter:
         every = self.cfg.env.profile_every
         return every > 0 and it % every == 0 and tasks.skip["iteration"] != it
 
+    def restored(self, tasks: Any, start_iter: int) -> None:
+        """After ``tasks`` (a ``TaskSource``) was restored from a checkpoint, before iteration
+        ``start_iter``: with the filter off (a run resumed with ``env.difficulty_filter=off``, or
+        in ``controller.mode=async``, which refuses the filter), a skip set the checkpoint holds
+        is dropped with a warning, so the order is the unfiltered one, as the setting says."""
+        if not self.enabled and tasks.skip is not None:
+            log.warning("env.difficulty_filter is off: the checkpoint's skip set (%d tasks, profiled before iteration "
+                        "%d) is dropped; iteration %d on draws from every task", len(tasks.skip["skip_task_ids"]),
+                        tasks.skip["iteration"] + 1, start_iter + 1)
+            tasks.clear_skip()
+
     def before_iteration(self, run: Any, it: int) -> dict[str, float]:
         """Profile before iteration ``it`` when ``due`` (``run``: the ``RunContext``), else ``{}``;
-        the metrics include ``timeline/profile_start_s`` / ``_end_s``. With the filter off, a
-        skip set restored from a checkpoint (a run resumed with ``env.difficulty_filter=off``)
-        is dropped: the order is the unfiltered one, as the setting says."""
-        if not self.enabled and run.tasks.skip is not None:
-            log.warning("env.difficulty_filter is off: the checkpoint's skip set (%d tasks, profiled before iteration "
-                        "%d) is dropped; iteration %d on draws from every task", len(run.tasks.skip["skip_task_ids"]),
-                        run.tasks.skip["iteration"] + 1, it + 1)
-            run.tasks.clear_skip()
+        the metrics include ``timeline/profile_start_s`` / ``_end_s``."""
         if not self.due(run.tasks, it):
             return {}
         from agentrl.cluster.iteration import span

@@ -168,8 +168,9 @@ def test_a_config_that_evaluates_during_training_still_profiles_with_a_lower_rol
 
 
 def test_a_run_resumed_with_the_filter_off_stops_skipping(caplog):
-    """``--resume RUN env.difficulty_filter=off``: the checkpoint's skip set is dropped (with a
-    warning) before the next requests, so the task order is the unfiltered one, as the filter
+    """``--resume RUN env.difficulty_filter=off`` (or ``controller.mode=async``, which refuses the
+    filter; both resume through ``DifficultyFilter.restored`` in the controller, before either
+    mode's loop): the checkpoint's skip set is dropped (with a warning) before the next requests, so the task order is the unfiltered one, as the filter
     off promises, not the checkpoint's skip set for the rest of the run."""
     src = TaskSource("e", IDS, seed=5, group_size=1)
     src.set_skip({"a", "b"}, policy_version=0, iteration=0)
@@ -178,9 +179,8 @@ def test_a_run_resumed_with_the_filter_off_stops_skipping(caplog):
     unfiltered = TaskSource("e", IDS, seed=5, group_size=1)
     unfiltered.load_state_dict({k: v for k, v in src.state_dict().items() if k != "skip"})
     off = DifficultyFilter(load_config(None, ["env.id=agentrl/GuessNumber-v0"]), IDS)
-    run = type("Run", (), {"tasks": resumed})()
     with caplog.at_level("WARNING"):
-        assert off.before_iteration(run, 3) == {}
+        off.restored(resumed, 3)
     assert resumed.skip is None and "difficulty_filter is off" in caplog.text
     assert [r.task_id for r in resumed.next_requests(8)] == [r.task_id for r in unfiltered.next_requests(8)]
     assert resumed.state_dict() == unfiltered.state_dict()
