@@ -585,7 +585,18 @@ class WandbConfig(_Section):
         "offline", description="offline: written under RUN_DIR/wandb with no network (upload later with `wandb sync`); "
                                "online: streamed to the W&B server (needs `wandb login`).")
     entity: str | None = Field(None, description="W&B entity (user or team); None: the logged-in user's default.")
-    tags: list[str] = Field(default_factory=list, description="Tags of the W&B run.")
+    tags: list[str] = Field(default_factory=list, description="Tags of the W&B run, 1-64 characters each (W&B's limit).")
+
+    @field_validator("tags")
+    @classmethod
+    def _tag_lengths(cls, tags: list[str]) -> list[str]:
+        """W&B refuses a tag outside 1-64 characters at ``wandb.init``; here it is a config
+        error at load, before Ray or an engine starts."""
+        for i, tag in enumerate(tags):
+            if not 1 <= len(tag) <= 64:
+                raise ValueError(f"logging.wandb.tags[{i}]={tag[:80]!r} has {len(tag)} characters; "
+                                 "W&B takes tags of 1-64 characters")
+        return tags
 
 
 class LoggingConfig(_Section):

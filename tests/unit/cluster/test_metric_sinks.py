@@ -109,6 +109,12 @@ def test_config_errors_and_the_online_run_ids():
         load_config(None, ["logging.wandb.mode=cloud"])
     with pytest.raises(ConfigError, match=r"logging.tensorbord"):
         load_config(None, ["logging.tensorbord=true"])
+    # W&B's own tag limit (1-64 characters, checked by wandb.init) is a load-time error here
+    with pytest.raises(ConfigError, match=r"logging.wandb.tags\[1\]='x{65}' has 65 characters; W&B takes tags of 1-64"):
+        load_config(None, ["logging.wandb.tags=[ok, " + "x" * 65 + "]"])
+    with pytest.raises(ConfigError, match=r"logging.wandb.tags\[0\]='' has 0 characters"):
+        load_config(None, ["logging.wandb.tags=['']"])
+    assert load_config(None, ["logging.wandb.tags=[" + "y" * 64 + "]"]).logging.wandb.tags == ["y" * 64]
     assert wandb_run_id("r-1", "offline", 4) == "r-1"
     assert (wandb_run_id("r-1", "online", 0), wandb_run_id("r-1", "online", 4)) == ("r-1", "r-1-resume-4")
     with pytest.raises(ContractError, match="without an integral 'iteration'"):
