@@ -5,7 +5,9 @@ for it too, also across modules (consecutive modules that each started and stopp
 instance paid Ray's start-up and shutdown each time, several seconds on 2 busy cores). It is
 shut down after the last test of a module when the next test does not ask for it (it may
 start a Ray instance or a multi-node ``Cluster`` of its own, or run ``agentrl train``, which
-must start its own), and at the end of the session.
+must start its own), and at the end of the session. The folder's tests that use it (or the
+``trained_run`` that trains on it) run first, the others after them
+(``pytest_collection_modifyitems``), so it starts once per session, not once per stretch.
 
 A module that leaves actors behind does not hand them to the next one: before the instance
 is handed over, every CPU must be free again (``ray.kill`` is asynchronous: waited for up to
@@ -15,6 +17,7 @@ is handed over, every CPU must be free again (``ray.kill`` is asynchronous: wait
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +67,27 @@ def ray_session():
     yield ray
 
 
+_RAY_FIXTURES = ("ray_session", "trained_run")  # trained_run trains on the ray_session instance
+
+
 def _uses_ray_session(item) -> bool:
-    return item is not None and "ray_session" in getattr(item, "fixturenames", ())
+    names = getattr(item, "fixturenames", ()) if item is not None else ()
+    return any(name in names for name in _RAY_FIXTURES)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tests of this folder that use the shared instance first (each keeping its place
+    among them), then the others: in file order they alternated with tests that need Ray
+    down (a multi-node ``Cluster``, ``agentrl train`` subprocesses, a train() that starts
+    its own instance), so the shared instance was stopped and started again 6 times (a
+    local Ray start is 4-8 s on 2 cores). Only the order of this folder's tests changes;
+    they stay where the folder's tests were in the session."""
+    here = Path(__file__).resolve().parent
+    places = [i for i, item in enumerate(items) if here in Path(str(item.path)).resolve().parents]
+    mine = [items[i] for i in places]
+    ordered = [it for it in mine if _uses_ray_session(it)] + [it for it in mine if not _uses_ray_session(it)]
+    for i, item in zip(places, ordered):
+        items[i] = item
 
 
 @pytest.hookimpl(trylast=True)  # after the module's own fixtures were torn down (their actors killed)
