@@ -4,11 +4,14 @@ environment whose steps have long-tailed latency (issue 12, item 6).
 Run on demand (pytest does not collect this file)::
 
     .venv/bin/python tests/benchmarks/bench_async.py --tiny --out runs/bench-async-tiny     # quick check
+    # about 2x throughput at max_staleness 2: 64 episodes per update, so no update waits on a slow
+    # group while almost every sync round does (README, "Asynchronous training")
+    .venv/bin/python tests/benchmarks/bench_async.py --tiny --tasks 16 --repeats 2 --out runs/bench-async-t16
     .venv/bin/python tests/benchmarks/bench_async.py --iterations 4 --out runs/bench-async  # SmolLM2-135M fp32
     .venv/bin/python tests/benchmarks/bench_async.py --max-staleness 1 --partial-rollout drain --iterations 8
     # learning curves of both modes over three seeds, on a reward the tiny model can climb:
     .venv/bin/python tests/benchmarks/bench_async.py --tiny-semantic --env words --max-guesses 1 --lr 3e-2 \
-        --seeds 0 1 2 --out runs/bench-async-words
+        --seeds 0 1 2 --out runs/bench-async-words          # add --tasks 16 for the target setting
 
 One invocation, one Ray instance started here, two runs one after the other with
 ``agentrl.cluster.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
@@ -311,7 +314,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="runs to make, in this order (default both; ratios need both)")
     p.add_argument("--iterations", type=int, default=20,
                    help="run.iterations of each run (updates; the first one's start-up costs weigh less with more)")
-    p.add_argument("--tasks", type=int, default=4, help="env.tasks_per_iteration: groups per update")
+    p.add_argument("--tasks", type=int, default=4,
+                   help="env.tasks_per_iteration: groups per update (16: about 2x throughput at max_staleness 2 here, "
+                        "updates long enough that k of them cover a slow step; README, Asynchronous training)")
     p.add_argument("--group-size", type=int, default=4, help="env.group_size")
     p.add_argument("--engines", type=int, default=1, help="rollout.num_engines (both modes)")
     p.add_argument("--repeats", type=int, default=1,
