@@ -272,10 +272,12 @@ def run_async(run: RunContext, start_iter: int, state: dict[str, Any] | None, tr
                 kill_point("mid_sync", it + 1)
                 run.policy_version = v + 1
             buf.release()  # the consumed groups' slots: the engines now sample at the new version
-            if eval_due:  # handed to the eval engine; the loop goes on (async_eval)
-                evals.add(it, run.policy_version, payload if payload is not None else weights_payload(group.actors))
+            if eval_due and payload is None:  # the eval engine's snapshot when the sync sent none (collective)
+                payload = weights_payload(group.actors)
             sync_s = time.perf_counter() - t0
             timeline.update(span("sync", t0 - run.t0, run.now_s()))
+            if eval_due:  # handed to the eval engine once the sync has ended; the loop goes on (async_eval)
+                evals.add(it, run.policy_version, payload)
 
             rows = [] if credit.batch is None else [int(x) for x in credit.batch.policy_versions.tolist()]
             extra = dict(timeline)
