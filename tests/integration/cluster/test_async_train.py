@@ -7,17 +7,16 @@ From the metrics and the store: no trained row older than k, the staleness histo
 exactly the trained rows, per-token versions never decrease, every trained group is complete
 (all its members trained, none aborted among them), and each group is trained at most once.
 
-The chaos test (issue 12 item 5) runs ``agentrl train`` in async mode and kills the driver
+The chaos test (issue 12 item 5) runs ``agentrl train`` in async mode and SIGKILLs the driver
 at four points (mid-rollout, mid-update, mid-sync, mid-checkpoint with the trainers' state
 written but not the controller's; the complete-but-unnamed checkpoint is
 test_resume_no_duplicates.py's, sync mode), resuming after each; ``run.checkpoint_every=2`` so a resume also drops iterations stored after the
 checkpoint. From the store, the metrics and the checkpoints: every task instance handed out
 was trained exactly once or is recorded as pending, the requests a checkpoint recorded came
 back with the same episode ids, no group is duplicated or lost, each iteration's episodes and
-metrics are stored once, and policy versions never go backwards. The mid-update start is
-SIGTERMed instead, while its trainer step runs (the interrupt path: exit 130, the run marked
-interrupted, and the resume still trains everything once; a SIGKILL there leaves on disk what
-the mid-sync one does). About 3-4 minutes on 2 cores (five starts of a run).
+metrics are stored once, and policy versions never go backwards. One more start is SIGTERMed
+while its trainer step runs (the interrupt path: exit 130, the run marked interrupted, and the
+resume still trains everything once). About 4-5 minutes on 2 cores (six starts of a run).
 """
 
 from __future__ import annotations
@@ -203,18 +202,16 @@ def test_async_mode_actors_get_their_share_of_the_cores(ray_session, tmp_path):
 CHAOS_ITERATIONS, CHAOS_CHECKPOINT_EVERY = 4, 2
 CHAOS_KILLS = [  # (kill point, iterations whose episodes and metrics are written when it fires, signal)
     ("mid_rollout:it=3", 2, "KILL"),  # iteration 3's groups collected, its update not started
-    # the trainer step called, not returned (iteration 3 stored, not checkpointed), and SIGTERM
-    # while it runs in its background thread: the driver leaves at once (it used to wait for
-    # the step), marks the run interrupted, and the resume loses nothing
-    ("mid_update:it=4", 3, "TERM"),
+    # SIGTERM while the trainer step runs in its background thread: the driver leaves at once
+    # (it used to wait for the step), marks the run interrupted, and the resume loses nothing
+    ("mid_update:it=3", 2, "TERM"),
+    ("mid_update:it=4", 3, "KILL"),  # the trainer step called, not returned (iteration 3 stored, not checkpointed)
     ("mid_sync:it=4", 3, "KILL"),  # the new weights in the engines, the version not recorded
     ("mid_checkpoint_state:it=4", 4, "KILL"),  # the trainers' state written, the controller's not
 ]
 # ``mid_checkpoint`` (iter_4 complete on disk, ``latest`` still naming iter_2) runs through the
-# same ``checkpoint_if_due`` in both modes; test_resume_no_duplicates.py kills there (sync mode).
-# A SIGKILL mid-update leaves on disk exactly what the SIGKILL mid-sync leaves (iteration 3
-# written, iter_2 the checkpoint: the trainer step writes nothing), so the mid-update start is
-# the SIGTERMed one: five starts of ``agentrl train`` in all
+# same ``checkpoint_if_due`` in both modes; test_resume_no_duplicates.py kills there (sync mode),
+# which keeps this test at six starts of ``agentrl train`` (one of them SIGTERMed)
 
 
 def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path, tiny_model_path):
