@@ -902,10 +902,12 @@ class ValueBatch:
 
 ObservationRole = Literal["user", "tool", "system"]
 OBSERVATION_ROLES: tuple[str, ...] = ("user", "tool", "system")
+EXAMPLE_ROLES: tuple[str, ...] = ("user", "assistant", "tool")
+"""Roles a demonstration turn of ``StepInfo.example_messages`` may have."""
 _NO_ANCHOR: Any = None
 STEP_INFO_KEYS: tuple[str, ...] = (
     "anchor", "observation_role", "tool_outputs", "system_prompt", "tools",
-    "system_prompt_describes_tools", "invalid_action", "success",
+    "system_prompt_describes_tools", "example_messages", "invalid_action", "success",
 )
 """The ``info`` keys ``StepInfo`` owns; every other key is the env's own."""
 
@@ -1010,6 +1012,11 @@ class StepInfo:
             passing ``tool_function``. None: absent; ``()``: no tools.
         system_prompt_describes_tools: (reset) the system prompt already explains the
             tools in words, so the rollout must not append a generated description.
+        example_messages: (reset) a worked example as chat turns (few-shot prompting; Brown
+            et al. 2020, "Language Models are Few-Shot Learners", Sec. 2), placed between the
+            system message and the task: each a ``{"role": ..., "content": str}`` dict with a
+            role of ``EXAMPLE_ROLES``. They are prompt tokens (``loss_mask`` 0), repeated in
+            every per-step prompt. None: absent.
         invalid_action: the action could not be parsed (the model's format fault).
         success: whether the episode's task was achieved (on the step that ends it);
             None: the env does not say.
@@ -1021,6 +1028,7 @@ class StepInfo:
     system_prompt: str | None = None
     tools: tuple[dict[str, Any], ...] | None = None
     system_prompt_describes_tools: bool = False
+    example_messages: tuple[dict[str, str], ...] | None = None
     invalid_action: bool = False
     success: bool | None = None
 
@@ -1049,6 +1057,8 @@ class StepInfo:
             info["tools"] = [dict(t) for t in self.tools]
         if self.system_prompt_describes_tools:
             info["system_prompt_describes_tools"] = True
+        if self.example_messages is not None:
+            info["example_messages"] = [dict(m) for m in self.example_messages]
         if self.success is not None:
             info["success"] = self.success
         info.update(extra)
@@ -1071,7 +1081,8 @@ class StepInfo:
             StepInfoError (a ContractError): ``info`` is not a dict, or a key has a value of
                 the wrong type (an anchor whose ``hash`` raises anything, an
                 ``observation_role`` that is not one of the role strings, a tool schema
-                ``tool_function`` refuses); the message names the env, the key, the value
+                ``tool_function`` refuses, an example turn that is not a dict with a role of
+                ``EXAMPLE_ROLES`` and str content); the message names the env, the key, the value
                 and what was expected. Nothing else is raised.
         """
         def bad(key: str, value: Any, expected: str) -> StepInfoError:
@@ -1107,6 +1118,16 @@ class StepInfo:
                     tool_function(tool)
                 except ConfigError as exc:
                     raise bad("tools", tools, f"has a bad tool {i}: {exc}") from exc
+        examples = info.get("example_messages")
+        if examples is not None:
+            if not isinstance(examples, (list, tuple)):
+                raise bad("example_messages", examples, "must be a list of {'role': ..., 'content': str} dicts")
+            for i, m in enumerate(examples):
+                if not (isinstance(m, dict) and set(m) == {"role", "content"} and m["role"] in EXAMPLE_ROLES
+                        and isinstance(m["content"], str)):
+                    raise bad("example_messages", examples,
+                              f"has a bad turn {i} ({_safe_repr(m, 80)}): expected a dict with exactly 'role' (one of "
+                              f"{EXAMPLE_ROLES}) and 'content' (str)")
         flags: dict[str, bool | None] = {}
         for key, default in (("system_prompt_describes_tools", False), ("invalid_action", False), ("success", None)):
             value = info.get(key, default)
@@ -1116,4 +1137,5 @@ class StepInfo:
             flags[key] = flag
         return cls(anchor=anchor, observation_role=role,
                    tool_outputs=tuple(outputs) if outputs is not None else None,
-                   system_prompt=prompt, tools=tuple(tools) if tools is not None else None, **flags)
+                   system_prompt=prompt, tools=tuple(tools) if tools is not None else None,
+                   example_messages=tuple(dict(m) for m in examples) if examples is not None else None, **flags)

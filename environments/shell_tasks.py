@@ -240,11 +240,27 @@ class ShellTasksEnv(TextEnv):
         self._num_tool_calls = 0
         self._num_invalid_actions = 0
         info = self._info(system_prompt=self.system_prompt, system_prompt_describes_tools=True,
-                          tools=tuple(json.loads(json.dumps(self.tools))))
+                          tools=tuple(json.loads(json.dumps(self.tools))), example_messages=self.example_messages())
         info.update(split=self.split_of(task.task_id), category=task.category)
-        prompt = (f"Task: {task.prompt}\n\nThe working directory is `{self.sandbox.spec.workdir}`. "
-                  "Use the bash tool to do the task, then reply without a tool call.")
-        return prompt, info
+        return self._task_message(task.prompt), info
+
+    def example_messages(self) -> tuple[dict[str, str], ...] | None:
+        """Worked example turns shown before the task (``StepInfo.example_messages``); None
+        here. A subclass renders them with ``_task_message`` and ``_tool_messages`` so they
+        read exactly like an episode of this env."""
+        return None
+
+    def _task_message(self, prompt: str) -> str:
+        """The first user message of an episode whose task is ``prompt``."""
+        return (f"Task: {prompt}\n\nThe working directory is `{self.sandbox.spec.workdir}`. "
+                "Use the bash tool to do the task, then reply without a tool call.")
+
+    def _tool_messages(self, outputs: list[str], calls_left: int) -> list[str]:
+        """The tool messages after tool calls, one per call: its formatted result, the last
+        one followed by the calls left. The observation is these joined by blank lines, so the
+        text that per-step prompts show and the tool messages of a full-history prompt hold
+        the same words."""
+        return outputs[:-1] + [outputs[-1] + f"\n\n(Tool calls left: {calls_left}.)"]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Apply one completion; see the module docstring.
@@ -283,8 +299,9 @@ class ShellTasksEnv(TextEnv):
             obs, reward, term, trunc, info = self._finish(truncated=True, prefix="\n\n".join(outputs + [note]))
             info["tool_calls"] = calls
             return obs, reward, term, trunc, info
-        observation = "\n\n".join(outputs) + f"\n\n(Tool calls left: {self.max_tool_calls - self._num_tool_calls}.)"
-        info = self._info(calls=calls, observation_role="tool", tool_outputs=tuple(outputs))
+        messages = self._tool_messages(outputs, self.max_tool_calls - self._num_tool_calls)
+        info = self._info(calls=calls, observation_role="tool", tool_outputs=tuple(messages))
+        observation = "\n\n".join(messages)
         return observation, 0.0, False, False, info
 
     def close(self) -> None:

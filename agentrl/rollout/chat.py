@@ -99,16 +99,19 @@ class ChatTokenizer:
         return self._tools_rendered
 
     def initial_messages(self, system_prompt: str | None, user: str, tools: Sequence[dict] | None = None,
-                         *, prompt_describes_tools: bool = False) -> list[Message]:
-        """The first messages of an episode. When the template does not render ``tools=``,
-        a plain-text description of the tools is appended to the system prompt, unless the
-        environment says its system prompt already describes them."""
+                         *, prompt_describes_tools: bool = False,
+                         examples: Sequence[Message] | None = None) -> list[Message]:
+        """The first messages of an episode: the system message, the env's worked example
+        turns (``StepInfo.example_messages``) if any, then ``user``. When the template does
+        not render ``tools=``, a plain-text description of the tools is appended to the
+        system prompt, unless the environment says its system prompt already describes them."""
         system = system_prompt or ""
         if tools and not self._tools_rendered and not prompt_describes_tools:
             system = (system + "\n\n" + render_tools_for_prompt(tools)).strip()
         msgs: list[Message] = []
         if system:
             msgs.append({"role": "system", "content": system})
+        msgs.extend({"role": m["role"], "content": m["content"]} for m in examples or ())
         msgs.append({"role": "user", "content": user})
         return msgs
 

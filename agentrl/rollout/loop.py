@@ -96,6 +96,7 @@ class _Active:
     system_prompt: str | None = None
     tools: Any = None
     describes_tools: bool = False
+    examples: tuple[dict[str, str], ...] = ()
     # the engine request of the pending turn (agentrl.rollout.session preempts and re-adds it)
     request_id: str = ""
     engine_prompt: list[int] = field(default_factory=list)  # the ids the turn's first segment was prompted with
@@ -290,6 +291,7 @@ class RolloutWorker:
                 st.task_text, st.system_prompt = obs, info.system_prompt
                 st.tools = [dict(t) for t in info.tools] if info.tools else None
                 st.describes_tools = info.system_prompt_describes_tools
+                st.examples = info.example_messages or ()
                 return self._queue_turn(st, self._first_prompt(st, obs), queue)
             obs, reward, terminated, truncated, info = result
             turn = st.episode.turns[-1]
@@ -329,7 +331,8 @@ class RolloutWorker:
             return self._fail(st, TerminationReason.INFRA_ERROR, exc)
 
     def _first_prompt(self, st: _Active, user_text: str) -> list[int]:
-        msgs = self.chat.initial_messages(st.system_prompt, user_text, st.tools, prompt_describes_tools=st.describes_tools)
+        msgs = self.chat.initial_messages(st.system_prompt, user_text, st.tools, prompt_describes_tools=st.describes_tools,
+                                          examples=st.examples)
         return self.chat.prompt_ids(msgs, st.tools)
 
     def _step_prompt_text(self, st: _Active) -> str:

@@ -337,6 +337,10 @@ class HumanEvalEnv(TextEnv):
             outputs.append(header + "\n" + self._format_exec(result))
         self._num_tool_calls += len(to_run)
         truncated = len(calls) > len(to_run)
+        if not truncated and outputs:
+            # the calls left go into the last tool message, so that a full-history prompt
+            # (one tool message per output) shows the same words as the observation
+            outputs[-1] += f"\n\n(Tool calls left: {self.max_tool_calls - self._num_tool_calls}.)"
         observation = "\n\n".join(outputs)
         if truncated:
             self._done = True
@@ -345,9 +349,6 @@ class HumanEvalEnv(TextEnv):
                 f"(at most {self.max_tool_calls} per task). The task is over."
             )
             observation = f"{observation}\n\n{note}" if observation else note
-        else:
-            left = self.max_tool_calls - self._num_tool_calls
-            observation += f"\n\n(Tool calls left: {left}.)"
         info = self._info(tool_calls=calls, observation_role="tool", tool_outputs=tuple(outputs))
         return observation, 0.0, False, truncated, info
 

@@ -321,3 +321,35 @@ def test_a_stop_string_ends_the_turn_at_the_token_that_completes_it_and_the_epis
     assert ep.turns[1].prompt_ids == worker.chat.delta_ids([{"role": "tool", "content": "result: ok"}],
                                                            completion_ended_with_stop=False)
     assert sum(ep.loss_mask()) == len(ep.behavior_log_probs())  # the closing text is not the policy's
+
+
+EXAMPLE = ({"role": "user", "content": "Task e: call the tool."}, {"role": "assistant", "content": "EXAMPLE-CALL"},
+           {"role": "tool", "content": "EXAMPLE-RESULT"}, {"role": "assistant", "content": "EXAMPLE-DONE"})
+
+
+class ExampleEnv(ToolEchoEnv):
+    """ToolEchoEnv that shows a worked example before its task (``example_messages``)."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {**info, "example_messages": [dict(m) for m in EXAMPLE]}
+
+
+@pytest.mark.parametrize("mode", ["full_history", "per_step"])
+def test_example_turns_sit_between_the_system_prompt_and_the_task_in_every_prompt(engine, tokenizer, mode):
+    envs = [ExampleEnv(episode_len=2) for _ in range(2)]
+    worker, spy = _worker(engine, tokenizer, envs, stop_ids=ALL_STOP,
+                          limits=RolloutLimits(2, 4, 1024, prompt_mode=mode, history_length=1))
+    for ep in worker.run(_requests(2), 0):
+        ep.validate()
+        assert len(ep.turns) == 2
+        first = tokenizer.decode(ep.turns[0].prompt_ids)
+        assert first.startswith("<|im_start|>system\nYou are a test agent.<|im_end|>\n<|im_start|>user\nTask e:")
+        assert first.index("EXAMPLE-DONE") < first.index(f"Task {ep.task_id}:")
+        # the example's tokens are prompt tokens: no loss on them
+        mask_text = tokenizer.decode([t for t, m in zip(ep.token_ids(), ep.loss_mask()) if m])
+        assert "EXAMPLE" not in mask_text
+        if mode == "per_step":  # each step's prompt is rebuilt, the example included
+            assert "EXAMPLE-RESULT" in tokenizer.decode(ep.turns[1].prompt_ids)
+        else:  # later turns extend the stream: the example is not repeated
+            assert "EXAMPLE" not in tokenizer.decode(ep.turns[1].prompt_ids)

@@ -97,3 +97,15 @@ def test_tools_go_into_the_system_prompt_when_the_template_ignores_them(chat):
     assert chat.renders_tools is False
     msgs = chat.initial_messages("Be brief.", "q", TOOLS)
     assert msgs[0]["role"] == "system" and "<tool_call>" in msgs[0]["content"] and "python" in msgs[0]["content"]
+
+
+def test_example_turns_sit_between_the_system_message_and_the_task(chat, smollm2_tokenizer):
+    examples = [{"role": "user", "content": "Task: say hi"}, {"role": "assistant", "content": "hi"}]
+    msgs = chat.initial_messages("sys", "question", examples=examples)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[1:3] == examples and msgs[1] is not examples[0] and msgs[-1]["content"] == "question"
+    assert chat.initial_messages("sys", "question") == [msgs[0], msgs[-1]]
+    # still a prefix of the full rendering, so the episode's later turns extend it by delta
+    ids = chat.prompt_ids(msgs)
+    rendered = smollm2_tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert ids == smollm2_tokenizer.encode(rendered, add_special_tokens=False)

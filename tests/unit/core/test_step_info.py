@@ -31,6 +31,17 @@ def test_to_info_and_from_info_round_trip_and_keep_the_envs_own_keys():
     assert set(STEP_INFO_KEYS) >= set(info) - {"task_id", "num_tool_calls"}
 
 
+def test_example_messages_round_trip_as_a_tuple_of_copies():
+    turns = [{"role": "user", "content": "Task: read a.txt"}, {"role": "assistant", "content": "<tool_call>...</tool_call>"},
+             {"role": "tool", "content": "hello"}, {"role": "assistant", "content": "Done."}]
+    info = StepInfo(example_messages=tuple(turns)).to_info()
+    assert info["example_messages"] == turns and info["example_messages"][0] is not turns[0]
+    parsed = StepInfo.from_info(info, env_id="x/E-v0", where="reset")
+    assert parsed.example_messages == tuple(turns)
+    turns[0]["content"] = "changed"  # the record does not alias the env's list
+    assert parsed.example_messages[0]["content"] == "Task: read a.txt"
+
+
 def test_to_info_refuses_a_contract_key_as_an_extra():
     with pytest.raises(ContractError, match=r"\['success'\] are StepInfo fields"):
         StepInfo().to_info(success=True)
@@ -46,6 +57,11 @@ def test_to_info_refuses_a_contract_key_as_an_extra():
     ({"system_prompt_describes_tools": 1}, "system_prompt_describes_tools", "must be bool, got int"),
     ({"invalid_action": "yes"}, "invalid_action", "must be bool, got str"),
     ({"success": 1.0}, "success", "must be bool, got float"),
+    ({"example_messages": "Task: ..."}, "example_messages", "must be a list of"),
+    ({"example_messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "s"}]}, "example_messages",
+     r"has a bad turn 1 .*'role' \(one of \('user', 'assistant', 'tool'\)\)"),
+    ({"example_messages": [{"role": "assistant", "content": None}]}, "example_messages", "has a bad turn 0"),
+    ({"example_messages": [{"role": "user", "content": "q", "name": "x"}]}, "example_messages", "exactly 'role'"),
     ({"success": np.float64(1.0)}, "success", "must be bool, got numpy.float64"),
     ({"invalid_action": np.int64(1)}, "invalid_action", "must be bool, got numpy.int64"),
     ({"tools": ({"type": "function"},)}, "tools", "has a bad tool 0: tool schema .* has no function name"),
