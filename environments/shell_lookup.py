@@ -7,25 +7,30 @@ Tasks
     Procedurally generated from a seed: ids ``lookup/<seed>``, train seeds 0-999, test
     seeds 1000-1047 (disjoint, so the test split is held out). The seed picks the family
     (``seed % 6``) and, with ``random.Random(seed)``, the file names, contents and the asked
-    value, so an answer cannot be memorised from another seed. Families (``FAMILIES``):
+    value, so an answer cannot be memorised from another seed. Each task names the file to read and the command that reads it (``Read `note.txt` with
+    `cat note.txt`, then ...``); what to do next is only in that file. Families (``FAMILIES``):
 
+    - ``note``: ``note.txt`` asks for a directory of a given name ("Please create a directory
+      named X here."); create it.
+    - ``todo``: ``todo.txt`` holds one command (``mkdir X``); run it.
+    - ``request``: ``request.txt`` asks for a folder ("Make a new folder called X.").
+    - ``memo``: ``memo.txt`` says "Create a directory named X."
+    - ``readme``: ``readme.txt`` says "Please make a directory called X here."
     - ``value``: ``settings.ini`` holds 4-5 ``key=value`` lines; write the value of one key
-      to ``answer.txt``.
-    - ``note``: ``note.txt`` asks for a directory of a given name; create it.
-    - ``count``: write the number of lines of ``items.txt`` to ``answer.txt``.
-    - ``find``: exactly one of 3-4 files in ``docs/`` contains a word; write that file's
-      name to ``answer.txt``.
-    - ``first_line``: write the first line of ``list.txt`` to ``answer.txt``.
-    - ``rename``: ``note.txt`` names the new name of ``data.txt``; rename it (content kept).
+      to ``answer.txt`` (the hard family: the output must be transformed into a command).
+
+    Measured with SmolLM2-135M-Instruct (temperature 0.3, 128-token turns, the first 24 train
+    tasks x 4 samples, real sandboxes): success 0.69 (note), 0.19 (todo), 0.12 (request), 0.31
+    (memo) and 0.00 (value); most failures say done before acting, or repeat a call.
 
 Protocol, reward, anchor: as ``agentrl/ShellTasks-v0`` (``environments.shell_tasks``), whose
 env this subclasses: tool calls run as ``bash -c`` in the working directory, a reply without
 a tool call ends the episode and the checks run in the sandbox (the reward is the fraction of
-checks met; every check is exact: ``answer.txt`` must hold exactly the answer, trailing
-newlines aside). The system prompt adds a one-shot demonstration (read a file, write what it
-says, say done) on a task of another kind than the families (Brown et al. 2020, "Language
-Models are Few-Shot Learners", one-shot prompting): without it SmolLM2-135M-Instruct made a
-valid first tool call in 2 of 48 samples, with it (temperature 0.3) in 19 of 48.
+checks met; every check is exact: a directory of exactly that name, ``answer.txt`` holding
+exactly the answer, trailing newlines aside). Before the task the model sees one worked
+example as chat turns (``example_turns``; few-shot prompting, Brown et al. 2020, "Language
+Models are Few-Shot Learners", Sec. 2): read ``steps.txt``, run the command it holds, say
+done.
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ import random
 import shlex
 from typing import Callable
 
+from agentrl.types import ExecResult
 from environments.seeded import SeededTasks
 from environments.shell_task_bank import ShellTask, _t, same
 from environments.shell_tasks import ShellTasksEnv
 
-__all__ = ["ENV_ID", "FAMILIES", "LOOKUP", "ShellLookupEnv", "lookup_task"]
+__all__ = ["ENV_ID", "FAMILIES", "LOOKUP", "ShellLookupEnv", "example_turns", "lookup_task"]
 
 ENV_ID = "agentrl/ShellLookup-v0"
 LOOKUP = SeededTasks("lookup", "ShellLookup", train=range(0, 1000), test=range(1000, 1048))
@@ -59,63 +65,58 @@ def _values(rng: random.Random) -> dict[str, str]:
             for k in keys}
 
 
-def _value(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    values = _values(rng)
-    key = rng.choice(list(values))
-    ini = "".join(f"{k}={v}\n" for k, v in values.items())
-    return (f"What is the value of `{key}` in `settings.ini`? Write just the value to `answer.txt`.",
-            "value", [(f"answer.txt holds the value of {key}", same("answer.txt", values[key]))],
-            f"grep '^{key}=' settings.ini | cut -d= -f2 > answer.txt", {"settings.ini": ini})
+def _read(path: str) -> str:
+    """The start of every task: which file to read, and the command that reads it (a 135M
+    model finds the first call far more often when the task names it: 109-128 of 128 samples
+    against 0-3, measured at temperature 0.3)."""
+    return f"Read `{path}` with `cat {path}`, then"
 
 
 def _note(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
     name = f"{_word(rng)}_{rng.randint(10, 99)}"
-    return ("Read `note.txt` and do what it asks.", "note",
+    return (f"{_read('note.txt')} do what it says.", "note",
             [("the directory the note asks for exists", f"test -d {shlex.quote(name)}")],
             f"mkdir {shlex.quote(name)}", {"note.txt": f"Please create a directory named {name} here.\n"})
 
 
-def _count(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    n = rng.randint(3, 9)
-    lines = "".join(f"{_word(rng)}\n" for _ in range(n))
-    return ("How many lines does `items.txt` have? Write just the number to `answer.txt`.", "count",
-            [("answer.txt holds the line count of items.txt", same("answer.txt", str(n)))],
-            "wc -l < items.txt > answer.txt", {"items.txt": lines})
+def _todo(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
+    name = f"{_word(rng)}_{rng.randint(10, 99)}"
+    return (f"{_read('todo.txt')} run the command it holds.", "todo",
+            [("the directory todo.txt's command makes exists", f"test -d {shlex.quote(name)}")],
+            f"mkdir {shlex.quote(name)}", {"todo.txt": f"mkdir {name}\n"})
 
 
-def _find(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    words = rng.sample(_WORDS, 8)
-    key, others = words[0], words[1:]
-    names = rng.sample(["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"], rng.randint(3, 4))
-    hit = rng.choice(names)
-    files = {}
-    for i, name in enumerate(names):
-        body = [others[(2 * i) % len(others)], others[(2 * i + 1) % len(others)]]
-        if name == hit:
-            body.insert(rng.randint(0, 2), key)
-        files[f"docs/{name}"] = " ".join(body) + "\n"
-    return (f"Exactly one file in `docs/` contains the word `{key}`. Write that file's name (without `docs/`) "
-            "to `answer.txt`.", "find", [(f"answer.txt names the file with {key}", same("answer.txt", hit))],
-            f"grep -l -w {key} docs/* | xargs -n1 basename > answer.txt", files)
+def _request(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
+    name = f"{_word(rng)}_{rng.randint(10, 99)}"
+    return (f"{_read('request.txt')} do what it asks.", "request",
+            [("the folder the request names exists", f"test -d {shlex.quote(name)}")],
+            f"mkdir {shlex.quote(name)}", {"request.txt": f"Make a new folder called {name}.\n"})
 
 
-def _first_line(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    lines = [f"{_word(rng)} {rng.randint(1, 99)}" for _ in range(rng.randint(3, 6))]
-    return ("Write the first line of `list.txt` to `answer.txt`.", "first_line",
-            [("answer.txt holds the first line of list.txt", same("answer.txt", lines[0]))],
-            "head -n 1 list.txt > answer.txt", {"list.txt": "".join(f"{x}\n" for x in lines)})
+def _value(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
+    values = _values(rng)
+    key = rng.choice(list(values))
+    ini = "".join(f"{k}={v}\n" for k, v in values.items())
+    return (f"{_read('settings.ini')} write just the value of `{key}` to `answer.txt`.",
+            "value", [(f"answer.txt holds the value of {key}", same("answer.txt", values[key]))],
+            f"grep '^{key}=' settings.ini | cut -d= -f2 > answer.txt", {"settings.ini": ini})
 
 
-def _rename(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    new = f"{_word(rng)}{rng.randint(10, 99)}.txt"
-    body = f"{_word(rng)} {_word(rng)} {rng.randint(100, 999)}\n"
-    return ("`note.txt` says what `data.txt` must be renamed to. Rename it.", "rename",
-            [("data.txt renamed as the note says, content kept",
-              f"! test -e data.txt && {same(new, body)}")],
-            f"mv data.txt {shlex.quote(new)}", {"note.txt": f"Rename data.txt to {new}\n", "data.txt": body})
+def _memo(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
+    name = f"{_word(rng)}_{rng.randint(10, 99)}"
+    return (f"{_read('memo.txt')} do what it asks.", "memo",
+            [("the directory the memo asks for exists", f"test -d {shlex.quote(name)}")],
+            f"mkdir {shlex.quote(name)}", {"memo.txt": f"Create a directory named {name}.\n"})
 
 
-FAMILIES: tuple[Callable[[random.Random], tuple], ...] = (_value, _note, _count, _find, _first_line, _rename)
+def _readme(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
+    name = f"{_word(rng)}_{rng.randint(10, 99)}"
+    return (f"{_read('readme.txt')} do what it says.", "readme",
+            [("the directory the readme asks for exists", f"test -d {shlex.quote(name)}")],
+            f"mkdir {shlex.quote(name)}", {"readme.txt": f"Please make a directory called {name} here.\n"})
+
+
+FAMILIES: tuple[Callable[[random.Random], tuple], ...] = (_note, _todo, _request, _memo, _readme, _value)
 """The task makers, indexed by ``seed % len(FAMILIES)``."""
 
 
@@ -133,21 +134,32 @@ def lookup_task(task_id: str) -> ShellTask:
                      solution=task.solution, files=task.files)
 
 
-_DEMO = (
-    "Example (another task):\n"
-    "Task: `owner.txt` names a user. Write that name to `name.txt`.\n"
-    "Assistant: <tool_call>\n"
-    '{"name": "bash", "arguments": {"command": "cat owner.txt"}}\n'
-    "</tool_call>\n"
-    "Tool: Exit code: 0\n"
-    "stdout:\n"
-    "The owner is maple7.\n"
-    "Assistant: <tool_call>\n"
-    '{"name": "bash", "arguments": {"command": "echo maple7 > name.txt"}}\n'
-    "</tool_call>\n"
-    "Tool: Exit code: 0\n"
-    "Assistant: Done: name.txt holds maple7."
-)
+def _call(command: str) -> str:
+    return '<tool_call>\n{"name": "bash", "arguments": {"command": "%s"}}\n</tool_call>' % command
+
+
+def example_turns(task_message: Callable[[str], str], tool_result: Callable[[str, int], str]) -> tuple[dict[str, str], ...]:
+    # tool_result(stdout, calls_made) renders one command's result as the env would
+    """The worked example shown before every task, as chat turns (``StepInfo.example_messages``):
+    a job of the same shape as the families but on another file and command (read
+    ``steps.txt``, run ``touch ready.txt`` which it holds, say done), rendered with the env's own
+    task message and tool-result format so it reads exactly like an episode.
+
+    Why chat turns (measured on SmolLM2-135M-Instruct, temperature 0.3, 128 samples per cell,
+    from hand-built correct histories): with the example inside the system prompt the model
+    never replied without a tool call after acting (0 of 128: it kept calling tools until the
+    limit); as chat turns it did in 125 of 128, and it still ran the command a note asks for
+    (a directory: 79 of 128; a `mkdir` line: 41 of 128). An example of a *different* job as chat
+    turns (write a name to a file) made it copy the example's second call instead (1-26 of
+    128)."""
+    return (
+        {"role": "user", "content": task_message("Read `steps.txt` with `cat steps.txt`, then run the command it holds.")},
+        {"role": "assistant", "content": _call("cat steps.txt")},
+        {"role": "tool", "content": tool_result("touch ready.txt", 1)},
+        {"role": "assistant", "content": _call("touch ready.txt")},
+        {"role": "tool", "content": tool_result("", 2)},
+        {"role": "assistant", "content": "Done: I ran touch ready.txt."},
+    )
 
 
 class ShellLookupEnv(ShellTasksEnv):
@@ -187,5 +199,12 @@ class ShellLookupEnv(ShellTasksEnv):
             '{"name": "bash", "arguments": {"command": "cat note.txt"}}\n'
             "</tool_call>\n"
             "When the task is done, reply with one short sentence and no tool call: the files "
-            "are then checked.\n\n" + _DEMO
+            "are then checked."
         )
+
+    def example_messages(self) -> tuple[dict[str, str], ...]:
+        def result(stdout: str, calls_made: int) -> str:
+            res = ExecResult(command=("bash", "-c", ""), exit_code=0, stdout=stdout and stdout + "\n", stderr="",
+                             duration_s=0.0)
+            return self._tool_messages(["Result (bash):\n" + self._format(res)], max(self.max_tool_calls - calls_made, 0))[0]
+        return example_turns(self._task_message, result)

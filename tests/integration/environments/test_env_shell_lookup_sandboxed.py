@@ -5,6 +5,7 @@ the sandbox), and a look-up followed by acting on its output solves a task over 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -42,10 +43,17 @@ def test_solution_scores_1_nothing_and_a_wrong_answer_score_0(env, seed):
 
 
 def test_reading_then_acting_solves_a_value_task(env):
-    _, info = env.reset(seed=0, options={"task_id": "lookup/0"})  # family value: settings.ini
-    assert "Example" in info["system_prompt"] and info["split"] == "train"
-    obs = env.step(bash("cat settings.ini"))[0]
-    port = next(line.split("=")[1] for line in obs.splitlines() if line.startswith("port="))
-    obs, reward, term, *_ = env.step(bash(f"echo {port} > answer.txt"))
+    _, info = env.reset(seed=0, options={"task_id": "lookup/5"})  # family value: settings.ini
+    assert info["split"] == "train"
+    # the worked example: read, act, say done, as chat turns rendered like an episode's
+    examples = info["example_messages"]
+    assert [m["role"] for m in examples] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert examples[2]["content"].startswith("Result (bash):\nExit code: 0\nstdout:\ntouch ready.txt")
+    obs, _, _, _, step_info = env.step(bash("cat settings.ini"))
+    # what a full-history prompt shows (the tool messages) is the observation, calls left included
+    assert "\n\n".join(step_info["tool_outputs"]) == obs and obs.endswith("(Tool calls left: 3.)")
+    key = re.search(r"the value of `(\w+)`", lookup_task("lookup/5").prompt).group(1)
+    value = next(line.split("=")[1] for line in obs.splitlines() if line.startswith(f"{key}="))
+    obs, reward, term, *_ = env.step(bash(f"echo {value} > answer.txt"))
     assert reward == 0.0 and not term
-    assert env.step("Done: answer.txt holds the port.")[1] == 1.0
+    assert env.step(f"Done: answer.txt holds the {key}.")[1] == 1.0

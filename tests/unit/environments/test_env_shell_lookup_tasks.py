@@ -9,7 +9,7 @@ import pytest
 from agentrl.errors import ConfigError
 from environments.shell_lookup import FAMILIES, LOOKUP, ShellLookupEnv, lookup_task
 
-CATEGORIES = {"value", "note", "count", "find", "first_line", "rename"}
+CATEGORIES = {"note", "todo", "request", "memo", "readme", "value"}
 
 
 def test_splits_are_disjoint_ranges_of_seeds():
@@ -31,6 +31,8 @@ def test_a_seed_is_always_the_same_task_and_families_rotate():
     for t in LOOKUP.task_ids("test"):
         task = lookup_task(t)
         assert task.task_id == t and task.prompt and task.files and len(task.checks) == 1 and task.solution.strip()
+        (path,) = [f for f in task.files if f != "data.txt"]  # the one file to read, named with its command
+        assert task.prompt.startswith(f"Read `{path}` with `cat {path}`, then ")
 
 
 def test_answers_depend_on_the_seed():
