@@ -17,6 +17,16 @@ def test_example_config_loads_with_documented_defaults():
     assert cfg.model.dtype == "float32"
 
 
+def test_the_learning_example_differs_from_the_default_only_where_it_says():
+    from agentrl.config import load_default_config
+
+    learn = load_config(EXAMPLE.parent / "shell_lookup_learn.yaml").model_dump()
+    default = load_default_config().model_dump()
+    changed = {f"{section}.{key}" for section in default for key in default[section]
+               if learn[section][key] != default[section][key]}
+    assert changed == {"run.name", "run.iterations", "run.checkpoint_every", "trainer.lr", "eval.num_tasks"}
+
+
 def test_overrides_apply_with_yaml_types():
     cfg = load_config(EXAMPLE, ["run.iterations=7", "rollout.temperature=0.6", "env.kwargs={max_tool_calls: 2}"])
     assert cfg.run.iterations == 7 and cfg.rollout.temperature == 0.6
