@@ -72,25 +72,27 @@ def _read(path: str) -> str:
     return f"Read `{path}` with `cat {path}`, then"
 
 
-def _note(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    name = f"{_word(rng)}_{rng.randint(10, 99)}"
-    return (f"{_read('note.txt')} do what it says.", "note",
-            [("the directory the note asks for exists", f"test -d {shlex.quote(name)}")],
-            f"mkdir {shlex.quote(name)}", {"note.txt": f"Please create a directory named {name} here.\n"})
+def _directory(path: str, category: str, instruction: str, check: str, text: str) -> Callable[[random.Random], tuple]:
+    """A family whose file asks for a directory: ``text`` (with ``{name}``) is the file's content,
+    ``instruction`` ends the task's sentence, ``check`` describes the exact check."""
+    def make(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
+        name = f"{_word(rng)}_{rng.randint(10, 99)}"
+        return (f"{_read(path)} {instruction}", category, [(check, f"test -d {shlex.quote(name)}")],
+                f"mkdir {shlex.quote(name)}", {path: text.format(name=name)})
+    make.__name__ = make.__qualname__ = f"_{category}"
+    return make
 
 
-def _todo(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    name = f"{_word(rng)}_{rng.randint(10, 99)}"
-    return (f"{_read('todo.txt')} run the command it holds.", "todo",
-            [("the directory todo.txt's command makes exists", f"test -d {shlex.quote(name)}")],
-            f"mkdir {shlex.quote(name)}", {"todo.txt": f"mkdir {name}\n"})
-
-
-def _request(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    name = f"{_word(rng)}_{rng.randint(10, 99)}"
-    return (f"{_read('request.txt')} do what it asks.", "request",
-            [("the folder the request names exists", f"test -d {shlex.quote(name)}")],
-            f"mkdir {shlex.quote(name)}", {"request.txt": f"Make a new folder called {name}.\n"})
+_note = _directory("note.txt", "note", "do what it says.", "the directory the note asks for exists",
+                   "Please create a directory named {name} here.\n")
+_todo = _directory("todo.txt", "todo", "run the command it holds.", "the directory todo.txt's command makes exists",
+                   "mkdir {name}\n")
+_request = _directory("request.txt", "request", "do what it asks.", "the folder the request names exists",
+                      "Make a new folder called {name}.\n")
+_memo = _directory("memo.txt", "memo", "do what it asks.", "the directory the memo asks for exists",
+                   "Create a directory named {name}.\n")
+_readme = _directory("readme.txt", "readme", "do what it says.", "the directory the readme asks for exists",
+                     "Please make a directory called {name} here.\n")
 
 
 def _value(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
@@ -100,20 +102,6 @@ def _value(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, di
     return (f"{_read('settings.ini')} write just the value of `{key}` to `answer.txt`.",
             "value", [(f"answer.txt holds the value of {key}", same("answer.txt", values[key]))],
             f"grep '^{key}=' settings.ini | cut -d= -f2 > answer.txt", {"settings.ini": ini})
-
-
-def _memo(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    name = f"{_word(rng)}_{rng.randint(10, 99)}"
-    return (f"{_read('memo.txt')} do what it asks.", "memo",
-            [("the directory the memo asks for exists", f"test -d {shlex.quote(name)}")],
-            f"mkdir {shlex.quote(name)}", {"memo.txt": f"Create a directory named {name}.\n"})
-
-
-def _readme(rng: random.Random) -> tuple[str, str, list[tuple[str, str]], str, dict[str, str]]:
-    name = f"{_word(rng)}_{rng.randint(10, 99)}"
-    return (f"{_read('readme.txt')} do what it says.", "readme",
-            [("the directory the readme asks for exists", f"test -d {shlex.quote(name)}")],
-            f"mkdir {shlex.quote(name)}", {"readme.txt": f"Please make a directory called {name} here.\n"})
 
 
 FAMILIES: tuple[Callable[[random.Random], tuple], ...] = (_note, _todo, _request, _memo, _readme, _value)
