@@ -22,6 +22,8 @@ Tasks
     Measured with SmolLM2-135M-Instruct (temperature 0.3, 128-token turns, the first 24 train
     tasks x 4 samples, real sandboxes): success 0.69 (note), 0.19 (todo), 0.12 (request), 0.31
     (memo) and 0.00 (value); most failures say done before acting, or repeat a call.
+    ``tests/benchmarks/bench_lookup_stages.py`` measures each stage (read, act, say done) per
+    family from correct histories, with the example as turns and written inline.
 
 Protocol, reward, anchor: as ``agentrl/ShellTasks-v0`` (``environments.shell_tasks``), whose
 env this subclasses: tool calls run as ``bash -c`` in the working directory, a reply without
