@@ -193,8 +193,11 @@ class ShellLookupEnv(ShellTasksEnv):
         )
 
     def example_messages(self) -> tuple[dict[str, str], ...]:
-        def result(stdout: str, calls_made: int) -> str:
-            res = ExecResult(command=("bash", "-c", ""), exit_code=0, stdout=stdout and stdout + "\n", stderr="",
-                             duration_s=0.0)
-            return self._tool_messages(["Result (bash):\n" + self._format(res)], max(self.max_tool_calls - calls_made, 0))[0]
-        return example_turns(self._task_message, result)
+        return example_turns(self._task_message, self.tool_result)
+
+    def tool_result(self, stdout: str, calls_made: int) -> str:
+        """The tool message an episode shows after its ``calls_made``-th command exited 0 with
+        ``stdout`` (for worked examples and hand-built histories)."""
+        res = ExecResult(command=("bash", "-c", ""), exit_code=0, stdout=stdout and stdout.rstrip("\n") + "\n",
+                         stderr="", duration_s=0.0)
+        return self._tool_messages(["Result (bash):\n" + self._format(res)], max(self.max_tool_calls - calls_made, 0))[0]

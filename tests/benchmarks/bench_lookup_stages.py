@@ -59,17 +59,6 @@ def _env():
     return env
 
 
-def _call(command: str) -> str:
-    return '<tool_call>\n{"name": "bash", "arguments": {"command": "%s"}}\n</tool_call>' % command
-
-
-def _result(env, stdout: str, calls_made: int) -> str:
-    from agentrl.types import ExecResult
-
-    res = ExecResult(command=("bash", "-c", ""), exit_code=0, stdout=stdout, stderr="", duration_s=0.0)
-    return env._tool_messages(["Result (bash):\n" + env._format(res)], env.max_tool_calls - calls_made)[0]
-
-
 def _inline(examples: tuple[dict[str, str], ...]) -> str:
     names = {"user": "Task", "assistant": "Assistant", "tool": "Tool"}
     return "Example (another task):\n" + "\n".join(f"{names[m['role']]}: {m['content']}" for m in examples)
@@ -90,7 +79,7 @@ def _act_check(task, path: str):
 
 def cases(tasks_per_family: int):
     """``(family, stage, layout, messages, is_right)`` for every cell."""
-    from environments.shell_lookup import FAMILIES, LOOKUP, lookup_task
+    from environments.shell_lookup import FAMILIES, LOOKUP, _call, lookup_task
 
     env = _env()
     examples = env.example_messages()
@@ -102,9 +91,9 @@ def cases(tasks_per_family: int):
             read, solution = f"cat {path}", task.solution.strip()
             history = [{"role": "user", "content": env._task_message(task.prompt)}]
             after_read = history + [{"role": "assistant", "content": _call(read)},
-                                    {"role": "tool", "content": _result(env, task.files[path], 1)}]
+                                    {"role": "tool", "content": env.tool_result(task.files[path], 1)}]
             after_act = after_read + [{"role": "assistant", "content": _call(solution)},
-                                      {"role": "tool", "content": _result(env, "", 2)}]
+                                      {"role": "tool", "content": env.tool_result("", 2)}]
             checks = {
                 "read": (history, lambda t, read=read: f'"command": "{read}"' in t),
                 "act": (after_read, _act_check(task, path)),
