@@ -142,6 +142,7 @@ class AlgorithmConfig(_Section):
     invalid_action_penalty: float = Field(0.0, ge=0.0, description="Subtracted from the reward of the step whose action was invalid (that step only; the recorded env reward is unchanged).")
     overlong_buffer_tokens: int = Field(0, ge=0, description="DAPO soft overlong punishment (Eq. 13) per turn: 0 disables; else the last N tokens before rollout.max_new_tokens are penalised linearly down to -overlong_penalty.")
     overlong_penalty: float = Field(1.0, ge=0.0, description="Scale of the soft overlong punishment.")
+    overlong_filtering: bool = Field(False, description="DAPO overlong filtering (Yu et al. 2025, §3.4), per turn: the completion that hit rollout.max_new_tokens (episode termination 'length') is left out of the loss (loss_mask 0; its tokens counted as discarded). The episode's earlier turns keep their advantages and its reward still counts in its group's statistics, so a cut reply is neither reinforced nor blamed for its length.")
     error_policy: Literal["drop_episode", "drop_group"] = Field(
         "drop_episode",
         description="What an infra/reward error does to its group: drop only the errored episode (others keep group statistics over valid samples) or the whole group.",

@@ -14,7 +14,8 @@
    signature; an estimator that needs a critic gets the value model's values through the
    ``values_fn`` callback (the controller's call to the trainer actors);
 5. puts the advantages on the sampled tokens through ``loss_mask`` (observation tokens get
-   0) and packs rows with ``TokenBatch.pack`` (``Episode.row_layout``: one row per episode
+   0; with ``overlong_filtering`` a completion cut by ``max_new_tokens`` gets 0 too, DAPO
+   §3.4) and packs rows with ``TokenBatch.pack`` (``Episode.row_layout``: one row per episode
    in full-history mode, one per step in per-step mode); for a critic it also packs the
    critic's own ``ValueBatch`` (returns as targets, rollout-time values as ``old_values``).
 
@@ -31,9 +32,10 @@ import numpy as np
 
 import critics
 from agentrl.config import AlgorithmConfig
-from agentrl.credit.rows import Level, check_level, critic_rows, token_sequences, turn_means, turn_token_counts
+from agentrl.credit.rows import (Level, check_level, critic_rows, drop_turns_from_loss, token_sequences, turn_means,
+                                 turn_token_counts)
 from agentrl.errors import ConfigError, ContractError
-from agentrl.types import Episode, SamplingRecord, TokenBatch, ValueBatch
+from agentrl.types import Episode, SamplingRecord, TerminationReason, TokenBatch, ValueBatch
 
 ValuesFn = Callable[[ValueBatch], object]
 """``values_fn(batch) -> [batch.num_positions]`` values (tensor, array or list): the value
@@ -142,7 +144,8 @@ def missing_groups(episodes: Sequence[Episode], cfg: AlgorithmConfig, *, groups_
 
 
 def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], sampling: SamplingRecord,
-               metrics: dict[str, float], *, level: Level = "turn") -> CreditResult:
+               metrics: dict[str, float], *, level: Level = "turn",
+               loss_dropped_turns: Mapping[str, set[int]] | None = None) -> CreditResult:
     """Step 5's packing: put the advantages on each episode's sampled tokens (0 on every
     ``loss_mask`` 0 token) and pack the rows (``Episode.training_sequences`` layout).
 
@@ -155,6 +158,9 @@ def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], s
         sampling: the sampling transform every row was drawn with.
         metrics: accounting so far; copied, then extended.
         level: ``"turn"`` or ``"token"``.
+        loss_dropped_turns: ``episode_id -> turn indices`` whose completion tokens stay out
+            of the loss (``drop_turns_from_loss``; DAPO overlong filtering); their tokens
+            are added to ``tokens/discarded``. The episodes' advantages are unchanged.
 
     Returns:
         The ``CreditResult`` (no ``value_batch``). Its ``turn_advantages`` hold one value
@@ -180,10 +186,19 @@ def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], s
         adv = [float(a) for a in (adv.tolist() if hasattr(adv, "tolist") else adv)]
         if level == "turn":
             turn_adv[e.episode_id] = adv
-            rows.extend(e.training_sequences(adv))
+            ep_rows = e.training_sequences(adv)
         else:
-            rows.extend(token_sequences(e, adv))
+            ep_rows = token_sequences(e, adv)
             turn_adv[e.episode_id] = turn_means(e, adv)
+        dropped = (loss_dropped_turns or {}).get(e.episode_id)
+        if dropped:
+            ep_rows = drop_turns_from_loss(e, ep_rows, dropped)
+            m["tokens/discarded"] = m.get("tokens/discarded", 0.0) + float(
+                sum(len(e.turns[k].completion_ids) for k in dropped))
+        rows.extend(ep_rows)
+    if not rows:
+        m["tokens/trained"] = 0.0
+        return CreditResult(batch=None, turn_advantages=turn_adv, metrics=m)
     batch = TokenBatch.pack(rows, sampling)
     m["tokens/trained"] = float(batch.num_loss_tokens)
     m["tokens/packed"] = float(batch.num_tokens)
@@ -314,12 +329,27 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
     adv = _per_episode(est, "advantages", adv, counts, kept)
     if est.needs_values:
         rets = _per_episode(est, "returns", rets, counts, kept)
-    credit = pack_batch(kept, adv, sampling, m, level=est.level)
+    dropped = _overlong_filtered(kept, cfg, m)
+    credit = pack_batch(kept, adv, sampling, m, level=est.level, loss_dropped_turns=dropped)
     if est.needs_values:
         vb = ValueBatch.pack(critic_rows(kept, returns=rets, old_values=values, level=est.level))
         credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
         credit.value_batch = vb if vb.num_positions else None  # no value position: nothing to fit
     return credit
+
+
+def _overlong_filtered(kept: Sequence[Episode], cfg: AlgorithmConfig, metrics: dict[str, float]) -> dict[str, set[int]]:
+    """DAPO overlong filtering (Yu et al. 2025, §3.4), per turn: ``episode_id -> {k}`` for
+    each kept episode ended by its last completion hitting ``max_new_tokens`` (termination
+    ``length``); that completion leaves the loss, the episode's earlier turns stay, and its
+    reward still counts in its group's statistics. Counts ``filter/overlong_filtered_turns``.
+    Empty unless ``cfg.overlong_filtering``."""
+    if not cfg.overlong_filtering:
+        return {}
+    out = {e.episode_id: {len(e.turns) - 1} for e in kept
+           if e.turns and e.termination_reason == TerminationReason.LENGTH}
+    metrics["filter/overlong_filtered_turns"] = float(len(out))
+    return out
 
 
 def _penalised(episode: Episode, rewards: Sequence[float], penalties: Mapping[str, Sequence[float]]) -> list[float]:

@@ -179,3 +179,46 @@ def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | No
         for seq, b, r, o in zip(seqs, positions(e), rets, olds):
             out.append(ValueRow(seq.input_ids, b, returns=r, old_values=o, episode_id=e.episode_id))
     return out
+
+
+def drop_turns_from_loss(episode: Episode, rows: Sequence[TokenSequence], turns: set[int]) -> list[TokenSequence]:
+    """``rows`` (``episode``'s trainer rows, from ``Episode.training_sequences`` or
+    ``token_sequences``) with the completion tokens of ``turns`` taken out of the loss:
+    ``loss_mask`` 0, advantage 0.0, token version 0, their ``behavior_log_probs`` entries
+    removed (that list holds one value per ``loss_mask`` 1 token) and the row's
+    ``policy_version`` recomputed over the sampled tokens left. A row is cut after its last
+    loss token (a causal model's later tokens change no earlier logit), and a row left
+    without any loss token is dropped. Used by DAPO's overlong filtering (``AlgorithmConfig.overlong_filtering``).
+
+    Raises:
+        ContractError: ``rows`` does not follow ``episode.row_layout()``.
+    """
+    layouts = episode.row_layout()
+    if len(layouts) != len(rows):
+        raise ContractError(f"episode {episode.episode_id}: {len(rows)} rows for a layout of {len(layouts)}")
+    out: list[TokenSequence] = []
+    for layout, row in zip(layouts, rows):
+        if len(row.input_ids) != layout.length:
+            raise ContractError(f"episode {episode.episode_id}: row {layout.key} has {len(row.input_ids)} ids; "
+                                f"its layout says {layout.length}")
+        spans = [s for s in layout.turns if s.turn in turns]
+        if not spans:
+            out.append(row)
+            continue
+        mask, adv = list(row.loss_mask), [float(a) for a in row.advantages]
+        versions = None if row.token_policy_versions is None else list(row.token_policy_versions)
+        for s in spans:
+            for i in range(s.completion_start, s.completion_end):
+                mask[i], adv[i] = 0, 0.0
+                if versions is not None:
+                    versions[i] = 0
+        if not any(mask):
+            continue
+        sampled = [i for i, m in enumerate(row.loss_mask) if m]  # [sum(loss_mask)], aligned with behavior_log_probs
+        lps = [lp for i, lp in zip(sampled, row.behavior_log_probs) if mask[i]]
+        version = (min(v for v, m in zip(versions, mask) if m) if versions is not None else row.policy_version)
+        end = max(i for i, m in enumerate(mask) if m) + 1
+        out.append(replace(row, input_ids=list(row.input_ids)[:end], loss_mask=mask[:end], advantages=adv[:end],
+                           behavior_log_probs=lps, policy_version=version,
+                           token_policy_versions=None if versions is None else versions[:end]))
+    return out

@@ -253,3 +253,43 @@ def test_shaping_runs_once_per_episode_across_refill_checks_and_credit(monkeypat
     res = assign_credit(episodes, cfg, SamplingRecord(), max_new_tokens=8, shaped_cache=cache)
     assert sorted(calls) == sorted(e.episode_id for e in episodes)  # 8 calls for 8 episodes, 3 checks + credit
     assert res.turn_advantages == expected.turn_advantages and res.metrics == expected.metrics
+
+
+def _cut(ep, last_len=3):
+    """``ep`` ended by its last completion hitting max_new_tokens, with that completion
+    ``last_len`` tokens of id 7 and log-prob -0.25 (the other turns keep id 5, -0.5)."""
+    ep.termination_reason, ep.terminated, ep.truncated = TerminationReason.LENGTH, False, True
+    t = ep.turns[-1]
+    ep.turns[-1] = Turn(prompt_ids=t.prompt_ids, completion_ids=[7] * last_len, behavior_log_probs=[-0.25] * last_len,
+                        reward=t.reward, anchor=t.anchor, finish_reason="length")
+    return ep
+
+
+@pytest.mark.parametrize("mode", ["full_history", "per_step"])
+def test_overlong_filtering_keeps_the_cut_turn_out_of_the_loss_but_in_the_group_statistics(mode):
+    # group g: the cut episode's return 1 vs 0 -> +-0.7071; filtering must not change that
+    eps = [_cut(_ep("g", [0.0, 1.0], episode_id="cut", mode=mode)), _ep("g", [0.0, 0.0], episode_id="ok", mode=mode)]
+    plain = assign_credit(eps, AlgorithmConfig(), SamplingRecord())
+    res = assign_credit(eps, AlgorithmConfig(overlong_filtering=True), SamplingRecord())
+    s = 0.5 / (np.sqrt(0.5) + 1e-6)
+    assert res.turn_advantages == plain.turn_advantages
+    assert res.turn_advantages["cut"] == pytest.approx([s, s], abs=1e-12)
+    b = res.batch
+    assert 7 not in b.input_ids.tolist()  # nothing after the cut turn: its row ends before it
+    assert b.num_tokens == plain.batch.num_tokens - 3 - 2  # the cut completion and its prompt (delta) are gone
+    assert sorted(set(b.behavior_log_probs[b.loss_mask > 0].tolist())) == [-0.5]
+    assert b.num_loss_tokens == plain.batch.num_loss_tokens - 3 == 3 * 2  # the cut's first turn + ok's two turns
+    assert res.metrics["filter/overlong_filtered_turns"] == 1.0
+    assert res.metrics["tokens/discarded"] == plain.metrics["tokens/discarded"] + 3
+    assert res.metrics["tokens/trained"] == 6.0
+
+
+def test_overlong_filtering_drops_a_per_step_row_with_nothing_left_and_an_all_cut_batch_is_empty():
+    one = _cut(_ep("g", [1.0], episode_id="cut", mode="per_step"))
+    other = _ep("g", [0.0], episode_id="ok", mode="per_step")
+    res = assign_credit([one, other], AlgorithmConfig(overlong_filtering=True), SamplingRecord())
+    assert res.batch.episode_ids == ("ok:0",) and res.batch.num_rows == 1
+    only_cut = assign_credit([one, _cut(_ep("g", [0.0], episode_id="cut2", mode="per_step"))],
+                             AlgorithmConfig(overlong_filtering=True), SamplingRecord())
+    assert only_cut.batch is None and only_cut.metrics["tokens/trained"] == 0.0
+    assert set(only_cut.turn_advantages) == {"cut", "cut2"}
