@@ -186,9 +186,9 @@ def drop_turns_from_loss(episode: Episode, rows: Sequence[TokenSequence], turns:
     ``token_sequences``) with the completion tokens of ``turns`` taken out of the loss:
     ``loss_mask`` 0, advantage 0.0, token version 0, their ``behavior_log_probs`` entries
     removed (that list holds one value per ``loss_mask`` 1 token) and the row's
-    ``policy_version`` recomputed over the sampled tokens left. A row is cut after its last
-    loss token (a causal model's later tokens change no earlier logit), and a row left
-    without any loss token is dropped. Used by DAPO's overlong filtering (``AlgorithmConfig.overlong_filtering``).
+    ``policy_version`` recomputed over the sampled tokens left. A row keeps its length
+    (``Episode.row_layout`` still describes it, as the replay store's per-turn trainer values
+    need); a row left without any loss token is dropped. Used by DAPO's overlong filtering (``AlgorithmConfig.overlong_filtering``).
 
     Raises:
         ContractError: ``rows`` does not follow ``episode.row_layout()``.
@@ -217,8 +217,6 @@ def drop_turns_from_loss(episode: Episode, rows: Sequence[TokenSequence], turns:
         sampled = [i for i, m in enumerate(row.loss_mask) if m]  # [sum(loss_mask)], aligned with behavior_log_probs
         lps = [lp for i, lp in zip(sampled, row.behavior_log_probs) if mask[i]]
         version = (min(v for v, m in zip(versions, mask) if m) if versions is not None else row.policy_version)
-        end = max(i for i, m in enumerate(mask) if m) + 1
-        out.append(replace(row, input_ids=list(row.input_ids)[:end], loss_mask=mask[:end], advantages=adv[:end],
-                           behavior_log_probs=lps, policy_version=version,
-                           token_policy_versions=None if versions is None else versions[:end]))
+        out.append(replace(row, loss_mask=mask, advantages=adv, behavior_log_probs=lps,
+                           token_policy_versions=versions, policy_version=version))
     return out

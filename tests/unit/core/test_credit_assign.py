@@ -14,6 +14,7 @@ from agentrl.config import AlgorithmConfig, load_config
 from agentrl.credit import assign_credit, missing_groups
 from agentrl.credit import assign as assign_mod
 from agentrl.errors import ConfigError, ContractError
+from agentrl.replay.trainer_values import turn_trainer_values
 from agentrl.types import Episode, SamplingRecord, TerminationReason, Turn
 
 
@@ -275,8 +276,12 @@ def test_overlong_filtering_keeps_the_cut_turn_out_of_the_loss_but_in_the_group_
     assert res.turn_advantages == plain.turn_advantages
     assert res.turn_advantages["cut"] == pytest.approx([s, s], abs=1e-12)
     b = res.batch
-    assert 7 not in b.input_ids.tolist()  # nothing after the cut turn: its row ends before it
-    assert b.num_tokens == plain.batch.num_tokens - 3 - 2  # the cut completion and its prompt (delta) are gone
+    ids, mask = b.input_ids.tolist(), b.loss_mask.tolist()
+    assert all(m == 0.0 for i, m in zip(ids, mask) if i == 7)  # the cut completion is never in the loss
+    # full_history keeps the row whole (its layout still describes it); per_step drops the cut turn's row
+    assert b.num_tokens == plain.batch.num_tokens - (5 if mode == "per_step" else 0)
+    got = turn_trainer_values(eps, b.episode_ids, b.seq_lens.tolist(), np.zeros(b.num_tokens), np.zeros(b.num_tokens))
+    assert [v is None for v in got["cut"]] == [False, mode == "per_step"]
     assert sorted(set(b.behavior_log_probs[b.loss_mask > 0].tolist())) == [-0.5]
     assert b.num_loss_tokens == plain.batch.num_loss_tokens - 3 == 3 * 2  # the cut's first turn + ok's two turns
     assert res.metrics["filter/overlong_filtered_turns"] == 1.0
