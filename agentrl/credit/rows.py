@@ -188,7 +188,8 @@ def drop_turns_from_loss(episode: Episode, rows: Sequence[TokenSequence], turns:
     removed (that list holds one value per ``loss_mask`` 1 token) and the row's
     ``policy_version`` recomputed over the sampled tokens left. A row keeps its length
     (``Episode.row_layout`` still describes it, as the replay store's per-turn trainer values
-    need); a row left without any loss token is dropped. Used by DAPO's overlong filtering (``AlgorithmConfig.overlong_filtering``).
+    need); a row left without any loss token is dropped. Used by DAPO's overlong filtering
+    (``AlgorithmConfig.overlong_filtering``).
 
     Raises:
         ContractError: ``rows`` does not follow ``episode.row_layout()``.
