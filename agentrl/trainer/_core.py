@@ -51,12 +51,17 @@ class EpochStats:
         grad_norms: per epoch, the global gradient L2 norm before clipping.
         skipped: optimizer steps skipped for a non-finite gradient norm.
         lr: learning rate of the last optimizer step (before its scheduler step).
+        no_signal: optimizer steps not taken because the global gradient was exactly
+            zero (every loss token's advantage 0 and no other loss term): AdamW would
+            otherwise keep moving the weights by its first moment (and weight decay) on
+            a batch that carries no signal.
     """
 
     sums: list[list[float]]
     grad_norms: list[float]
     skipped: int
     lr: float
+    no_signal: int = 0
 
 
 class TrainerCore:
@@ -186,11 +191,13 @@ class TrainerCore:
         ``backward`` itself) or, for an empty group, a dummy pass; all-reduce (SUM) of the
         returned ``[num_metrics]`` float64 sums; clip the global gradient norm to
         ``config.max_grad_norm``; AdamW step, or on a non-finite norm drop the gradients
-        and count a skipped step; scheduler step.
+        and count a skipped step, or on a norm of exactly 0 take no step at all (the
+        optimizer state untouched, counted in ``no_signal``; a zero-gradient AdamW step
+        would still move every weight by its momentum); scheduler step.
         """
         sums: list[list[float]] = []
         norms: list[float] = []
-        skipped, lr_used = 0, 0.0
+        skipped, no_signal, lr_used = 0, 0, 0.0
         for epoch in range(epochs):
             self.optimizer.zero_grad(set_to_none=True)
             acc = torch.zeros(num_metrics, dtype=torch.float64, device=self.device)  # (M,)
@@ -205,14 +212,17 @@ class TrainerCore:
             grad_norm = fc.clip_grad_norm(self.model, self.config.max_grad_norm)
             norms.append(grad_norm)
             lr_used = float(self.scheduler.get_last_lr()[0])
-            if math.isfinite(grad_norm):
-                self.optimizer.step()
-            else:
+            if not math.isfinite(grad_norm):
                 skipped += 1
                 self.optimizer.zero_grad(set_to_none=True)
+            elif grad_norm == 0.0:  # global (all-reduced) norm: every rank agrees
+                no_signal += 1
+                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                self.optimizer.step()
             self.scheduler.step()
         self.global_step += 1
-        return EpochStats(sums=sums, grad_norms=norms, skipped=skipped, lr=lr_used)
+        return EpochStats(sums=sums, grad_norms=norms, skipped=skipped, lr=lr_used, no_signal=no_signal)
 
     # ------------------------------------------------------------------ checkpoints
 

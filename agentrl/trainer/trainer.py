@@ -225,7 +225,9 @@ class PolicyTrainer:
             share, ESS, masked shares); ``actor/grad_norm`` (pre-clip, mean over epochs),
             ``actor/lr`` (of the last optimizer step), ``actor/num_loss_tokens``,
             ``actor/num_loss_seqs``, ``actor/skipped_step`` (optimizer steps skipped for a
-            non-finite gradient norm), ``actor/global_step``; ``perf/tokens_per_s`` (batch
+            non-finite gradient norm), ``actor/no_signal_steps`` (optimizer steps not taken
+            because the gradient was exactly zero, e.g. every advantage 0: AdamW's momentum
+            would otherwise still move the weights), ``actor/global_step``; ``perf/tokens_per_s`` (batch
             tokens / step time), ``perf/step_s``, ``perf/padding_frac``,
             ``perf/peak_memory_mb``. The README's metric table defines each.
 
@@ -337,6 +339,7 @@ class PolicyTrainer:
                 "actor/num_loss_tokens": global_tokens,
                 "actor/num_loss_seqs": global_seqs,
                 "actor/skipped_step": float(stats.skipped),
+                "actor/no_signal_steps": float(stats.no_signal),
                 "actor/global_step": float(self.global_step),
                 "perf/tokens_per_s": batch.num_tokens / step_s if step_s > 0 else 0.0,
                 "perf/step_s": step_s,

@@ -212,7 +212,7 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> 
     assert set(m) == {
         "actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/pg_clipfrac_dual", "actor/entropy",
         "actor/ratio_mean", "actor/kl_loss", "actor/grad_norm", "actor/lr", "actor/num_loss_tokens",
-        "actor/num_loss_seqs", "actor/skipped_step", "actor/global_step",
+        "actor/num_loss_seqs", "actor/skipped_step", "actor/no_signal_steps", "actor/global_step",
         "rollout_corr/gap_abs_mean", "rollout_corr/gap_abs_max", "rollout_corr/gap_abs_p99",
         "rollout_corr/is_weight_mean", "rollout_corr/is_clipped_frac", "rollout_corr/token_masked_frac",
         "rollout_corr/seq_masked_frac", "rollout_corr/ess", "kl/coef",
@@ -235,6 +235,35 @@ def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> 
     assert m["rollout_corr/is_clipped_frac"] == m["rollout_corr/token_masked_frac"] == m["rollout_corr/seq_masked_frac"] == 0.0
     # the behavior log-probs of make_batch are not the model's: the gap is large and ordered
     assert 0 < m["rollout_corr/gap_abs_mean"] <= m["rollout_corr/gap_abs_p99"] <= m["rollout_corr/gap_abs_max"]
+
+
+def test_a_batch_with_every_advantage_zero_moves_no_weight(tiny_llama_path: str) -> None:
+    """After a real step AdamW holds momentum; a zero-gradient AdamW step would still move
+    every weight along the last update (and decay it). A batch with no signal (all
+    advantages 0, no KL term) leaves the weights and the optimizer state as they were."""
+    trainer = _trainer(tiny_llama_path, weight_decay=0.01, ppo_epochs=2)
+    first = trainer.step(make_batch(num_rows=4, seed=4))
+    assert first["actor/no_signal_steps"] == 0.0 and first["actor/grad_norm"] > 0
+    weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    state = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer._core.optimizer.state.items()}
+    assert state  # the first step made momentum
+
+    flat = make_batch(num_rows=4, seed=5)
+    flat = dataclasses.replace(flat, advantages=torch.zeros_like(flat.advantages))
+    m = trainer.step(flat)
+    assert m["actor/grad_norm"] == 0.0 and m["actor/no_signal_steps"] == 2.0 and m["actor/skipped_step"] == 0.0
+    assert m["actor/global_step"] == 2.0
+    for k, v in trainer.model.state_dict().items():
+        assert torch.equal(v, weights[k]), k
+    for p, st in trainer._core.optimizer.state.items():
+        for k, v in st.items():
+            assert torch.equal(v, state[id(p)][k]), k
+
+    # what the skip prevents: the same zero gradients through AdamW move the weights
+    for p in trainer.model.parameters():
+        p.grad = torch.zeros_like(p)
+    trainer._core.optimizer.step()
+    assert any(not torch.equal(v, weights[k]) for k, v in trainer.model.state_dict().items())
 
 
 def test_last_token_values_are_epoch_zeros_log_probs_and_entropies(tiny_llama_path: str) -> None:
