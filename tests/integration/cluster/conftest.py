@@ -107,12 +107,12 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, tiny_model_path):
     """One real training run that several modules only read (``(run_dir, summary)``): the
-    end-to-end and warm-pool checks of test_train_loop.py and the exports of test_export.py.
-    Each paid a run of its own (about 35 s of start-up apiece on 2 cores, and 4 iterations in
-    all against 2 here). Two iterations of HumanEval (2 tasks x 2 rollouts) in bubblewrap
-    sandboxes from a warm pool of 4, the default GRPO path, the tiny model; ``trainer.lr=1e-3``
-    with ``weight_decay=0.1`` so that an update with all-zero advantages (the random model
-    earns 0) still moves every weight (test_export: what is exported is the checkpoint).
+    end-to-end and warm-pool checks of test_train_loop.py and the rerun of
+    test_rerun_trained.py. Each paid a run of its own (about 35 s of start-up apiece on 2
+    cores). Two iterations of HumanEval (2 tasks x 2 rollouts) in bubblewrap sandboxes from a
+    warm pool of 4, the default GRPO path, the tiny model. The random model earns 0, so every
+    advantage is 0 and the trainer takes no optimizer step: the weights stay the starting
+    ones (test_export.py trains a run of its own whose weights move).
     Runs on the Ray instance ``ray_session`` manages (started here when none is up)."""
     import ray
 
@@ -123,6 +123,6 @@ def trained_run(tmp_path_factory, tiny_model_path):
         _start()
     base = tmp_path_factory.mktemp("trained-run")
     cfg = make_cfg(base, tiny_model_path, "run", "run.iterations=2", "sandbox.pool_size=4", "sandbox.max_sandboxes=4",
-                   "trainer.lr=1e-3", "trainer.weight_decay=0.1")
+                   "trainer.lr=1e-3")
     summary = train(cfg)
     return base / "run", summary

@@ -1,12 +1,14 @@
-"""``agentrl export`` on a real run: the suite's shared training run (conftest
-``trained_run``: Ray, vLLM, the FSDP2 trainer, tiny random SmolLM2, HumanEval in bubblewrap,
-two iterations) is exported by the real command, and the folder is loaded by plain
-transformers and by vLLM.
+"""``agentrl export`` on a real run (Ray, vLLM, the FSDP2 trainer, tiny random SmolLM2,
+HumanEval in bubblewrap, two iterations) exported by the real command, and the folder loaded
+by plain transformers and by vLLM.
 
-The random model earns reward 0, so its advantages are 0; the run sets ``trainer.weight_decay``
-so that each AdamW step still moves every weight (by lr x decay x w) and the exported
-weights differ from the model folder the run started from: what is exported is the
-checkpoint, not the source.
+The random model earns reward 0, so GRPO's advantages are 0 and the trainer takes no step on
+them (``actor/no_signal_steps``): the suite's shared ``trained_run`` ends with the starting
+weights. This module's run uses GAE with a critic whose head starts non-zero
+(``critic.head_init_std``), so its advantages are not 0 and every update moves the policy:
+the exported weights differ from the model folder the run started from, so the tests can tell
+that what is exported is the checkpoint, not the source. The export takes the policy only,
+not the critic saved beside it.
 """
 
 from __future__ import annotations
@@ -32,9 +34,19 @@ def _agentrl(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def run_dir(trained_run) -> Path:
-    d, _ = trained_run
+def run_dir(ray_session, tmp_path_factory, tiny_model_path) -> Path:
+    from agentrl.cluster.controller import train
+    from test_train_loop import make_cfg
+
+    base = tmp_path_factory.mktemp("export-run")
+    cfg = make_cfg(base, tiny_model_path, "run", "run.iterations=2", "trainer.lr=1e-3", "algorithm.advantage=gae",
+                   "critic.lr=1e-3", "critic.head_init_std=0.05")
+    summary = train(cfg)
+    d = base / "run"
+    lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert summary.iterations_done == 2 and all(m["actor/no_signal_steps"] == 0.0 for m in lines)
     assert (d / "checkpoints" / "latest").read_text() == "iter_2"
+    assert (d / "checkpoints" / "iter_2" / "trainer_critic").is_dir()
     return d
 
 

@@ -49,6 +49,8 @@ def test_end_to_end(trained_run):
         assert not [k for k in m if k.startswith(("losses/", "train/"))]  # the old policy names are gone
         # the default path has no KL term: no reference model, no kl_to_reference call
         assert m["kl/coef"] == 0.0 and m["actor/kl_loss"] == 0.0 and "kl/ref_k3" not in m
+        # the random model earns 0: every advantage 0, so the update takes no optimizer step
+        assert m["actor/grad_norm"] == 0.0 and m["actor/no_signal_steps"] == 1.0
         assert m["rollout/episodes"] == 4
         assert m["tokens/generated"] == m["tokens/trained"] + m["tokens/discarded"]
         # engine and trainer scored the sampled tokens with the same weights (iteration 2:
