@@ -83,6 +83,7 @@ def test_export_writes_a_plain_hf_folder_with_tied_weights_once(exported, tiny_m
         keys = set(f.keys())
         numel = sum(_prod(f.get_slice(k).get_shape()) for k in keys)
     assert "model.embed_tokens.weight" in keys and "lm_head.weight" not in keys
+    assert all(k.startswith("model.") for k in keys)  # the policy only: the run's critic is not in it
     embed = 49152 * 64
     size = (out / "model.safetensors").stat().st_size
     assert numel * 4 <= size < numel * 4 + 64 * 1024  # fp32 tensors plus a small header
