@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape
 
 from async_report import svg_head  # same directory (bench_async.py puts it on sys.path)
 
-__all__ = ["MODE_COLORS", "reward_at_budget", "compare_seeds", "curves_svg"]
+__all__ = ["MODE_COLORS", "reward_at_budget", "compare_values", "compare_seeds", "curves_svg"]
 
 MODE_COLORS = {"sync": "#4e79a7", "async": "#e15759"}
 
@@ -38,12 +38,42 @@ def reward_at_budget(curve: Sequence[Mapping[str, float]], budget_tokens: float,
     return sum(vals) / len(vals) if vals else math.nan
 
 
+def compare_values(values: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """Per mode, one value per run (seed): mean, sample standard deviation, range; with both
+    ``sync`` and ``async`` present, ``difference`` (async mean - sync mean), ``se_difference``
+    (Welch: sqrt(sd_s^2 / n_s + sd_a^2 / n_a)), ``noise`` (the larger of the two sds: one sigma
+    of seed-to-seed spread) and ``within_noise`` (async mean >= sync mean - noise). NaN values
+    (a run with nothing to measure) are left out of the statistics.
+
+    Raises:
+        ValueError: no modes, or a mode without values.
+    """
+    if not values or any(len(v) == 0 for v in values.values()):
+        raise ValueError(f"expected at least one value per mode, got {({m: len(v) for m, v in values.items()})}")
+    out: dict[str, Any] = {"modes": {}}
+    for mode, vals in values.items():
+        ok = [v for v in vals if not math.isnan(v)]
+        out["modes"][mode] = {
+            "per_seed": list(vals),
+            "mean": sum(ok) / len(ok) if ok else math.nan,
+            "std": statistics.stdev(ok) if len(ok) > 1 else 0.0,
+            "min": min(ok) if ok else math.nan, "max": max(ok) if ok else math.nan, "n": len(ok),
+        }
+    if "sync" in out["modes"] and "async" in out["modes"]:
+        s, a = out["modes"]["sync"], out["modes"]["async"]
+        noise = max(s["std"], a["std"])
+        out["noise"] = noise
+        out["difference"] = a["mean"] - s["mean"]
+        out["se_difference"] = math.sqrt(s["std"] ** 2 / max(1, s["n"]) + a["std"] ** 2 / max(1, a["n"]))
+        out["within_noise"] = bool(a["mean"] >= s["mean"] - noise)
+    return out
+
+
 def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], window: float = 0.5) -> dict[str, Any]:
     """Each mode's reward at the common budget (the fewest rollout tokens any run made), per
     seed, with mean, standard deviation and range; the first points' reward too (where each
-    run started). ``within_noise``: async's mean is at least sync's mean minus the larger of
-    the two modes' seed standard deviations (one sigma of seed-to-seed noise), or better;
-    ``se_difference``: the standard error of the difference of the two means (Welch).
+    run started). ``within_noise``, ``se_difference``, ``noise``, ``difference``: as
+    ``compare_values``.
 
     Args:
         curves: mode -> one curve per seed (``learning_curve`` output).
@@ -56,26 +86,10 @@ def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
     if any(not c for runs in curves.values() for c in runs):
         raise ValueError("a run has no iterations")
     budget = min(c[-1]["rollout_tokens"] for runs in curves.values() for c in runs)
-    out: dict[str, Any] = {"budget_tokens": budget, "window": window, "modes": {}}
+    out = compare_values({mode: [reward_at_budget(c, budget, window) for c in runs] for mode, runs in curves.items()})
     for mode, runs in curves.items():
-        vals = [reward_at_budget(c, budget, window) for c in runs]
-        start = [c[0]["reward_mean"] for c in runs]
-        ok = [v for v in vals if not math.isnan(v)]
-        out["modes"][mode] = {
-            "per_seed": vals, "start_per_seed": start,
-            "mean": sum(ok) / len(ok) if ok else math.nan,
-            "std": statistics.stdev(ok) if len(ok) > 1 else 0.0,
-            "min": min(ok) if ok else math.nan, "max": max(ok) if ok else math.nan,
-        }
-    if "sync" in out["modes"] and "async" in out["modes"]:
-        s, a = out["modes"]["sync"], out["modes"]["async"]
-        noise = max(s["std"], a["std"])
-        out["noise"] = noise
-        out["difference"] = a["mean"] - s["mean"]
-        n_s, n_a = len([v for v in s["per_seed"] if not math.isnan(v)]), len([v for v in a["per_seed"] if not math.isnan(v)])
-        out["se_difference"] = math.sqrt(s["std"] ** 2 / max(1, n_s) + a["std"] ** 2 / max(1, n_a))
-        out["within_noise"] = bool(a["mean"] >= s["mean"] - noise)
-    return out
+        out["modes"][mode]["start_per_seed"] = [c[0]["reward_mean"] for c in runs]
+    return {"budget_tokens": budget, "window": window, **out}
 
 
 def curves_svg(runs: Sequence[tuple[str, str, Sequence[Mapping[str, float]]]], title: str, *, width: int = 800,

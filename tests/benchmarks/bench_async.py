@@ -12,6 +12,9 @@ Run on demand (pytest does not collect this file)::
     # learning curves of both modes over three seeds, on a reward the tiny model can climb:
     .venv/bin/python tests/benchmarks/bench_async.py --tiny-semantic --env words --max-guesses 1 --lr 3e-2 \
         --seeds 0 1 2 --out runs/bench-async-words          # add --tasks 16 for the target setting
+    # the issue-12 setting, with a held-out eval of each run's final policy (README numbers):
+    .venv/bin/python tests/benchmarks/bench_async.py --tiny-semantic --env words --max-guesses 1 --lr 1e-2 \
+        --tasks 16 --iterations 40 --seeds 0 1 2 --eval-tasks 32 --out runs/bench-async-t16-i40-eval
 
 One invocation, one Ray instance started here, two runs one after the other with
 ``agentrl.cluster.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
@@ -42,7 +45,11 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
 * the learning curve of both runs: reward and success rate per iteration against cumulative
   rollout tokens, and each run's success rate (+- one binomial standard error) over its first
   B rollout tokens, B the smaller run's total (``async_report.success_within_budget``), for
-  "not worse beyond noise".
+  "not worse beyond noise";
+* with ``--eval-tasks N``: each run's final policy evaluated on N held-out test tasks after
+  ``train()`` returned (``eval_final_policy``), and the two modes' mean eval reward over seeds
+  with its spread (``async_curves.compare_values``). The training curve compares lagged
+  samples (async rows come from policies up to k versions older); this compares the policies.
 
 Written to ``--out``: ``timeline_sync.svg`` and ``timeline_async.svg`` (one lane per phase,
 one bar per iteration, on the same time axis), ``results.json``, and each run's directory
@@ -129,9 +136,32 @@ def run_mode(args: argparse.Namespace, mode: str, model_path: str, repeat: int =
     t0 = time.perf_counter()
     summary = train(cfg)
     total_s = time.perf_counter() - t0
+    final_eval = eval_final_policy(args, run_dir) if getattr(args, "eval_tasks", 0) else None
     return summarise(mode, rep.load_metrics(run_dir / "metrics.jsonl"), run_id=summary.run_id, run_dir=str(run_dir),
                      policy_version=summary.policy_version, train_call_s=total_s, load=f"{load0} -> {_load_avg()}",
-                     repeat=repeat, seed=seed)
+                     repeat=repeat, seed=seed, final_eval=final_eval)
+
+
+def eval_final_policy(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    """Held-out evaluation of a run's final policy (its last checkpoint: ``run.checkpoint_every``
+    is ``--iterations``), after ``train()`` returned, so it costs neither mode any training
+    time: ``--eval-tasks`` test tasks x ``--eval-samples`` samples, the rollout's sampling
+    (temperature 1.0) and limits, seed 0 for both modes (``agentrl.cluster.evaluate``, as
+    ``agentrl eval RUN``). Compares the two modes' policies after the same number of updates on
+    the same number of episodes, which the training curve cannot: async mode's training rewards
+    come from policies up to ``max_staleness`` versions older than the one being trained."""
+    from agentrl.cluster.evaluate import evaluate
+
+    t0 = time.perf_counter()
+    result = evaluate(str(run_dir), [
+        "eval.split=test", f"eval.num_tasks={args.eval_tasks}", f"eval.samples={args.eval_samples}", "eval.seed=0",
+        f"eval.max_turns={args.max_guesses}", f"eval.max_new_tokens={args.max_new_tokens}", "eval.temperature=1.0",
+    ])
+    m = result.report.metrics()
+    return {"policy_version": result.target.policy_version, "reward_mean": m["eval/reward_mean"],
+            "reward_mean_low": m["eval/reward_mean_low"], "reward_mean_high": m["eval/reward_mean_high"],
+            "pass@1": m["eval/pass@1"], "samples_scored": m["eval/samples_scored"],
+            "samples_errored": m["eval/samples_errored"], "eval_s": time.perf_counter() - t0}
 
 
 def best_runs(all_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -275,6 +305,24 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
         lines.append(f"  async - sync = {cmp['difference']:+.3f} (standard error {cmp['se_difference']:.3f}); seed noise "
                      f"(larger sd) {cmp['noise']:.3f}: async is "
                      + ("within the seeds' spread or better" if cmp["within_noise"] else "WORSE beyond the seeds' spread"))
+    evals = [r for r in all_runs if r.get("final_eval")]
+    if evals:
+        lines.append(f"held-out eval of each run's final policy ({args.eval_tasks} test tasks x {args.eval_samples} "
+                     "samples, temperature 1.0, after train() returned):")
+        for r in evals:
+            e = r["final_eval"]
+            lines.append(f"  {r['mode']:5s} seed {r.get('seed', 0)}: policy version {e['policy_version']}, reward_mean "
+                         f"{e['reward_mean']:.3f} [{e['reward_mean_low']:.3f}, {e['reward_mean_high']:.3f}], pass@1 "
+                         f"{e['pass@1']:.3f} ({e['samples_scored']:.0f} scored, {e['samples_errored']:.0f} errored)")
+        if {"sync", "async"} <= {r["mode"] for r in evals}:
+            ecmp = curves.compare_values({m: [r["final_eval"]["reward_mean"] for r in evals if r["mode"] == m]
+                                          for m in ("sync", "async")})
+            summary["final_eval_comparison"] = ecmp
+            lines.append(f"  final-policy reward_mean: sync {ecmp['modes']['sync']['mean']:.3f} +- "
+                         f"{ecmp['modes']['sync']['std']:.3f}, async {ecmp['modes']['async']['mean']:.3f} +- "
+                         f"{ecmp['modes']['async']['std']:.3f} (sd over runs); async - sync = {ecmp['difference']:+.3f} "
+                         f"(standard error {ecmp['se_difference']:.3f}); seed noise {ecmp['noise']:.3f}: async is "
+                         + ("within the seeds' spread or better" if ecmp["within_noise"] else "WORSE beyond the seeds' spread"))
     summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
     summary["history"] = {m: r["history"] for m, r in runs.items()}
     summary["all_runs"] = [{k: v for k, v in r.items() if k not in ("history", "spans")} for r in all_runs]
@@ -340,6 +388,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", choices=["guess", "words"], default="guess",
                    help="guess: bench/LongTailGuess-v0 (GuessNumber; the tiny model scores 0 on it); words: "
                         "bench/LongTailWords-v0 (a graded text reward the tiny model climbs); same latency profile")
+    p.add_argument("--eval-tasks", type=int, default=0,
+                   help="after each run, evaluate its final policy on this many held-out test tasks (0: no eval); "
+                        "compares the two modes' policies, not their lagged training rewards")
+    p.add_argument("--eval-samples", type=int, default=4, help="samples per eval task (with --eval-tasks)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides, both runs")
     args = p.parse_args(argv)
     from agentrl.errors import ConfigError
@@ -348,6 +400,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("iterations", "repeats", "tasks", "group_size", "engines", "max_guesses", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1")
+    if args.eval_tasks < 0 or args.eval_samples < 1:
+        raise ConfigError(f"--eval-tasks={args.eval_tasks} must be >= 0 and --eval-samples={args.eval_samples} >= 1")
     if args.max_staleness < 0:
         raise ConfigError(f"--max-staleness={args.max_staleness} must be >= 0")
     check_latency_profile(args.fast_step_s, args.slow_step_s, args.slow_prob)

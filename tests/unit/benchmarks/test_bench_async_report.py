@@ -202,3 +202,41 @@ def test_repeats_report_every_run_and_the_best_of_each_mode():
     assert summary["ratio_per_repeat"] == [pytest.approx(1.5), pytest.approx(3.0 / 1.25)]
     assert summary["ratios"]["trained_tokens_per_s"] == pytest.approx(3.0 / 1.25) and ok
     assert sum(1 for x in lines if x.startswith("  repeat ")) == 4 and len(summary["all_runs"]) == 4
+
+
+def _final_eval(reward_mean):
+    return {"policy_version": 2, "reward_mean": reward_mean, "reward_mean_low": reward_mean - 0.05,
+            "reward_mean_high": reward_mean + 0.05, "pass@1": 0.5, "samples_scored": 128.0, "samples_errored": 0.0,
+            "eval_s": 3.0}
+
+
+@pytest.mark.parametrize("async_rewards, within", [((0.80, 0.86), True), ((0.60, 0.62), False)])
+def test_report_compares_the_final_policies_eval_over_seeds(async_rewards, within):
+    meta = dict(run_id="r", train_call_s=1.0, load="0/0/0")
+    runs = []
+    for seed, (rs, ra) in enumerate(zip((0.84, 0.90), async_rewards)):
+        runs.append(bench_async.summarise("sync", _sync_history(), seed=seed, final_eval=_final_eval(rs), **meta))
+        runs.append(bench_async.summarise("async", _async_history(2.5), seed=seed, final_eval=_final_eval(ra), **meta))
+    lines, summary, _ = bench_async.report(_args(eval_tasks=32, eval_samples=4), runs, "tiny")
+    cmp = summary["final_eval_comparison"]
+    assert cmp["modes"]["sync"]["per_seed"] == [0.84, 0.90] and cmp["modes"]["async"]["per_seed"] == list(async_rewards)
+    assert cmp["difference"] == pytest.approx(sum(async_rewards) / 2 - 0.87)
+    sd_s = math.sqrt(2 * 0.03 ** 2)  # sample sd of (0.84, 0.90)
+    assert cmp["noise"] == pytest.approx(max(sd_s, abs(async_rewards[1] - async_rewards[0]) / math.sqrt(2)))
+    assert cmp["within_noise"] is within
+    text = "\n".join(lines)
+    assert "held-out eval of each run's final policy (32 test tasks x 4 samples" in text
+    assert ("within the seeds' spread" if within else "WORSE beyond the seeds' spread") in text.split("final-policy")[1]
+    assert sum(1 for x in lines if "policy version 2, reward_mean" in x) == 4
+    json.dumps(summary, default=str)
+
+
+def test_compare_values_leaves_out_nan_and_needs_values():
+    import async_curves as curves
+
+    cmp = curves.compare_values({"sync": [0.5, math.nan, 0.7], "async": [0.6]})
+    assert cmp["modes"]["sync"]["n"] == 2 and cmp["modes"]["sync"]["mean"] == pytest.approx(0.6)
+    assert cmp["modes"]["async"]["std"] == 0.0 and cmp["difference"] == pytest.approx(0.0)
+    assert cmp["se_difference"] == pytest.approx(math.sqrt(0.02 / 2))  # sync sd^2 = 0.02
+    with pytest.raises(ValueError, match="at least one value per mode"):
+        curves.compare_values({"sync": [], "async": [0.1]})
