@@ -24,7 +24,9 @@ def test_the_learning_example_differs_from_the_default_only_where_it_says():
     default = load_default_config().model_dump()
     changed = {f"{section}.{key}" for section in default for key in default[section]
                if learn[section][key] != default[section][key]}
-    assert changed == {"run.name", "run.iterations", "run.checkpoint_every", "trainer.lr", "eval.num_tasks"}
+    assert changed == {"run.name", "run.iterations", "run.checkpoint_every", "trainer.lr", "eval.num_tasks", "env.kwargs"}
+    # the env's tool budget below the turn cap: a call past it ends the episode and is graded
+    assert learn["env"]["kwargs"] == {"max_tool_calls": 3} and learn["rollout"]["max_turns"] == 4
 
 
 def test_overrides_apply_with_yaml_types():
