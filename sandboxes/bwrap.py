@@ -216,11 +216,19 @@ class BwrapSandbox:
                     "remove it or set AGENTRL_SANDBOX_ROOT"
                 )
             run_dir = root / self.label.run_id
-            run_dir.mkdir(mode=0o711, exist_ok=True)
-            for p in (root, run_dir):
-                os.chmod(p, 0o711)
             d = run_dir / self.label.dir_name
-            d.mkdir(mode=0o711)
+            # A closing sandbox of this run removes run_dir once it is empty (_cleanup); that can
+            # happen between creating run_dir and d, so retry. Once d exists, run_dir stays.
+            for attempt in range(5):
+                try:
+                    run_dir.mkdir(mode=0o711, exist_ok=True)
+                    for p in (root, run_dir):
+                        os.chmod(p, 0o711)
+                    d.mkdir(mode=0o711)
+                    break
+                except FileNotFoundError:
+                    if attempt == 4:
+                        raise
         except OSError as exc:
             raise SandboxError(f"could not create the sandbox directory under {root}: {exc}") from exc
         try:

@@ -147,6 +147,30 @@ def test_the_working_directory_and_cgroups_live_on_the_host_until_close(make, ru
     assert cgroup_run_dirs(run_id) == []
 
 
+def test_a_sandbox_starts_while_another_of_its_run_removes_the_run_directory(make, run_id, monkeypatch):
+    """A closing sandbox removes its run's directory once it is empty; a sandbox being created
+    for the same run between making that directory and its own must not fail (seen in CI:
+    an episode lost to "could not create the sandbox directory ... No such file or
+    directory"). The close is simulated at that exact point: the run directory is removed
+    right after it was made and chmodded, once."""
+    import sandboxes.bwrap as bwrap_mod
+
+    real_chmod, removed = os.chmod, []
+    run_dir = sandbox_root() / run_id
+
+    def chmod_then_race(path, mode):
+        real_chmod(path, mode)
+        if Path(path) == run_dir and not removed and not any(run_dir.iterdir()):
+            os.rmdir(run_dir)  # what the other sandbox's close does (its _cleanup)
+            removed.append(path)
+
+    monkeypatch.setattr(bwrap_mod.os, "chmod", chmod_then_race)
+    sb = make()
+    assert removed == [run_dir]  # the race happened
+    assert sb.exec("echo ok").stdout.strip() == "ok" and sb.host_workdir.is_dir()
+    sb.close()
+
+
 def test_C10_reaper_kills_labelled_orphans_but_spares_live_owners(run_id):
     root = sandbox_root() / run_id
     dead_dir = root / "999999999-1-0123456789ab"  # pid above pid_max: never alive
