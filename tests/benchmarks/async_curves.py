@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 from xml.sax.saxutils import escape
 
 from async_report import svg_head  # same directory (bench_async.py puts it on sys.path)
 
-__all__ = ["MODE_COLORS", "reward_at_budget", "compare_values", "compare_seeds", "curves_svg"]
+__all__ = ["MODE_COLORS", "reward_at_budget", "compare_values", "compare_seeds", "policy_curve", "geometric_mean",
+           "verdict_line", "curves_svg"]
 
 MODE_COLORS = {"sync": "#4e79a7", "async": "#e15759"}
 
@@ -90,6 +91,70 @@ def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
     for mode, runs in curves.items():
         out["modes"][mode]["start_per_seed"] = [c[0]["reward_mean"] for c in runs]
     return {"budget_tokens": budget, "window": window, **out}
+
+
+def policy_curve(samples: Iterable[tuple[int, float]], tokens_per_update: Sequence[float],
+                 complete_through: int) -> list[dict[str, float]]:
+    """The learning curve of the policy itself: per policy version ``v``, the mean reward of
+    the trained episodes that version ``v`` sampled, at ``x`` = the rollout tokens trained
+    before ``v`` existed (``sum(tokens_per_update[:v])``: the update at ``v - 1`` made it).
+
+    ``learning_curve`` puts each update's trained episodes at that update's cumulative tokens;
+    in async mode those episodes were sampled by policies up to ``max_staleness`` versions
+    older, so that curve runs behind by the samples' lag whether or not the policy learns any
+    slower. Here each sample counts for the policy that drew it, at the training tokens that
+    policy had seen: sync and async are compared policy against policy. Only versions ``<=
+    complete_through`` are kept: every group a later version admitted may not have been trained
+    when the run ended, and those trained are the quick ones (in async mode, ``complete_through``
+    = final version - 1 - ``max_staleness``).
+
+    Args:
+        samples: ``(behavior policy version, reward)`` of each trained episode.
+        tokens_per_update: ``rollout/generated_tokens`` of each update, in order ``[U]``.
+        complete_through: the last version kept.
+
+    Returns:
+        ``[{"iteration": v, "rollout_tokens": x, "reward_mean": mean, "episodes": n}]`` by
+        ``v``, versions without samples left out (``iteration`` names the version, so
+        ``compare_seeds`` and ``curves_svg`` read these points as they read a training curve).
+
+    Raises:
+        ValueError: a version below 0, or above ``len(tokens_per_update)`` (no update made it).
+    """
+    by_version: dict[int, list[float]] = {}
+    for version, reward in samples:
+        v = int(version)
+        if not 0 <= v <= len(tokens_per_update):
+            raise ValueError(f"a sample of policy version {v}; expected 0..{len(tokens_per_update)} "
+                             f"({len(tokens_per_update)} updates)")
+        by_version.setdefault(v, []).append(float(reward))
+    cum = [0.0]
+    for t in tokens_per_update:
+        cum.append(cum[-1] + float(t))
+    return [{"iteration": float(v), "rollout_tokens": cum[v], "reward_mean": sum(r) / len(r), "episodes": float(len(r))}
+            for v, r in sorted(by_version.items()) if v <= complete_through]
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """exp(mean(log x)) of positive ``values``: the mean of ratios (the async / sync throughput
+    of each pair), for which 2x and 0.5x average to 1x.
+
+    Raises:
+        ValueError: no values, or one that is not > 0.
+    """
+    if not values or any(not v > 0 for v in values):
+        raise ValueError(f"expected positive values, got {list(values)}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def verdict_line(label: str, cmp: Mapping[str, Any]) -> str:
+    """One comparison's verdict (``compare_values`` / ``compare_seeds`` output) as a line:
+    the two means with their sds, the difference with its standard error, the noise line."""
+    s, a = cmp["modes"]["sync"], cmp["modes"]["async"]
+    return (f"  {label}: sync {s['mean']:.3f} +- {s['std']:.3f}, async {a['mean']:.3f} +- {a['std']:.3f} (sd over "
+            f"runs); async - sync = {cmp['difference']:+.3f} (standard error {cmp['se_difference']:.3f}); seed noise "
+            f"(larger sd) {cmp['noise']:.3f}: async is "
+            + ("within the seeds' spread or better" if cmp["within_noise"] else "WORSE beyond the seeds' spread"))
 
 
 def curves_svg(runs: Sequence[tuple[str, str, Sequence[Mapping[str, float]]]], title: str, *, width: int = 800,

@@ -35,8 +35,9 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
   last update's or sync's end, from ``timeline/*``; start-up and the final checkpoint left
   out), episodes/s, trained tokens/s (``tokens/trained``: loss tokens), rollout tokens/s;
 * async / sync ratios of episodes/s and trained tokens/s, against the target (>= 2x with
-  ``max_staleness`` <= 2), beside the ideal pipelined bound from the sync run's own phase
-  times (per round the slowest of rollout and credit + update + sync, against their sum;
+  ``max_staleness`` <= 2); with several seeds, per seed (a seed fixes the work) and their
+  geometric mean, which the target reads (``seed_ratios``), beside the ideal pipelined bound
+  from the sync run's own phase times (per round the slowest of rollout and credit + update + sync, against their sum;
   ``async_report.ideal_pipelined_bound``), and the ceiling that the async run's own trainer
   side sets (sync loop seconds / the async run's credit + update + sync seconds: on two shared
   CPU cores the update slows down while the engine generates beside it);
@@ -46,6 +47,13 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
   rollout tokens, and each run's success rate (+- one binomial standard error) over its first
   B rollout tokens, B the smaller run's total (``async_report.success_within_budget``), for
   "not worse beyond noise";
+* the policy curve (``async_curves.policy_curve``): each policy version's mean reward on the
+  trained episodes it sampled, against the rollout tokens trained before that version, from
+  each run's replay store. The training curve above puts an update's samples at that update,
+  so async mode's curve runs behind by its samples' lag (up to k versions) even when its policy
+  learns as fast; this one compares policy with policy. With several seeds (or repeats) both
+  curves' rewards at the common budget are compared over runs (``async_curves.compare_seeds``),
+  and the target needs the policy curve within the seeds' spread as well as the throughput;
 * with ``--eval-tasks N``: each run's final policy evaluated on N held-out test tasks after
   ``train()`` returned (``eval_final_policy``), and the two modes' mean eval reward over seeds
   with its spread (``async_curves.compare_values``). The training curve compares lagged
@@ -55,7 +63,8 @@ Written to ``--out``: ``timeline_sync.svg`` and ``timeline_async.svg`` (one lane
 one bar per iteration, on the same time axis), ``results.json``, and each run's directory
 (``sync/``, ``async/``: metrics.jsonl, replay.db, config). The machine's load changes while
 this runs (2 cores shared by other jobs here): the load average is printed before and after
-each run. Exits 1 when the throughput target is missed (with ``--max-staleness`` <= 2).
+each run. Exits 1 when the target is missed (with ``--max-staleness`` <= 2): the throughput, and with
+more than one run of each mode the policy curve.
 """
 
 from __future__ import annotations
@@ -139,7 +148,26 @@ def run_mode(args: argparse.Namespace, mode: str, model_path: str, repeat: int =
     final_eval = eval_final_policy(args, run_dir) if getattr(args, "eval_tasks", 0) else None
     return summarise(mode, rep.load_metrics(run_dir / "metrics.jsonl"), run_id=summary.run_id, run_dir=str(run_dir),
                      policy_version=summary.policy_version, train_call_s=total_s, load=f"{load0} -> {_load_avg()}",
-                     repeat=repeat, seed=seed, final_eval=final_eval)
+                     repeat=repeat, seed=seed, final_eval=final_eval,
+                     policy_samples=trained_samples(run_dir, summary.run_id),
+                     max_staleness=args.max_staleness if mode == "async" else 0)
+
+
+def trained_samples(run_dir: Path, run_id: str) -> list[tuple[int, float]]:
+    """``(behavior policy version, reward)`` of every trained episode of the run, from its
+    replay store: kind ``train``, with an advantage (stale-dropped and aborted episodes are
+    stored without one), not errored. The version is the episode's oldest sampled token's
+    (``policy_version_min``), the one the staleness rule counts."""
+    from agentrl import open_replay_store
+
+    store = open_replay_store(run_dir)
+    try:
+        eps = store.list_episodes(run_id, kind="train", limit=10**9)
+    finally:
+        store.close()
+    return [(e.policy_version_min, e.total_reward) for e in eps
+            if e.advantage_mean is not None and not e.is_error and e.policy_version_min is not None
+            and e.total_reward is not None]
 
 
 def eval_final_policy(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
@@ -176,6 +204,21 @@ def best_runs(all_runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return best
 
 
+def seed_ratios(all_runs: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """Per seed with runs of both modes: async / sync episodes/s and trained tokens/s of that
+    seed's best run of each mode (over repeats, ``best_runs``). A seed fixes the work (task
+    order, hence which steps are slow, and the sampling), so only runs of one seed are compared;
+    across seeds the ratios are averaged (``async_curves.geometric_mean``), never the fastest run
+    of one seed against the fastest of another."""
+    out: dict[int, dict[str, float]] = {}
+    for seed in sorted({r.get("seed", 0) for r in all_runs}):
+        best = best_runs([r for r in all_runs if r.get("seed", 0) == seed])
+        if "sync" in best and "async" in best:
+            s, a = best["sync"]["throughput"], best["async"]["throughput"]
+            out[seed] = {k: (a[k] / s[k] if s[k] > 0 else math.nan) for k in ("episodes_per_s", "trained_tokens_per_s")}
+    return out
+
+
 def _run_line(r: dict[str, Any]) -> str:
     t = r["throughput"]
     return (f"{r['mode']:5s}: {t['iterations']:.0f} iterations, {t['wall_s']:7.1f} s training loop "
@@ -200,6 +243,11 @@ def summarise(mode: str, history: list[dict[str, Any]], **meta: Any) -> dict[str
     }
     if mode == "sync":
         out["ideal"] = rep.ideal_pipelined_bound(history)
+    samples = out.pop("policy_samples", None)
+    if samples is not None:  # the policy's own curve (async_curves.policy_curve); versions whose groups all trained
+        last = int(meta.get("policy_version") or len(history))
+        out["policy_curve"] = curves.policy_curve(samples, [float(m.get("rollout/generated_tokens") or 0.0) for m in history],
+                                                  last - 1 - int(meta.get("max_staleness") or 0))
     return out
 
 
@@ -253,17 +301,26 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
         for i, x in enumerate(ideal["rounds"], 1):
             lines.append(f"  round {i}: rollout {x['rollout_s']:6.2f} s   credit+update+sync {x['train_s']:6.2f} s")
         summary["ideal_bound"] = ideal["bound"]
+    applies = args.max_staleness <= TARGET_MAX_STALENESS
     if "sync" in runs and "async" in runs:
         s, a = runs["sync"]["throughput"], runs["async"]["throughput"]
-        ratios = {k: (a[k] / s[k] if s[k] > 0 else math.nan) for k in ("episodes_per_s", "trained_tokens_per_s")}
+        per_seed = seed_ratios(all_runs)
+        summary["ratio_per_seed"] = per_seed
+        ratios = {k: (curves.geometric_mean(v) if all(x > 0 for x in v) else math.nan)
+                  for k in ("episodes_per_s", "trained_tokens_per_s") for v in [[r[k] for r in per_seed.values()]]}
         summary["ratios"] = ratios
-        applies = args.max_staleness <= TARGET_MAX_STALENESS
         met = min(ratios.values()) >= TARGET_RATIO
         ok = met or not applies
         verdict = ("met" if met else "MISSED") if applies else f"not applied (max_staleness > {TARGET_MAX_STALENESS})"
-        lines.append(f"async / sync at max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}: "
-                     f"episodes/s {ratios['episodes_per_s']:.2f}x, trained tokens/s {ratios['trained_tokens_per_s']:.2f}x "
-                     f"(ideal pipelined bound {runs['sync']['ideal']['bound']:.2f}x); target >= {TARGET_RATIO}x: {verdict}")
+        if len(per_seed) > 1:
+            lines.append("async / sync trained tokens/s per seed (the same work: task order and latencies are per seed; "
+                         "best run of each mode over repeats): "
+                         + ", ".join(f"seed {sd}: {r['trained_tokens_per_s']:.2f}x" for sd, r in per_seed.items()))
+        lines.append(f"async / sync at max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}"
+                     + (f", geometric mean over {len(per_seed)} seeds" if len(per_seed) > 1 else "")
+                     + f": episodes/s {ratios['episodes_per_s']:.2f}x, trained tokens/s "
+                     f"{ratios['trained_tokens_per_s']:.2f}x (ideal pipelined bound {runs['sync']['ideal']['bound']:.2f}x); "
+                     f"target >= {TARGET_RATIO}x: {verdict}")
         lines.append("  (the bound prices overlapping rollout with the update only; async mode also keeps up to "
                      f"{args.max_staleness + 1} x {args.tasks} groups in flight, so waiting on slow steps overlaps too)")
         busy = trainer_busy_s(runs["async"]["history"])
@@ -302,9 +359,26 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
             lines.append(f"  {mode:5s}: " + ", ".join(f"seed {sd}: {v:.3f} (from {v0:.3f})" for sd, v, v0
                                                     in zip(seeds, c["per_seed"], c["start_per_seed"]))
                          + f"; mean {c['mean']:.3f} +- {c['std']:.3f} (sd), range {c['min']:.3f}..{c['max']:.3f}")
-        lines.append(f"  async - sync = {cmp['difference']:+.3f} (standard error {cmp['se_difference']:.3f}); seed noise "
-                     f"(larger sd) {cmp['noise']:.3f}: async is "
-                     + ("within the seeds' spread or better" if cmp["within_noise"] else "WORSE beyond the seeds' spread"))
+        lines.append(curves.verdict_line("training samples' reward at the budget", cmp))
+        lines.append("  (async's samples at an update were drawn by policies up to max_staleness versions older: "
+                     "this curve runs behind by that lag even when the policy learns as fast; the policy curve below "
+                     "counts each sample for the policy that drew it)")
+    pruns = [r for r in all_runs if r.get("policy_curve")]
+    if {"sync", "async"} <= {r["mode"] for r in pruns}:
+        pcmp = curves.compare_seeds({m: [r["policy_curve"] for r in pruns if r["mode"] == m] for m in ("sync", "async")})
+        summary["policy_comparison"] = pcmp
+        lines.append(f"policy curve (async_curves.policy_curve): each policy version's reward on the episodes it sampled, "
+                     f"against the rollout tokens trained before it; at the common budget of {pcmp['budget_tokens']:.0f} "
+                     f"tokens (mean of the versions in its last {100 * pcmp['window']:.0f}%):")
+        for mode, c in pcmp["modes"].items():
+            seeds = [r.get("seed", 0) for r in pruns if r["mode"] == mode]
+            lines.append(f"  {mode:5s}: " + ", ".join(f"seed {sd}: {v:.3f}" for sd, v in zip(seeds, c["per_seed"])))
+        if len(pruns) > 2:  # the curve's verdict needs a spread over seeds or repeats
+            lines.append(curves.verdict_line("policy reward at the budget", pcmp))
+            summary["curve_within_noise"] = pcmp["within_noise"]
+            ok = ok and (pcmp["within_noise"] or not applies)
+            lines.append(f"learning target (policy curve not worse beyond the seeds' spread): "
+                         + (("met" if pcmp["within_noise"] else "MISSED") if applies else "not applied"))
     evals = [r for r in all_runs if r.get("final_eval")]
     if evals:
         lines.append(f"held-out eval of each run's final policy ({args.eval_tasks} test tasks x {args.eval_samples} "
@@ -318,11 +392,7 @@ def report(args: argparse.Namespace, all_runs: list[dict[str, Any]], model: str
             ecmp = curves.compare_values({m: [r["final_eval"]["reward_mean"] for r in evals if r["mode"] == m]
                                           for m in ("sync", "async")})
             summary["final_eval_comparison"] = ecmp
-            lines.append(f"  final-policy reward_mean: sync {ecmp['modes']['sync']['mean']:.3f} +- "
-                         f"{ecmp['modes']['sync']['std']:.3f}, async {ecmp['modes']['async']['mean']:.3f} +- "
-                         f"{ecmp['modes']['async']['std']:.3f} (sd over runs); async - sync = {ecmp['difference']:+.3f} "
-                         f"(standard error {ecmp['se_difference']:.3f}); seed noise {ecmp['noise']:.3f}: async is "
-                         + ("within the seeds' spread or better" if ecmp["within_noise"] else "WORSE beyond the seeds' spread"))
+            lines.append(curves.verdict_line("final-policy reward_mean", ecmp))
     summary["runs"] = {m: {k: v for k, v in r.items() if k != "history"} for m, r in runs.items()}
     summary["history"] = {m: r["history"] for m, r in runs.items()}
     summary["all_runs"] = [{k: v for k, v in r.items() if k not in ("history", "spans")} for r in all_runs]
@@ -466,6 +536,15 @@ def main(argv: list[str] | None = None) -> int:
          for r in all_runs], f"reward_mean against rollout tokens ({args.env}, {model_name})",
         note=f"max_staleness={args.max_staleness}, {args.tasks} tasks x {args.group_size} per update"))
     print(f"wrote {svg}")
+    pruns = [r for r in all_runs if r.get("policy_curve")]
+    if pruns:
+        svg = args.out / "policy_curves.svg"
+        svg.write_text(curves.curves_svg(
+            [(f"{r['mode']} seed {r.get('seed', 0)}" + (f" r{r['repeat']}" if args.repeats > 1 else ""), r["mode"],
+              r["policy_curve"]) for r in pruns],
+            f"each policy version's reward on its own samples, against the rollout tokens trained before it ({args.env})",
+            note=f"max_staleness={args.max_staleness}, {args.tasks} tasks x {args.group_size} per update"))
+        print(f"wrote {svg}")
     (args.out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"wrote {args.out / 'results.json'}")
     return 0 if ok else 1

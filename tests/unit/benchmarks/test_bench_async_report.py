@@ -240,3 +240,79 @@ def test_compare_values_leaves_out_nan_and_needs_values():
     assert cmp["se_difference"] == pytest.approx(math.sqrt(0.02 / 2))  # sync sd^2 = 0.02
     with pytest.raises(ValueError, match="at least one value per mode"):
         curves.compare_values({"sync": [], "async": [0.1]})
+
+
+def test_policy_curve_counts_each_sample_for_the_version_that_drew_it():
+    import async_curves as curves
+
+    # one policy whose reward is 0.1 * version, learned identically in both modes; 4 updates of
+    # 100 tokens. Sync trains version i's samples at update i; async (k = 2) trains at update i
+    # samples of version i - 2 (the first two updates: version 0's).
+    sync_samples = [(v, 0.1 * v) for v in range(4) for _ in range(2)]
+    async_samples = [(max(0, i - 2), 0.1 * max(0, i - 2)) for i in range(4) for _ in range(2)]
+    tokens = [100.0] * 4
+    ps = curves.policy_curve(sync_samples, tokens, complete_through=3)
+    assert [(p["iteration"], p["rollout_tokens"], p["episodes"]) for p in ps] == [(0, 0, 2), (1, 100, 2), (2, 200, 2),
+                                                                                  (3, 300, 2)]
+    assert [p["reward_mean"] for p in ps] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    pa = curves.policy_curve(async_samples, tokens, complete_through=4 - 1 - 2)
+    assert [(p["iteration"], p["rollout_tokens"], p["episodes"]) for p in pa] == [(0, 0, 6), (1, 100, 2)]
+    # same policy, same curve where both have points: the lag is not counted as slower learning
+    assert [p["reward_mean"] for p in pa] == pytest.approx([0.0, 0.1])
+    # the training curve (reward per update) would have put async 0.2 behind at update 3
+    with pytest.raises(ValueError, match="policy version 5; expected 0..4"):
+        curves.policy_curve([(5, 1.0)], tokens, 4)
+    with pytest.raises(ValueError, match="policy version -1"):
+        curves.policy_curve([(-1, 1.0)], tokens, 4)
+    assert curves.policy_curve([], tokens, 3) == []
+
+
+def test_geometric_mean_of_ratios():
+    import async_curves as curves
+
+    assert curves.geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
+    assert curves.geometric_mean([1.96, 2.20, 2.07]) == pytest.approx((1.96 * 2.20 * 2.07) ** (1 / 3))
+    for bad in ([], [1.0, 0.0], [math.nan]):
+        with pytest.raises(ValueError, match="expected positive values"):
+            curves.geometric_mean(bad)
+
+
+def _words_runs(sync_tps, async_tps, lag=2, async_slope=0.1):
+    """Per seed, one sync and one async run of 6 updates x 100 tokens; the policy's reward is
+    ``slope * version`` (sync slope 0.1), and async trains samples ``lag`` versions old."""
+    meta = dict(run_id="r", train_call_s=1.0, load="0/0/0")
+    runs = []
+    for seed, (ts, ta) in enumerate(zip(sync_tps, async_tps)):
+        for mode, tps, slope, k in (("sync", ts, 0.1, 0), ("async", ta, async_slope, lag)):
+            hist = []
+            for i in range(6):
+                v = max(0, i - k)
+                hist.append(_it(i + 1, 1.0 / tps, 0.0, 0.0, 0.0, 10.0 + i / tps, **{
+                    "rollout/episodes": 1.0, "tokens/trained": 1.0, "rollout/generated_tokens": 100.0,
+                    "rollout/reward_mean": slope * v + 0.01 * seed}))
+            samples = [(max(0, i - k), slope * max(0, i - k) + 0.01 * seed) for i in range(6)]
+            runs.append(bench_async.summarise(mode, hist, seed=seed, policy_version=6, policy_samples=samples,
+                                              max_staleness=k, **meta))
+    return runs
+
+
+def test_the_target_takes_each_seeds_ratio_and_the_policy_curve():
+    # seed 1's sync run is the fastest sync and seed 0's async the fastest async: best-of-each
+    # across seeds would give 2.4 / 1.25 = 1.92x; per seed (same work) 2.4x and 1.8x, geometric mean 2.08x
+    runs = _words_runs(sync_tps=(1.0, 1.25), async_tps=(2.4, 2.25))
+    assert bench_async.seed_ratios(runs)[0]["trained_tokens_per_s"] == pytest.approx(2.4)
+    lines, summary, ok = bench_async.report(_args(iterations=6), runs, "tiny")
+    assert summary["ratios"]["trained_tokens_per_s"] == pytest.approx(math.sqrt(2.4 * 1.8))
+    text = "\n".join(lines)
+    assert "seed 0: 2.40x, seed 1: 1.80x" in text and "geometric mean over 2 seeds" in text
+    # async's training curve runs two updates (0.2) behind; its policy curve is the same policy's
+    assert summary["seed_comparison"]["difference"] < -0.1 and not summary["seed_comparison"]["within_noise"]
+    pc = summary["policy_comparison"]
+    assert pc["difference"] == pytest.approx(0.0) and pc["within_noise"] and summary["curve_within_noise"]
+    assert ok and summary["target_met"] and "learning target (policy curve not worse beyond the seeds' spread): met" in text
+    # a policy that learns at half the rate misses the learning target, whatever the throughput
+    slow = _words_runs(sync_tps=(1.0, 1.25), async_tps=(2.4, 2.25), async_slope=0.05)
+    lines, summary, ok = bench_async.report(_args(iterations=6), slow, "tiny")
+    assert summary["policy_comparison"]["difference"] < -0.05 and not summary["curve_within_noise"]
+    assert not ok and not summary["target_met"]
+    assert "learning target (policy curve not worse beyond the seeds' spread): MISSED" in "\n".join(lines)
