@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape
 
 from async_report import svg_head  # same directory (bench_async.py puts it on sys.path)
 
-__all__ = ["MODE_COLORS", "reward_at_budget", "compare_values", "compare_seeds", "policy_curve", "geometric_mean",
+__all__ = ["MODE_COLORS", "reward_at_budget", "compare_values", "compare_seeds", "compare_at_budget", "policy_curve", "geometric_mean",
            "verdict_line", "curves_svg"]
 
 MODE_COLORS = {"sync": "#4e79a7", "async": "#e15759"}
@@ -71,10 +71,8 @@ def compare_values(values: Mapping[str, Sequence[float]]) -> dict[str, Any]:
 
 
 def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], window: float = 0.5) -> dict[str, Any]:
-    """Each mode's reward at the common budget (the fewest rollout tokens any run made), per
-    seed, with mean, standard deviation and range; the first points' reward too (where each
-    run started). ``within_noise``, ``se_difference``, ``noise``, ``difference``: as
-    ``compare_values``.
+    """Each mode's reward at the common budget (the fewest rollout tokens any run made), one
+    value per run, as ``compare_at_budget`` with every run its own seed.
 
     Args:
         curves: mode -> one curve per seed (``learning_curve`` output).
@@ -86,53 +84,108 @@ def compare_seeds(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
         raise ValueError(f"expected at least one run per mode, got {({m: len(r) for m, r in curves.items()})}")
     if any(not c for runs in curves.values() for c in runs):
         raise ValueError("a run has no iterations")
-    budget = min(c[-1]["rollout_tokens"] for runs in curves.values() for c in runs)
-    out = compare_values({mode: [reward_at_budget(c, budget, window) for c in runs] for mode, runs in curves.items()})
-    for mode, runs in curves.items():
-        out["modes"][mode]["start_per_seed"] = [c[0]["reward_mean"] for c in runs]
+    out = compare_at_budget({m: list(enumerate(runs)) for m, runs in curves.items()}, window, keep_empty=True)
+    assert out is not None
+    return out
+
+
+def compare_at_budget(runs: Mapping[str, Sequence[tuple[Any, Sequence[Mapping[str, float]]]]], window: float = 0.5,
+                      *, keep_empty: bool = False) -> dict[str, Any] | None:
+    """Each mode's reward at the common budget, one value per seed: the budget is the fewest
+    tokens any curve reaches; a run's value is ``reward_at_budget``; runs of one seed (repeats)
+    are averaged first, so a seed counts once however often it ran. Then ``compare_values``
+    over seeds, plus the paired comparison over the seeds both modes ran (a seed fixes the task
+    order): ``paired_difference`` (mean of async - sync per seed), ``paired_se`` (its standard
+    error; 0 with one seed), ``paired_seeds``. Also ``budget_tokens``, ``window``, ``seeds``
+    (per mode, in order) and ``start_per_seed`` (each seed's first point, averaged likewise).
+
+    Args:
+        runs: mode -> ``(seed, curve)`` per run; a curve's points as ``learning_curve`` /
+            ``policy_curve`` give them.
+        keep_empty: compare even when the budget is 0 tokens (every curve's reward at 0 tokens
+            is then NaN); otherwise curves ending at 0 tokens are left out, and None is returned
+            when a mode has none left.
+
+    Raises:
+        ValueError: a mode without runs (with ``keep_empty``), or a bad ``window``.
+    """
+    use = {m: [(sd, c) for sd, c in rs if c and (keep_empty or c[-1]["rollout_tokens"] > 0)] for m, rs in runs.items()}
+    if not use or any(not rs for rs in use.values()):
+        if keep_empty:
+            raise ValueError(f"expected at least one run per mode, got {({m: len(r) for m, r in runs.items()})}")
+        return None
+    budget = min(c[-1]["rollout_tokens"] for rs in use.values() for _, c in rs)
+
+    def per_seed(rs: Sequence[tuple[Any, Sequence[Mapping[str, float]]]], value: Any) -> dict[Any, float]:
+        acc: dict[Any, list[float]] = {}
+        for sd, c in rs:
+            acc.setdefault(sd, []).append(value(c))
+        return {sd: (sum(v) / len(v) if not any(math.isnan(x) for x in v) else math.nan) for sd, v in acc.items()}
+
+    at = {m: per_seed(rs, lambda c: reward_at_budget(c, budget, window) if budget > 0 else math.nan)
+          for m, rs in use.items()}
+    out = compare_values({m: list(v.values()) for m, v in at.items()})
+    for m, rs in use.items():
+        out["modes"][m]["seeds"] = list(at[m])
+        out["modes"][m]["start_per_seed"] = list(per_seed(rs, lambda c: c[0]["reward_mean"]).values())
+    if "sync" in at and "async" in at:
+        both = [sd for sd in at["sync"] if sd in at["async"]
+                and not math.isnan(at["sync"][sd]) and not math.isnan(at["async"][sd])]
+        diffs = [at["async"][sd] - at["sync"][sd] for sd in both]
+        out["paired_seeds"] = both
+        out["paired_difference"] = sum(diffs) / len(diffs) if diffs else math.nan
+        out["paired_se"] = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
     return {"budget_tokens": budget, "window": window, **out}
 
 
-def policy_curve(samples: Iterable[tuple[int, float]], tokens_per_update: Sequence[float],
+def policy_curve(samples: Iterable[tuple[int, float]], updates: Sequence[tuple[int, float]],
                  complete_through: int) -> list[dict[str, float]]:
     """The learning curve of the policy itself: per policy version ``v``, the mean reward of
-    the trained episodes that version ``v`` sampled, at ``x`` = the rollout tokens trained
-    before ``v`` existed (``sum(tokens_per_update[:v])``: the update at ``v - 1`` made it).
+    the trained episodes credited to ``v``, at ``x`` = the rollout tokens trained before ``v``
+    existed (through the first iteration whose recorded version reaches ``v``; 0 for ``v = 0``).
 
     ``learning_curve`` puts each update's trained episodes at that update's cumulative tokens;
     in async mode those episodes were sampled by policies up to ``max_staleness`` versions
     older, so that curve runs behind by the samples' lag whether or not the policy learns any
-    slower. Here each sample counts for the policy that drew it, at the training tokens that
-    policy had seen: sync and async are compared policy against policy. Only versions ``<=
-    complete_through`` are kept: every group a later version admitted may not have been trained
-    when the run ended, and those trained are the quick ones (in async mode, ``complete_through``
-    = final version - 1 - ``max_staleness``).
+    slower. Here each sample counts for a policy that drew it, at the training tokens that
+    policy had seen: sync and async are compared policy against policy. The caller credits an
+    episode to the newest version that sampled any of its tokens (``trained_samples``): an
+    episode that spans versions (``partial_rollout: continue``) counts for the strongest policy
+    in it, which can only favour the mode whose episodes span none (sync). Only versions ``<=
+    complete_through`` are kept: a later version's groups may not all have been trained when
+    the run ended, and those trained first are the quick ones (in async mode,
+    ``complete_through`` = final version - 1 - ``max_staleness``, after which every group
+    admitted at a kept version was consumed: ``GroupBuffer.must_include``).
 
     Args:
-        samples: ``(behavior policy version, reward)`` of each trained episode.
-        tokens_per_update: ``rollout/generated_tokens`` of each update, in order ``[U]``.
+        samples: ``(policy version, reward)`` of each trained episode.
+        updates: per iteration in order, ``(policy version after it, rollout tokens it
+            trained)``; an iteration that trained nothing keeps the version.
         complete_through: the last version kept.
 
     Returns:
         ``[{"iteration": v, "rollout_tokens": x, "reward_mean": mean, "episodes": n}]`` by
         ``v``, versions without samples left out (``iteration`` names the version, so
-        ``compare_seeds`` and ``curves_svg`` read these points as they read a training curve).
+        ``compare_seeds`` and ``curves_svg`` read these points as they read a training curve;
+        ``x`` counts trained tokens, which in async mode leave out those still in flight).
 
     Raises:
-        ValueError: a version below 0, or above ``len(tokens_per_update)`` (no update made it).
+        ValueError: a version below 0 or above the last iteration's.
     """
+    x_of: dict[int, float] = {0: 0.0}
+    cum = 0.0
+    for version, tokens in updates:
+        cum += float(tokens)
+        x_of.setdefault(int(version), cum)  # the first iteration that reached it
+    last = max(x_of)
     by_version: dict[int, list[float]] = {}
     for version, reward in samples:
         v = int(version)
-        if not 0 <= v <= len(tokens_per_update):
-            raise ValueError(f"a sample of policy version {v}; expected 0..{len(tokens_per_update)} "
-                             f"({len(tokens_per_update)} updates)")
+        if not 0 <= v <= last:
+            raise ValueError(f"a sample of policy version {v}; expected 0..{last} (the last iteration's version)")
         by_version.setdefault(v, []).append(float(reward))
-    cum = [0.0]
-    for t in tokens_per_update:
-        cum.append(cum[-1] + float(t))
-    return [{"iteration": float(v), "rollout_tokens": cum[v], "reward_mean": sum(r) / len(r), "episodes": float(len(r))}
-            for v, r in sorted(by_version.items()) if v <= complete_through]
+    return [{"iteration": float(v), "rollout_tokens": x_of[v], "reward_mean": sum(r) / len(r), "episodes": float(len(r))}
+            for v, r in sorted(by_version.items()) if v <= complete_through and v in x_of]
 
 
 def geometric_mean(values: Sequence[float]) -> float:

@@ -247,24 +247,36 @@ def test_policy_curve_counts_each_sample_for_the_version_that_drew_it():
 
     # one policy whose reward is 0.1 * version, learned identically in both modes; 4 updates of
     # 100 tokens. Sync trains version i's samples at update i; async (k = 2) trains at update i
-    # samples of version i - 2 (the first two updates: version 0's).
+    # samples of version i - 2 (the first three updates: version 0's).
+    updates = [(i + 1, 100.0) for i in range(4)]
     sync_samples = [(v, 0.1 * v) for v in range(4) for _ in range(2)]
     async_samples = [(max(0, i - 2), 0.1 * max(0, i - 2)) for i in range(4) for _ in range(2)]
-    tokens = [100.0] * 4
-    ps = curves.policy_curve(sync_samples, tokens, complete_through=3)
+    ps = curves.policy_curve(sync_samples, updates, complete_through=3)
     assert [(p["iteration"], p["rollout_tokens"], p["episodes"]) for p in ps] == [(0, 0, 2), (1, 100, 2), (2, 200, 2),
                                                                                   (3, 300, 2)]
     assert [p["reward_mean"] for p in ps] == pytest.approx([0.0, 0.1, 0.2, 0.3])
-    pa = curves.policy_curve(async_samples, tokens, complete_through=4 - 1 - 2)
+    pa = curves.policy_curve(async_samples, updates, complete_through=4 - 1 - 2)
     assert [(p["iteration"], p["rollout_tokens"], p["episodes"]) for p in pa] == [(0, 0, 6), (1, 100, 2)]
-    # same policy, same curve where both have points: the lag is not counted as slower learning
+    # same policy, same curve where both have points: the lag is not counted as slower learning,
+    # while the training curve (reward per update: 0, 0, 0, 0.1 against 0, 0.1, 0.2, 0.3) is 0.2 behind at the end
     assert [p["reward_mean"] for p in pa] == pytest.approx([0.0, 0.1])
-    # the training curve (reward per update) would have put async 0.2 behind at update 3
+    # versions past complete_through are left out (their groups may not all have been trained)
+    assert [p["iteration"] for p in curves.policy_curve(sync_samples, updates, complete_through=1)] == [0, 1]
     with pytest.raises(ValueError, match="policy version 5; expected 0..4"):
-        curves.policy_curve([(5, 1.0)], tokens, 4)
+        curves.policy_curve([(5, 1.0)], updates, 4)
     with pytest.raises(ValueError, match="policy version -1"):
-        curves.policy_curve([(-1, 1.0)], tokens, 4)
-    assert curves.policy_curve([], tokens, 3) == []
+        curves.policy_curve([(-1, 1.0)], updates, 4)
+    assert curves.policy_curve([], updates, 3) == []
+
+
+def test_policy_curve_places_versions_by_the_recorded_version_not_the_line_number():
+    import async_curves as curves
+
+    # the second iteration trained nothing (no update: the version stays 1); version 2 comes
+    # after 300 tokens, not 200
+    updates = [(1, 100.0), (1, 100.0), (2, 100.0), (3, 100.0)]
+    pts = curves.policy_curve([(0, 0.0), (1, 0.5), (2, 1.0), (3, 1.0)], updates, complete_through=3)
+    assert [(p["iteration"], p["rollout_tokens"]) for p in pts] == [(0, 0), (1, 100), (2, 300), (3, 400)]
 
 
 def test_geometric_mean_of_ratios():
@@ -289,9 +301,11 @@ def _words_runs(sync_tps, async_tps, lag=2, async_slope=0.1):
                 v = max(0, i - k)
                 hist.append(_it(i + 1, 1.0 / tps, 0.0, 0.0, 0.0, 10.0 + i / tps, **{
                     "rollout/episodes": 1.0, "tokens/trained": 1.0, "rollout/generated_tokens": 100.0,
-                    "rollout/reward_mean": slope * v + 0.01 * seed}))
+                    "rollout/reward_mean": slope * v + 0.01 * seed, "policy_version": float(i + 1)}))
             samples = [(max(0, i - k), slope * max(0, i - k) + 0.01 * seed) for i in range(6)]
-            runs.append(bench_async.summarise(mode, hist, seed=seed, policy_version=6, policy_samples=samples,
+            samples += [(v, 0.0) for v in range(6 - k, 6)]  # in flight at the end: past the cut, left out
+            runs.append(bench_async.summarise(mode, hist, seed=seed, policy_version=6,
+                                              policy_samples=(samples, {"episodes": 6.0, "mixed": 0.0}),
                                               max_staleness=k, **meta))
     return runs
 
@@ -316,3 +330,89 @@ def test_the_target_takes_each_seeds_ratio_and_the_policy_curve():
     assert summary["policy_comparison"]["difference"] < -0.05 and not summary["curve_within_noise"]
     assert not ok and not summary["target_met"]
     assert "learning target (policy curve not worse beyond the seeds' spread): MISSED" in "\n".join(lines)
+
+
+def test_report_cuts_the_async_policy_curve_k_versions_early_and_skips_a_curve_of_version_0_only():
+    runs = _words_runs(sync_tps=(1.0, 1.25), async_tps=(2.4, 2.25))
+    assert [p["iteration"] for p in runs[0]["policy_curve"]] == [0, 1, 2, 3, 4, 5]  # sync: every version
+    assert [p["iteration"] for p in runs[1]["policy_curve"]] == [0, 1, 2, 3]  # async, k = 2: 6 - 1 - 2
+    # 3 updates at k = 2: async keeps version 0 only (x = 0): no budget to compare at, and no crash
+    short = [bench_async.summarise(r["mode"], r["history"][:3], seed=r["seed"], policy_version=3,
+                                   policy_samples=([(0, 0.5)], {"episodes": 1.0, "mixed": 0.0}),
+                                   max_staleness=r["max_staleness"], run_id="r", train_call_s=1.0, load="0")
+             for r in runs]
+    lines, summary, ok = bench_async.report(_args(iterations=3), short, "tiny")
+    assert "policy_comparison" not in summary and "policy curve: no comparison" in "\n".join(lines)
+
+
+def test_a_seed_with_a_throughput_ratio_that_is_not_a_number_misses_the_target():
+    runs = _words_runs(sync_tps=(1.0, 1.25), async_tps=(2.4, 2.25))
+    for r in runs:
+        if r["mode"] == "sync" and r["seed"] == 1:
+            r["throughput"] = {**r["throughput"], "trained_tokens_per_s": 0.0}  # trained nothing
+    lines, summary, ok = bench_async.report(_args(iterations=6), runs, "tiny")
+    assert math.isnan(summary["ratios"]["trained_tokens_per_s"]) and not ok and "MISSED" in "\n".join(lines)
+
+
+def test_trained_samples_reads_the_consumed_episodes_from_a_real_store(tmp_path):
+    from agentrl.replay import ReplayStore
+    from agentrl.types import Episode, TerminationReason, Turn
+
+    def ep(eid, versions, reward, reason=TerminationReason.ENV_TERMINATED):
+        turns = [Turn(prompt_ids=[1, 2], completion_ids=[3, 4], behavior_log_probs=[-0.5, -0.5], policy_version=v,
+                      reward=reward / len(versions)) for v in versions]
+        return Episode(group_id="g", env_id="e", task_id="t", seed=0, turns=turns, terminated=True,
+                       termination_reason=reason, episode_id=f"run/it0/g/{eid}")
+
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        store.start_run("run", {})
+        store.add_episodes("run", 0, [
+            ep("0/a0", [0], 1.0),  # dropped as stale (its request re-issued as a1): never trained
+            ep("1/a0", [1], 0.0),
+            ep("2/a0", [1, 2], 1.0),  # spans versions 1 and 2: credited to 2
+            ep("3/a0", [2], 0.0, TerminationReason.INFRA_ERROR),  # errored: never scored
+        ])
+        store.add_episodes("run", 1, [ep("0/a1", [2], 0.5)])
+        store.add_episodes("run", 1, [ep("9/a0", [2], 1.0)], kind="eval")
+    samples, counts = bench_async.trained_samples(tmp_path, "run")
+    assert sorted(samples) == [(1, 0.0), (2, 0.5), (2, 1.0)]
+    assert counts == {"episodes": 3.0, "mixed": 1.0}
+
+
+def test_report_again_summarises_recorded_runs_with_todays_statistics(tmp_path, capsys):
+    from agentrl.replay import ReplayStore
+    from agentrl.types import Episode, TerminationReason, Turn
+
+    out = tmp_path / "bench"
+    all_runs = []
+    for seed in (0, 1):
+        for mode, k, tps in (("sync", 0, 1.0), ("async", 2, 2.5)):
+            run_dir = out / f"{mode}-s{seed}"
+            run_dir.mkdir(parents=True)
+            hist = [_it(i + 1, 1.0 / tps, 0.0, 0.0, 0.0, 10.0 + i / tps, **{
+                "rollout/episodes": 1.0, "tokens/trained": 1.0, "rollout/generated_tokens": 100.0,
+                "rollout/reward_mean": 0.1 * max(0, i - k), "policy_version": float(i + 1)}) for i in range(6)]
+            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in hist))
+            with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
+                store.start_run("run", {})
+                for i in range(6):
+                    v = max(0, i - k)
+                    turn = Turn(prompt_ids=[1], completion_ids=[2], behavior_log_probs=[-0.5], policy_version=v,
+                                reward=0.1 * v + 0.01 * seed)
+                    store.add_episodes("run", i, [Episode(group_id="g", env_id="e", task_id="t", seed=0, turns=[turn],
+                                                          terminated=True,
+                                                          termination_reason=TerminationReason.ENV_TERMINATED,
+                                                          episode_id=f"run/it{i}/g/0/a0")])
+            all_runs.append({"mode": mode, "run_id": "run", "run_dir": str(run_dir), "policy_version": 6,
+                             "train_call_s": 9.0, "load": "1/1/1", "repeat": 1, "seed": seed, "final_eval": None})
+    args = {**vars(bench_async.parse_args(["--out", str(tmp_path / "unused")])), "out": str(out), "iterations": 6,
+            "seeds": [0, 1]}
+    (out / "results.json").write_text(json.dumps({"model": "/m/tiny", "args": args, "all_runs": all_runs}))
+    assert bench_async.main(["--report", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "seed 0: 2.50x, seed 1: 2.50x" in text and "target >= 2.0x: met" in text
+    assert "learning target (policy curve not worse beyond the seeds' spread): met" in text
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["policy_comparison"]["paired_difference"] == pytest.approx(0.0)
+    assert (out / "policy_curves.svg").is_file() and (out / "timeline_async.svg").is_file()
+    assert bench_async.main(["--report", str(tmp_path)]) == 2  # no results.json there
