@@ -14,10 +14,9 @@ Run on demand (pytest does not collect this file)::
         --seeds 0 1 2 --out runs/bench-async-words          # add --tasks 16 for the target setting
     # the issue-12 setting, with a held-out eval of each run's final policy (README numbers):
     .venv/bin/python tests/benchmarks/bench_async.py --tiny-semantic --env words --max-guesses 1 --lr 1e-2 \
-        --tasks 16 --iterations 40 --seeds 0 1 2 --eval-tasks 32 --out runs/bench-async-t16-i40-eval
-
+        --tasks 16 --iterations 40 --seeds 0 1 2 3 4 --eval-tasks 32 --out runs/bench-async-t16-i40-policy
     # the same report again from an earlier --out folder's runs, with this file's statistics:
-    .venv/bin/python tests/benchmarks/bench_async.py --report runs/bench-async-t16-i40-eval
+    .venv/bin/python tests/benchmarks/bench_async.py --report runs/bench-async-t16-i40-policy
 
 One invocation, one Ray instance started here, two runs one after the other with
 ``agentrl.cluster.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
@@ -480,7 +479,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, help="output folder (new or empty): runs, SVGs, results.json")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="run nothing: report an earlier invocation's --out folder again with this file's statistics "
-                        "(rewrites its results.json and SVGs)")
+                        "(writes report.json beside its results.json, and redraws its SVGs)")
     p.add_argument("--tiny", action="store_true", help="the tiny random model (quick check; its curve means nothing)")
     p.add_argument("--tiny-semantic", action="store_true",
                    help="the tiny model with SmolLM2's token embeddings projected to its 64 dimensions "
@@ -602,8 +601,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_outputs(args: argparse.Namespace, all_runs: list[dict[str, Any]], summary: dict[str, Any],
-                  model_name: str) -> None:
-    """The timelines, ``curves.svg``, ``policy_curves.svg`` and ``results.json`` into ``--out``."""
+                  model_name: str, json_name: str = "results.json") -> None:
+    """The timelines, ``curves.svg``, ``policy_curves.svg`` and the summary (``json_name``) into ``--out``."""
     for p in write_timelines(args.out, best_runs(all_runs)):
         print(f"wrote {p}")
     svg = args.out / "curves.svg"
@@ -621,16 +620,17 @@ def write_outputs(args: argparse.Namespace, all_runs: list[dict[str, Any]], summ
             f"each policy version's reward on its own samples, against the rollout tokens trained before it ({args.env})",
             note=f"max_staleness={args.max_staleness}, {args.tasks} tasks x {args.group_size} per update"))
         print(f"wrote {svg}")
-    (args.out / "results.json").write_text(json.dumps(summary, indent=2, default=str))
-    print(f"wrote {args.out / 'results.json'}")
+    (args.out / json_name).write_text(json.dumps(summary, indent=2, default=str))
+    print(f"wrote {args.out / json_name}")
 
 
 def rereport(out: Path) -> int:
     """``--report DIR``: the report of an earlier invocation's runs, with this file's statistics:
     each run summarised again from its ``metrics.jsonl`` and replay store (run directories as
     ``DIR``/results.json lists them, or found under ``DIR`` by name); what only the invocation
-    knew (load, start-up time, final eval) is taken from that results.json, which is then
-    rewritten with the new summary (and the SVGs redrawn). Exits as the invocation would have."""
+    knew (load, start-up time, final eval) is taken from that results.json, which is kept as
+    it was; the new summary goes to ``report.json`` beside it (and the SVGs are redrawn). Exits
+    as the invocation would have."""
     from agentrl.errors import ConfigError
 
     path = out / "results.json"
@@ -652,7 +652,7 @@ def rereport(out: Path) -> int:
     lines, summary, ok = report(args, all_runs, old["model"])
     print(f"report of {out} (runs as recorded; statistics of this bench_async.py)")
     print("\n".join(lines))
-    write_outputs(args, all_runs, summary, Path(old["model"]).name)
+    write_outputs(args, all_runs, summary, Path(old["model"]).name, json_name="report.json")
     return 0 if ok else 1
 
 if __name__ == "__main__":

@@ -412,7 +412,9 @@ def test_report_again_summarises_recorded_runs_with_todays_statistics(tmp_path, 
     text = capsys.readouterr().out
     assert "seed 0: 2.50x, seed 1: 2.50x" in text and "target >= 2.0x: met" in text
     assert "learning target (policy curve not worse beyond the seeds' spread): met" in text
-    summary = json.loads((out / "results.json").read_text())
+    summary = json.loads((out / "report.json").read_text())
     assert summary["policy_comparison"]["paired_difference"] == pytest.approx(0.0)
+    assert "policy_comparison" not in json.loads((out / "results.json").read_text())  # the record is kept
+    assert bench_async.main(["--report", str(out)]) == 0  # and reads the same again
     assert (out / "policy_curves.svg").is_file() and (out / "timeline_async.svg").is_file()
     assert bench_async.main(["--report", str(tmp_path)]) == 2  # no results.json there
