@@ -4,7 +4,10 @@ seeds, the "not worse beyond noise" verdict, and an SVG of the curves. Pure (no 
 model); unit tests in ``tests/unit/benchmarks/test_bench_async_report.py``.
 
 Reads ``async_report.learning_curve`` points: ``{"iteration", "rollout_tokens" (cumulative),
-"reward_mean", "success_rate"}`` per iteration.
+"reward_mean", "success_rate"}`` per iteration, and ``policy_curve`` points (the same keys but
+``success_rate``, one per policy version): the policy's own curve, which does not run behind by
+the samples' lag as the training curve does in async mode. Also the throughput ratios'
+geometric mean and the verdict line every comparison prints.
 """
 
 from __future__ import annotations

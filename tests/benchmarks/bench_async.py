@@ -39,7 +39,8 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
 * async / sync ratios of episodes/s and trained tokens/s, against the target (>= 2x with
   ``max_staleness`` <= 2); with several seeds, per seed (a seed fixes the work) and their
   geometric mean, which the target reads (``seed_ratios``), beside the ideal pipelined bound
-  from the sync run's own phase times (per round the slowest of rollout and credit + update + sync, against their sum;
+  from the sync run's own phase times (per round the slowest of rollout and credit + update +
+  sync, against their sum;
   ``async_report.ideal_pipelined_bound``), and the ceiling that the async run's own trainer
   side sets (sync loop seconds / the async run's credit + update + sync seconds: on two shared
   CPU cores the update slows down while the engine generates beside it);
@@ -53,9 +54,11 @@ Printed, and written to ``--out``/results.json with every per-iteration metric:
   trained episodes it sampled, against the rollout tokens trained before that version, from
   each run's replay store. The training curve above puts an update's samples at that update,
   so async mode's curve runs behind by its samples' lag (up to k versions) even when its policy
-  learns as fast; this one compares policy with policy. With several seeds (or repeats) both
-  curves' rewards at the common budget are compared over runs (``async_curves.compare_seeds``),
-  and the target needs the policy curve within the seeds' spread as well as the throughput;
+  learns as fast; this one compares policy with policy. With several seeds the rewards at the
+  common budget are compared over seeds (``async_curves.compare_at_budget``: repeats of a seed
+  averaged, and the paired difference per seed), and the target needs the policy curve within
+  the seeds' spread as well as the throughput (not applied with ``--partial-rollout restart``,
+  whose versions keep only the episodes that finished before the next update);
 * with ``--eval-tasks N``: each run's final policy evaluated on N held-out test tasks after
   ``train()`` returned (``eval_final_policy``), and the two modes' mean eval reward over seeds
   with its spread (``async_curves.compare_values``). The training curve compares lagged
