@@ -49,7 +49,9 @@ class CreditResult:
     Attributes:
         batch: the packed policy batch, or ``None`` when nothing is left to train on.
         turn_advantages: ``episode_id -> [K]`` advantage per turn (for the replay store);
-            for a token-level estimator the mean over each turn's sampled tokens.
+            for a token-level estimator the mean over each turn's sampled tokens; ``None``
+            for a turn whose completion was left out of the loss (DAPO overlong filtering):
+            it trained nothing, and the store and viewer show it so.
         metrics: token accounting, filter counts and advantage statistics
             (``tokens/...``, ``filter/...``, ``shaping/...``, ``advantages/...``, and
             ``critic/values_mean_rollout`` for a critic).
@@ -58,7 +60,7 @@ class CreditResult:
     """
 
     batch: TokenBatch | None
-    turn_advantages: dict[str, list[float]] = field(default_factory=dict)
+    turn_advantages: dict[str, list[float | None]] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     value_batch: ValueBatch | None = None
 
@@ -160,12 +162,14 @@ def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], s
         level: ``"turn"`` or ``"token"``.
         loss_dropped_turns: ``episode_id -> turn indices`` whose completion tokens stay out
             of the loss (``drop_turns_from_loss``; DAPO overlong filtering); their tokens
-            are added to ``tokens/discarded``. The episodes' advantages are unchanged.
+            are added to ``tokens/discarded``. The episodes' advantages are unchanged; the
+            dropped turns' entries in ``turn_advantages`` are ``None``.
 
     Returns:
         The ``CreditResult`` (no ``value_batch``). Its ``turn_advantages`` hold one value
         per turn: the turn's advantage, or with ``level="token"`` the *mean* advantage over
-        that turn's sampled tokens (0.0 for a turn without any). The ``advantages/*``
+        that turn's sampled tokens (0.0 for a turn without any); ``None`` for a turn in
+        ``loss_dropped_turns``. The ``advantages/*``
         metrics are over turns (``"turn"``) or sampled tokens (``"token"``).
 
     Raises:
@@ -193,6 +197,7 @@ def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], s
         dropped = (loss_dropped_turns or {}).get(e.episode_id)
         if dropped:
             ep_rows = drop_turns_from_loss(e, ep_rows, dropped)
+            turn_adv[e.episode_id] = [None if k in dropped else a for k, a in enumerate(turn_adv[e.episode_id])]
             m["tokens/discarded"] = m.get("tokens/discarded", 0.0) + float(
                 sum(len(e.turns[k].completion_ids) for k in dropped))
         rows.extend(ep_rows)

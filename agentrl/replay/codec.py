@@ -77,7 +77,7 @@ def finite(what: str, value: float | None) -> float | None:
 
 
 def episode_row(run_id: str, iteration: int, position: int, ep: Episode,
-                 adv: Sequence[float] | None, now: datetime) -> dict[str, Any]:
+                 adv: Sequence[float | None] | None, now: datetime) -> dict[str, Any]:
     for name in ("episode_id", "group_id", "env_id"):
         check_id(f"episode.{name}", getattr(ep, name))
     if not isinstance(ep.task_id, str):
@@ -94,8 +94,10 @@ def episode_row(run_id: str, iteration: int, position: int, ep: Episode,
             raise ContractError(f"episode {ep.episode_id}: {len(adv)} advantages for "
                                 f"{len(ep.turns)} turns; expected one per turn")
         for k, a in enumerate(adv):
-            finite(f"episode {ep.episode_id} turn {k} advantage", a)
-        adv_mean = statistics.fmean(adv) if adv else None
+            if a is not None:  # None: the turn was left out of the loss (overlong filtering)
+                finite(f"episode {ep.episode_id} turn {k} advantage", a)
+        trained = [a for a in adv if a is not None]
+        adv_mean = statistics.fmean(trained) if trained else None
     versions = [v for t in ep.turns for v in (t.policy_versions or [t.policy_version])]
     return {
         "episode_id": ep.episode_id,

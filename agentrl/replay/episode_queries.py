@@ -88,7 +88,9 @@ TOKEN_FIELDS = ("behavior_log_prob", "trainer_log_prob", "gap", "entropy", "adva
 class TokenPage:
     """Tokens ``[start, start + len(ids))`` of an episode, in the order the model read them.
 
-    Arrays are ``[n]``: ``ids`` int, ``loss_mask`` 0/1 (1 exactly on sampled tokens),
+    Arrays are ``[n]``: ``ids`` int, ``loss_mask`` 0/1 (1 on sampled tokens, except those of
+    a turn the update left out of the loss: a NULL advantage in an episode with advantages,
+    as overlong filtering stores it),
     ``turn`` the turn index; float64 ``behavior_log_prob``, ``trainer_log_prob`` (nats, NaN
     where not sampled or not recorded), ``gap`` (trainer − behavior), ``entropy`` (nats),
     ``advantage`` (the turn's, on sampled tokens), ``policy_version`` (on sampled tokens).
@@ -117,12 +119,14 @@ def token_page(db: ReadOnlyDB, episode_id: str, start: int = 0, size: int = TOKE
         rows = list(conn.execute(select(*cols).where(T.c.episode_id == episode_id).order_by(T.c.turn_index)))
     parts: dict[str, list[np.ndarray]] = defaultdict(list)
     nan = np.nan
+    trained = any(r.advantage is not None for r in rows)  # else never trained (eval, errored): the contract's mask
     for r in rows:
         p = np.frombuffer(r.prompt_ids, dtype=TOKEN_DTYPE)
         c = np.frombuffer(r.completion_ids, dtype=TOKEN_DTYPE)
         n_p, n_c = len(p), len(c)
         parts["ids"] += [p, c]
-        parts["loss_mask"] += [np.zeros(n_p, np.int8), np.ones(n_c, np.int8)]
+        left_out = trained and r.advantage is None  # a turn the update left out of the loss
+        parts["loss_mask"] += [np.zeros(n_p, np.int8), np.full(n_c, 0 if left_out else 1, np.int8)]
         parts["turn"].append(np.full(n_p + n_c, r.turn_index, np.int32))
         pad = np.full(n_p, nan)
         blp = np.frombuffer(r.behavior_log_probs, dtype=LOG_PROB_DTYPE)

@@ -407,8 +407,10 @@ class ReplayStore:
             run_id: a run created with ``start_run``.
             iteration: training iteration (>= 0) the episodes belong to.
             episodes: valid episodes (``Episode.validate`` is applied), errored ones included.
-            advantages: optional ``{episode_id: [one float per turn]}``; finite values. Stored
-                per turn, with their mean on the episode. Episodes absent here get NULL.
+            advantages: optional ``{episode_id: [one float per turn]}``; finite values, or
+                ``None`` for a turn left out of the loss (overlong filtering). Stored per
+                turn, with the mean of the non-None ones on the episode (NULL when none).
+                Episodes absent here get NULL.
             kind: ``"train"`` (rollouts of the training loop), ``"eval"`` or ``"profile"``
                 (a run's difficulty profile, ``agentrl.cluster.profile``).
             trainer_values: optional ``{episode_id: [per turn: (log_probs [C], entropies [C])

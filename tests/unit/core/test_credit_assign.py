@@ -273,8 +273,10 @@ def test_overlong_filtering_keeps_the_cut_turn_out_of_the_loss_but_in_the_group_
     plain = assign_credit(eps, AlgorithmConfig(), SamplingRecord())
     res = assign_credit(eps, AlgorithmConfig(overlong_filtering=True), SamplingRecord())
     s = 0.5 / (np.sqrt(0.5) + 1e-6)
-    assert res.turn_advantages == plain.turn_advantages
-    assert res.turn_advantages["cut"] == pytest.approx([s, s], abs=1e-12)
+    assert plain.turn_advantages["cut"] == pytest.approx([s, s], abs=1e-12)
+    # the cut turn trained nothing: the store and viewer get None for it, the other turns as without filtering
+    assert res.turn_advantages["cut"][0] == pytest.approx(s, abs=1e-12) and res.turn_advantages["cut"][1] is None
+    assert res.turn_advantages["ok"] == plain.turn_advantages["ok"]
     b = res.batch
     ids, mask = b.input_ids.tolist(), b.loss_mask.tolist()
     assert all(m == 0.0 for i, m in zip(ids, mask) if i == 7)  # the cut completion is never in the loss

@@ -204,3 +204,31 @@ def test_a_run_with_profile_or_eval_before_episodes_links_its_train_points_to_tr
     rows = re.findall(r'data-testid="episode-row" data-episode-id="([^"]*)"',
                       client.get(trains[0].path + "?" + trains[0].query).text)
     assert sorted(html.unescape(m) for m in rows) == ["p-t-0", "p-t-1"]
+
+
+def test_a_turn_left_out_of_the_loss_shows_no_advantage_and_mask_0(tmp_path: Path) -> None:
+    """Overlong filtering leaves a cut turn out of the loss: its stored advantage is NULL (the
+    credit result's None), the episode's mean is over the trained turns, and the episode page
+    says so and draws that turn's sampled tokens with loss mask 0. An episode never trained
+    (no advantages at all) keeps the contract's mask, 1 on every sampled token."""
+    path = tmp_path / "replay.db"
+    with ReplayStore(f"sqlite:///{path}") as store:
+        store.start_run("run-o", {})
+        cut, never = episode("cut-1", "t0", "g0", 1.0), episode("never-1", "t0", "g0", 0.0)
+        store.add_episodes("run-o", 0, [cut, never], {"cut-1": [0.5, None]})
+        assert store.list_episodes("run-o")[0].advantage_mean == 0.5
+        assert store.get_advantages("cut-1") == [0.5, None]
+    db = ReadOnlyDB(f"sqlite:///{path}")
+    try:
+        with TestClient(create_app(db, allowed_hosts=["testserver"])) as c:
+            page = c.get("/episode?id=cut-1").text
+            assert 'data-testid="turn-advantage">0.5<' in page and page.count('data-testid="turn-left-out"') == 1
+            masks = [int(m) for m in re.findall(r'data-testid="token" [^>]*data-loss-mask="([01])"', page)]
+            n0, n1 = len(cut.turns[0].completion_ids), len(cut.turns[1].completion_ids)
+            p0, p1 = len(cut.turns[0].prompt_ids), len(cut.turns[1].prompt_ids)
+            assert masks == [0] * p0 + [1] * n0 + [0] * (p1 + n1)
+            other = c.get("/episode?id=never-1").text
+            assert 'data-testid="turn-left-out"' not in other
+            assert sum(int(m) for m in re.findall(r'data-loss-mask="([01])"', other)) == n0 + n1
+    finally:
+        db.close()
