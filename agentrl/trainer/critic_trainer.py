@@ -133,7 +133,10 @@ class CriticTrainer:
             ``critic/returns_mean``, ``critic/explained_variance`` (``1 - Var(R - V) /
             Var(R)`` over the batch, first epoch's values; 0 when ``Var(R) == 0``),
             ``train/grad_norm`` (pre-clip), ``train/lr`` (last optimizer step),
-            ``train/num_turns`` (value positions: turns, or sampled tokens for ``gae``), ``train/skipped_step``, ``train/global_step``,
+            ``train/num_value_positions`` (turns, or sampled tokens for ``gae``),
+            ``train/skipped_step`` (optimizer steps skipped for a non-finite gradient norm),
+            ``train/no_signal_steps`` (optimizer steps not taken because the gradient was
+            exactly zero, e.g. every return equal to its value), ``train/global_step``,
             ``perf/step_s``.
 
         Raises:
@@ -196,6 +199,7 @@ class CriticTrainer:
                 "train/lr": stats.lr,
                 "train/num_value_positions": n_turns,
                 "train/skipped_step": float(stats.skipped),
+                "train/no_signal_steps": float(stats.no_signal),
                 "train/global_step": float(self.global_step),
                 "perf/step_s": time.perf_counter() - t0,
             }
