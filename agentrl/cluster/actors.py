@@ -120,7 +120,7 @@ def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) ->
 def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | None = None, *, engine_index: int = 0):
     """The factory the rollout worker calls per episode: a fresh environment with its own
     sandbox (the worker closes both), or with none when the environment class says
-    ``uses_sandbox = False`` (Sokoban, GuessNumber, TextWorld run in-process).
+    ``uses_sandbox = False`` (Sokoban and GuessNumber run in-process; TextWorld in a child process of its own).
 
     ``sandbox.backend`` is resolved once here (``sandboxes.choose_backend``), logged, and
     used for every sandbox of the run.

@@ -91,3 +91,62 @@ def test_games_generate_and_play_from_several_threads_at_once(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(play, [7001, 7002, 7003, 7004]))
     assert all(isinstance(o, str) and o and isinstance(s, str) for o, s in results)
+
+
+# Replies that hung jericho's interpreter forever (printing gigabytes) before
+# parse_command turned them away: dumb-frotz's backslash commands, DEL, CJK text.
+HANGED_THE_INTERPRETER = ["\\q", "\\help", "\\x", "\\lt", "\\s", "<action>\\w</action>", "\x7f",
+                          "\u4f60\u597d", "open \u4f60"]
+
+
+def test_replies_the_interpreter_cannot_take_are_invalid_and_never_reach_it(cache):
+    for reply in HANGED_THE_INTERPRETER:
+        assert parse_command(reply) is None, reply
+    assert parse_command("take the red key") == "take the red key"
+    assert parse_command("look\\") is None and parse_command("go north\x00") is None
+    # The real game, with a fuzz of printable ASCII and some Unicode: a reply that reached the
+    # interpreter and hung it would raise EnvError after step_timeout_s.
+    import string
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    alphabet = list(string.printable + "\u00e9\u4f60\u2603\x00\x7f\\")
+    replies = HANGED_THE_INTERPRETER + ["".join(rng.choice(alphabet, size=int(rng.integers(1, 40)))) for _ in range(150)]
+    env = TextWorldEnv(cache_dir=cache, max_steps=10**6, step_timeout_s=5)
+    env.reset(options={"task_id": "textworld/3"})
+    sent = 0
+    for reply in replies:
+        obs, reward, term, trunc, info = env.step(reply)
+        sent += not info["invalid_action"]
+        assert not term, (reply, obs)
+    assert sent > 0  # the printable-ASCII replies without a backslash did reach the game
+    assert env.step("look")[0].startswith("-=")  # and it still answers
+    env.close()
+
+
+def test_a_hung_or_dead_interpreter_is_an_env_error_and_the_next_reset_plays_again(cache, monkeypatch):
+    import environments.textworld_env as tw_env
+
+    env = TextWorldEnv(cache_dir=cache, step_timeout_s=2)
+    env.reset(options={"task_id": "textworld/3"})
+    # Let a reply that loops the real interpreter through (parse_command normally refuses it).
+    monkeypatch.setattr(tw_env, "parse_command", lambda text: text)
+    with pytest.raises(EnvError, match=r"did not answer step \('\\\\q',\) within 2 s \(step_timeout_s\); its process was killed"):
+        env.step("\\q")
+    assert not env._game.alive()
+    with pytest.raises(EnvError, match="after the episode"):
+        env.step("look")  # the episode is over
+    monkeypatch.undo()
+    obs, info = env.reset(options={"task_id": "textworld/3"})  # a new process
+    assert obs.startswith("Objective:") and env.step("look")[0].startswith("-=")
+    env._game.proc.kill()  # as when the interpreter calls exit() on a fatal error
+    env._game.proc.wait()
+    with pytest.raises(EnvError, match=r"process died \(exit code -9\) on step \('look',\)"):
+        env.step("look")
+    assert env.reset(options={"task_id": "textworld/3"})[0].startswith("Objective:")
+    game = env._game
+    env.close()
+    assert not game.alive()
+    with pytest.raises(ConfigError, match="step_timeout_s=0"):
+        TextWorldEnv(step_timeout_s=0)
