@@ -173,35 +173,64 @@ class _GameProcess:
     ``call`` raises EnvError, after killing the child, when it dies or does not answer
     within ``timeout_s``. One per env, from its first ``reset`` to ``close``: measured here,
     0.6 s (0.56 CPU-s, mostly importing ``textworld``) to start it and play the first game,
-    13 ms per later reset, 1.4 ms per step (about what the in-process interpreter took)."""
+    13 ms per later reset, 1.4 ms per step (about what the in-process interpreter took), and
+    about 65 MB of memory per child, so per episode in flight."""
+
+    START_TIMEOUT_S = 120.0
+    """Seconds a new child may take to start Python and import ``textworld`` (about 0.5 s
+    alone; longer when many envs start at once on few cores)."""
 
     def __init__(self) -> None:
-        ours, theirs = socket.socketpair()
         script = Path(__file__).with_name("textworld_game.py")
-        self.proc = subprocess.Popen([sys.executable, str(script), str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        ours = theirs = None
+        try:
+            ours, theirs = socket.socketpair()
+            # Its own session: a Ctrl-C in the terminal stops the driver, which closes the env.
+            self.proc = subprocess.Popen([sys.executable, str(script), str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            for sock in (ours, theirs):
+                if sock is not None:
+                    sock.close()
+            raise EnvError(f"could not start the TextWorld interpreter's process ({sys.executable} {script}): "
+                           f"{type(exc).__name__}: {exc}") from exc
         theirs.close()
         self.conn = Connection(ours.detach())
+        self._exchange(None, "start-up", self.START_TIMEOUT_S)
 
     def call(self, msg: tuple, timeout_s: float) -> Any:
+        """Send ``msg`` and return the child's answer.
+
+        Raises:
+            EnvError: the child died, did not answer within ``timeout_s`` (it is killed), or
+                TextWorld raised (the child stays up: its next ``start`` begins a new game).
+        """
+        kind, value = self._exchange(msg, f"{msg[0]} {msg[1:]!r}", timeout_s)
+        if kind == "error":
+            raise EnvError(f"TextWorld failed on {msg[0]} {msg[1:]!r}: {value}")
+        return value
+
+    def _exchange(self, msg: tuple | None, what: str, timeout_s: float) -> tuple[str, Any]:
         try:
-            self.conn.send(msg)
+            if msg is not None:
+                self.conn.send(msg)
             if not self.conn.poll(timeout_s):
                 self.kill()
-                raise EnvError(f"the TextWorld interpreter did not answer {msg[0]} {msg[1:]!r} within "
-                               f"{timeout_s:g} s (step_timeout_s); its process was killed")
-            kind, value = self.conn.recv()
+                raise EnvError(f"the TextWorld interpreter did not answer {what} within {timeout_s:g} s "
+                               "(step_timeout_s, or START_TIMEOUT_S for its start-up); its process was killed")
+            return self.conn.recv()
         except (EOFError, OSError) as exc:
             try:
                 code = self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 code = None
             self.kill()
-            raise EnvError(f"the TextWorld interpreter's process died (exit code {code}) on {msg[0]} "
-                           f"{msg[1:]!r}: {type(exc).__name__}") from None
-        if kind == "error":
-            raise EnvError(f"TextWorld failed on {msg[0]} {msg[1:]!r}: {value}")
-        return value
+            raise EnvError(f"the TextWorld interpreter's process died (exit code {code}) on {what}: "
+                           f"{type(exc).__name__}") from None
+        except BaseException:
+            self.kill()  # an answer may be on its way: never read it as the next call's
+            raise
 
     def alive(self) -> bool:
         return self.proc.poll() is None and not self.conn.closed
@@ -237,14 +266,15 @@ class TextWorldEnv(TextEnv):
         show_admissible_commands: append the commands the game accepts to every
             observation. Default False.
         step_timeout_s: seconds the game's process may take for a ``step`` (a ``reset``,
-            which also starts the game, gets twice as long) before it is killed and the
-            call raises ``EnvError``. Default 30 (a step takes milliseconds).
+            which also starts the game, gets twice as long; starting the process itself has
+            ``_GameProcess.START_TIMEOUT_S``) before it is killed and the call raises
+            ``EnvError``. In (0, 86400]; default 30 (a step takes milliseconds).
 
     Raises:
         ConfigError: an argument is out of range or ``textworld`` is not installed.
     """
 
-    uses_sandbox = False  # runs in-process: the rollout makes it without a sandbox
+    uses_sandbox = False  # the game runs in a child process: the rollout makes it without a sandbox
     metadata = {"render_modes": []}
 
     def __init__(self, sandbox: Any = None, split: str = "train", nb_rooms: int = 3, nb_objects: int = 6,
@@ -263,8 +293,8 @@ class TextWorldEnv(TextEnv):
         self.cache_dir = _cache_dir(cache_dir)
         self.show_admissible_commands = bool(show_admissible_commands)
         if (not isinstance(step_timeout_s, (int, float)) or isinstance(step_timeout_s, bool)
-                or not 0 < step_timeout_s < float("inf")):
-            raise ConfigError(f"step_timeout_s={step_timeout_s!r} must be a number of seconds > 0")
+                or not 0 < step_timeout_s <= 86_400):
+            raise ConfigError(f"step_timeout_s={step_timeout_s!r} must be a number of seconds in (0, 86400]")
         self.step_timeout_s = float(step_timeout_s)
         self._game: _GameProcess | None = None
         self._state: dict[str, Any] = {}
@@ -291,8 +321,9 @@ class TextWorldEnv(TextEnv):
         """Start the game of ``options["task_id"]`` (generated into the cache if missing).
 
         Raises:
-            EnvError: after ``close``; the game's process died, failed or took longer than
-                ``2 * step_timeout_s`` (it is killed; the next ``reset`` starts another).
+            EnvError: after ``close``; the game's process could not start, died or took longer
+                than ``2 * step_timeout_s`` (it is killed; the next ``reset`` starts another);
+                TextWorld raised (the process is kept).
             ConfigError: unknown option or task id.
         """
         task_id = TASKS.task_for_reset(self._start_reset(seed, options), self.np_random, self._split_seeds)
@@ -302,7 +333,8 @@ class TextWorldEnv(TextEnv):
                 self._game.kill()
             self._game = _GameProcess()
         self._done = True  # until the game has started
-        self._state = self._game.call(("start", str(path), self.show_admissible_commands), 2 * self.step_timeout_s)
+        self._state = self._game.call(("start", str(path.resolve()), self.show_admissible_commands),
+                                      2 * self.step_timeout_s)
         self._task_id, self._steps, self._done = task_id, 0, False
         info = self._info(invalid=False, system_prompt=self.system_prompt, tools=())
         info["split"] = TASKS.split_of(task_id)
@@ -313,9 +345,9 @@ class TextWorldEnv(TextEnv):
         """One command; see the module docstring.
 
         Raises:
-            EnvError: no episode running, or ``action`` is not a str; the game's process died,
-                failed or took longer than ``step_timeout_s`` (it is killed; the episode is
-                over, and the next ``reset`` starts another process).
+            EnvError: no episode running, or ``action`` is not a str; the game's process died
+                or took longer than ``step_timeout_s`` (it is killed, and the next ``reset``
+                starts another), or TextWorld raised. The episode is over either way.
         """
         self._check_step(action)
         self._steps += 1

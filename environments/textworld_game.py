@@ -1,8 +1,10 @@
 """The child process that plays ``agentrl/TextWorld-v0``'s games (``textworld_env``).
 
-Run as a script, ``python textworld_game.py FD``, with FD one end of a socket pair: it
-serves ``multiprocessing.connection`` messages until the other end closes (so it ends when
-the env's process dies, even by SIGKILL) or ``("close",)`` arrives:
+Run as a script, ``python textworld_game.py FD``, with FD one end of a socket pair. Once
+``textworld`` is imported it sends ``("ready",)``, then serves ``multiprocessing.connection``
+messages until the other end closes or ``("close",)`` arrives. It also ends when its parent
+process does, even by SIGKILL and even while the interpreter is looping inside a step (a
+watchdog thread; jericho's C calls release the GIL):
 
 - ``("start", path, show_admissible_commands)`` -> ``("ok", view)``: the game at ``path``
   (a compiled ``.z8``) started and reset; any earlier game closed;
@@ -11,8 +13,9 @@ the env's process dies, even by SIGKILL) or ``("close",)`` arrives:
 
 A view is the ``GameState`` as plain values (``state_view``). It imports only the standard
 library and ``textworld``, so it starts in well under a second, and not from the env's own
-package: the user's ``__main__`` and environment modules are never run again. Its stdout
-goes to /dev/null, where jericho's interpreter writes (gigabytes, when it loops).
+package: the user's ``__main__`` and environment modules are never run again. Once
+``textworld`` is imported, its stdout and stderr go to /dev/null: jericho's interpreter
+writes there, gigabytes when it loops (``DUMB-FROTZ: unknown command``, again and again).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import threading
+import time
 import warnings
 from multiprocessing.connection import Connection
 from typing import Any
@@ -38,11 +43,21 @@ def state_view(state: Any) -> dict[str, Any]:
 
 def serve(fd: int) -> None:
     """Answer the messages on the connection ``fd`` (module docstring) until it closes."""
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch_parent, daemon=True, name="watch-parent").start()
+    import textworld  # an error here still reaches the env's stderr
+
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
-    import textworld
-
+    os.dup2(devnull, 2)
     conn = Connection(fd)
+    conn.send(("ready",))
     game = None
     while True:
         try:

@@ -132,7 +132,7 @@ def test_a_hung_or_dead_interpreter_is_an_env_error_and_the_next_reset_plays_aga
     env.reset(options={"task_id": "textworld/3"})
     # Let a reply that loops the real interpreter through (parse_command normally refuses it).
     monkeypatch.setattr(tw_env, "parse_command", lambda text: text)
-    with pytest.raises(EnvError, match=r"did not answer step \('\\\\q',\) within 2 s \(step_timeout_s\); its process was killed"):
+    with pytest.raises(EnvError, match=r"did not answer step \('\\\\q',\) within 2 s \(step_timeout_s"):
         env.step("\\q")
     assert not env._game.alive()
     with pytest.raises(EnvError, match="after the episode"):
@@ -148,5 +148,51 @@ def test_a_hung_or_dead_interpreter_is_an_env_error_and_the_next_reset_plays_aga
     game = env._game
     env.close()
     assert not game.alive()
-    with pytest.raises(ConfigError, match="step_timeout_s=0"):
-        TextWorldEnv(step_timeout_s=0)
+    for bad in (0, 1e7, float("nan"), True):
+        with pytest.raises(ConfigError, match=rf"step_timeout_s={bad!r} must be a number of seconds in \(0, 86400\]"):
+            TextWorldEnv(step_timeout_s=bad)
+
+
+_PARENT = r"""
+import sys
+import environments.textworld_env as tw_env
+env = tw_env.TextWorldEnv(cache_dir=sys.argv[1])
+env.reset(options={"task_id": "textworld/3"})
+env._game.conn.send(("step", "\\q"))  # loops the interpreter; nobody will read the answer
+print(env._game.proc.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_game_process_ends_when_the_env_process_is_killed_mid_step(cache):
+    """A child looping inside the interpreter cannot read its socket; its watchdog ends it
+    when the env's process is SIGKILLed (no orphan spinning at 100 % CPU)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(cache)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, cwd=Path(__file__).parents[3])
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(1.0)
+        assert _running(child)  # looping, not dead on its own
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(child)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a reparented child may wait for a reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
