@@ -86,6 +86,13 @@ class RolloutConfig(_Section):
     kv_cache_gb: float = Field(1.0, gt=0.0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), GiB.")
     max_num_seqs: int = Field(64, ge=1, description="vLLM's concurrent sequence cap.")
     env_workers: int = Field(8, ge=1, description="Threads running environment steps (sandbox execs) while the engine keeps generating.")
+    env_timeout_s: float | None = Field(
+        600.0, gt=0.0,
+        description="Seconds one environment call may run (a reset, with making the env and its sandbox, or a step, "
+                    "with its tool calls) before its episode ends as infra_error with an error naming the call and "
+                    "the task; the others go on. The stuck call is left running in its thread (Python cannot stop "
+                    "it); its env and sandbox are closed if it returns. null: no limit.",
+    )
     num_engines: int = Field(
         1, ge=1,
         description="Rollout engines (Ray actors placed with cluster.placement.rollout), each a vLLM engine with "

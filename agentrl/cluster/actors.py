@@ -276,7 +276,7 @@ class RolloutActor:
             RolloutLimits(cfg.rollout.max_turns, cfg.rollout.max_new_tokens, cfg.rollout.max_context_tokens,
                           score_truncated=cfg.rollout.score_truncated, prompt_mode=cfg.rollout.prompt_mode,
                           history_length=cfg.rollout.history_length, stop_strings=tuple(cfg.rollout.stop_strings)),
-            sampling_of(cfg), env_workers=cfg.rollout.env_workers,
+            sampling_of(cfg), env_workers=cfg.rollout.env_workers, env_timeout_s=cfg.rollout.env_timeout_s,
         )
         from agentrl.rollout.stream import StreamRunner
 

@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
-from agentrl.errors import EnvError, InfraError, RewardError
+from agentrl.errors import ConfigError, EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
 from agentrl.rollout.stop_strings import cut_at_stop
@@ -104,6 +104,8 @@ class _Active:
     version: int = 0  # weight version of the pending turn's current segment
     segments: list[tuple[list[int], list[float], int]] = field(default_factory=list)  # (ids, log-probs, version) before a preemption
     preemptions: int = 0  # of the pending turn (its engine request ids are "{episode_id}:{turn}.{n}" after the n-th)
+    env_call_started: float | None = None  # time.monotonic() when its running env call began (None: none running)
+    abandoned: bool = False  # an env call overran env_timeout_s: its env is left to that call's thread, never closed
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, StepInfo]:
@@ -145,16 +147,22 @@ class RolloutWorker:
         limits: turn and token limits.
         sampling: the sampling transform (temperature, top_p, top_k).
         env_workers: threads for environment resets and steps.
+        env_timeout_s: seconds one env call (a reset, with making the env and its sandbox,
+            or a step) may run before its episode ends as ``infra_error``
+            (``RolloutSession``); None: no limit.
     """
 
     def __init__(self, engine: EngineLike, chat: ChatTokenizer, env_factory: EnvFactory, limits: RolloutLimits,
-                 sampling: SamplingRecord, env_workers: int = 8) -> None:
+                 sampling: SamplingRecord, env_workers: int = 8, env_timeout_s: float | None = None) -> None:
         self.engine = engine
         self.chat = chat
         self.env_factory = env_factory
         self.limits = limits
         self.sampling = sampling
         self.env_workers = env_workers
+        if env_timeout_s is not None and not env_timeout_s > 0:
+            raise ConfigError(f"env_timeout_s={env_timeout_s!r}; expected seconds > 0 or None")
+        self.env_timeout_s = env_timeout_s
         self.tokenizer = chat.tokenizer
 
     # ------------------------------------------------------------------------------

@@ -21,6 +21,15 @@ are in flight, in one of three modes (issue 12, items 2 and 4):
 * ``restart``: every episode with a turn in the engine or sampled tokens is abandoned (its
   engine request aborted, env and sandbox closed) and started again from ``env.reset``
   under the new weights, with the same episode id (``restarted_episodes`` counts them).
+
+Env calls run in a thread pool while the engine generates. One that runs longer than the
+worker's ``env_timeout_s`` (``rollout.env_timeout_s``) ends its episode as ``infra_error``
+with an ``EnvError`` naming the call, the task and the limit, and the rest go on (an env or
+tool that hangs is the environment's fault, never the model's). A Python thread cannot be
+stopped: the call is left running, its env and sandbox are closed only if it returns (a
+close could race it), and later calls go to a fresh pool so the stuck thread holds no one
+up. A process that exits normally still waits for such a thread; the rollout actors are
+killed instead.
 """
 
 from __future__ import annotations
@@ -31,9 +40,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-from agentrl.errors import ConfigError, ContractError
+from agentrl.errors import ConfigError, ContractError, EnvError
 from agentrl.rollout.engine import Completion
-from agentrl.types import Episode, EpisodeRequest
+from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +112,55 @@ class RolloutSession:
         self._pool = ThreadPoolExecutor(max_workers=worker.env_workers, thread_name_prefix="agentrl-env")
         self._done_early: list[Any] = []  # turns a load ended (their budget was used up), returned by step_once
         self.restarted_episodes = 0
+        self.timed_out_env_calls = 0
+
+    def _submit(self, kind: str, st: Any, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` (an env call of episode ``st``: ``reset``, ``step`` or ``close``) in the
+        pool; the time it starts running is kept on ``st`` for ``env_timeout_s``."""
+        def timed() -> Any:
+            st.env_call_started = time.monotonic()
+            try:
+                return fn()
+            finally:
+                st.env_call_started = None
+
+        self._futures[self._pool.submit(timed)] = (kind, st)
+
+    def _expire_env_calls(self) -> list[Any]:
+        """End the episodes whose reset or step has run longer than ``env_timeout_s``
+        (module docstring); returns their states, failed with ``infra_error``."""
+        limit = getattr(self.worker, "env_timeout_s", None)
+        if limit is None:
+            return []
+        now, out = time.monotonic(), []
+        for fut, (kind, st) in list(self._futures.items()):
+            started = st.env_call_started
+            if kind == "close" or started is None or fut.done() or now - started <= limit:
+                continue
+            del self._futures[fut]
+            self._restart_pending.discard(st.episode.episode_id)
+            st.abandoned = True
+            self.timed_out_env_calls += 1
+            err = EnvError(f"{st.req.env_id}.{kind} of task {st.req.task_id!r} (episode {st.episode.episode_id}) "
+                           f"did not return within rollout.env_timeout_s={limit:g}; the episode ends as an "
+                           "infrastructure error; the call is left running in its thread, and its env is closed if it returns")
+            log.error("%s", err)
+            fut.add_done_callback(lambda _f, st=st: self.worker._close(st))  # if the call ever returns
+            self.worker._fail(st, TerminationReason.INFRA_ERROR, err)
+            out.append(st)
+            self._pool.shutdown(wait=False)  # its queued calls still run; the stuck thread holds up no new one
+            self._pool = ThreadPoolExecutor(max_workers=self.worker.env_workers, thread_name_prefix="agentrl-env")
+        return out
+
+    def _wait_cap_s(self) -> float | None:
+        """How long a wait may last before a running env call could overrun ``env_timeout_s``."""
+        limit = getattr(self.worker, "env_timeout_s", None)
+        if limit is None:
+            return None
+        now = time.monotonic()
+        started = [st.env_call_started for kind, st in self._futures.values() if kind != "close"]  # read once: threads clear it
+        left = [limit - (now - t) for t in started if t is not None]
+        return max(0.01, min(left, default=limit) + 0.01)
 
     # ------------------------------------------------------------------ requests in
     def submit(self, requests: Sequence[EpisodeRequest]) -> None:
@@ -122,7 +180,7 @@ class RolloutSession:
             st = _Active(req=r, episode=self._new_episode(r))
             self._active[r.episode_id] = st
             self._all.append(st)
-            self._futures[self._pool.submit(self.worker._reset, st)] = ("reset", st)
+            self._submit("reset", st, lambda st=st: self.worker._reset(st))
 
     def _new_episode(self, r: EpisodeRequest) -> Episode:
         return Episode(group_id=r.group_id, env_id=r.env_id, task_id=r.task_id, seed=r.seed,
@@ -151,13 +209,16 @@ class RolloutSession:
         """
         self._maybe_apply_load()
         finished, self._done_early = self._done_early, []
+        finished.extend(self._expire_env_calls())
         ready = [f for f in self._futures if f.done()]
-        if not ready and not self.engine.has_unfinished() and not self._queue:
+        if not ready and not self.engine.has_unfinished() and not self._queue and not finished:
             if not self._futures:
                 if self._active and not self._held:
                     raise RuntimeError(f"rollout stalled: {len(self._active)} episodes neither generating nor stepping")
                 return []
-            ready = list(wait(list(self._futures), timeout=wait_s, return_when=FIRST_COMPLETED)[0])
+            cap = self._wait_cap_s()
+            timeout = cap if wait_s is None else (wait_s if cap is None else min(wait_s, cap))
+            ready = list(wait(list(self._futures), timeout=timeout, return_when=FIRST_COMPLETED)[0])
         for fut in ready:
             kind, st = self._futures.pop(fut)
             if kind == "close":
@@ -174,11 +235,12 @@ class RolloutSession:
                 if self.worker._after_completion(comp, st):
                     finished.append(st)
                 else:
-                    self._futures[self._pool.submit(self.worker._step, st)] = ("step", st)
+                    self._submit("step", st, lambda st=st: self.worker._step(st))
         out = []
         for st in finished:
             self._active.pop(st.episode.episode_id, None)
-            self._futures[self._pool.submit(self.worker._close, st)] = ("close", st)
+            if not st.abandoned:
+                self._submit("close", st, lambda st=st: self.worker._close(st))
             st.episode.validate()
             out.append(st.episode)
         return out
@@ -266,7 +328,7 @@ class RolloutSession:
         if self.worker._after_completion(comp, st):
             self._done_early.append(st)
         else:
-            self._futures[self._pool.submit(self.worker._step, st)] = ("step", st)
+            self._submit("step", st, lambda st=st: self.worker._step(st))
 
     def _abandon_for_restart(self) -> int:
         """``restart`` mode: abort every episode that has a turn in the engine or sampled
@@ -299,7 +361,7 @@ class RolloutSession:
             self.worker._close(old)
             return self.worker._reset(new)
 
-        self._futures[self._pool.submit(close_then_reset)] = ("reset", fresh)
+        self._submit("reset", fresh, close_then_reset)
 
     # ------------------------------------------------------------------ the end
     def abort_all(self) -> list[EpisodeRequest]:
@@ -314,7 +376,8 @@ class RolloutSession:
         # env calls still running may be opening a sandbox (a reset): let them return first
         wait([f for f, (kind, _) in self._futures.items() if kind != "close"])
         for st in self._all:
-            self.worker._close(st)
+            if not st.abandoned:  # its env is still in a stuck call's hands
+                self.worker._close(st)
         self._active.clear()
         self._by_request.clear()
         self._queue.clear()

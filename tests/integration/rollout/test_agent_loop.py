@@ -4,10 +4,12 @@ that are not the model's (infra and reward errors)."""
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import pytest
 
-from agentrl.errors import RewardError, SandboxError
+from agentrl.errors import ConfigError, RewardError, SandboxError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest
@@ -213,6 +215,60 @@ def test_faults_are_flagged_never_scored(engine, tokenizer, exc, reason):
     assert bad.error["type"] == type(exc).__name__ and str(exc) in bad.error["message"]
     assert good.termination_reason == TerminationReason.ENV_TERMINATED
     assert not good.is_error and good.total_reward == 1.0
+
+
+class HangingEnv(ToolEchoEnv):
+    """An env whose reset or first step blocks until ``release`` is set (a hung tool)."""
+
+    def __init__(self, hang_in, release, **kw):
+        super().__init__(**kw)
+        self.hang_in, self.release, self.closed = hang_in, release, False
+
+    def reset(self, *, seed=None, options=None):
+        if self.hang_in == "reset":
+            self.release.wait()
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.hang_in == "step":
+            self.release.wait()
+        return super().step(action)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("hang_in", ["reset", "step"])
+def test_an_env_call_past_env_timeout_s_ends_its_episode_as_infra_error_and_the_rest_go_on(engine, tokenizer, hang_in):
+    import threading
+
+    release = threading.Event()
+    hung = HangingEnv(hang_in, release, episode_len=2)
+    envs = {"t0": hung, "t1": ToolEchoEnv(episode_len=2), "t2": ToolEchoEnv(episode_len=1)}
+    worker = RolloutWorker(RecordingEngine(engine), ChatTokenizer(tokenizer, tuple(ALL_STOP)),
+                           lambda req: (envs[req.task_id], None), RolloutLimits(2, 4, 1024),
+                           SamplingRecord(temperature=1.0), env_workers=4, env_timeout_s=1.0)
+    try:
+        t0 = time.monotonic()
+        bad, good, good2 = worker.run(_requests(3), 0)
+        assert time.monotonic() - t0 < 60
+        assert bad.termination_reason == TerminationReason.INFRA_ERROR and bad.is_error and bad.total_reward is None
+        assert bad.error["type"] == "EnvError"
+        assert (f"test/Echo.{hang_in} of task 't0'" in bad.error["message"]
+                and "did not return within rollout.env_timeout_s=1;" in bad.error["message"])
+        assert len(bad.turns) == (0 if hang_in == "reset" else 1)
+        assert not hung.closed  # never closed under the stuck call
+        release.set()
+        deadline = time.monotonic() + 10
+        while not hung.closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hung.closed  # closed once it returned
+        assert [e.termination_reason for e in (good, good2)] == [TerminationReason.ENV_TERMINATED] * 2
+        assert good.total_reward == good2.total_reward == 1.0
+    finally:
+        release.set()
+    with pytest.raises(ConfigError, match="env_timeout_s=0"):
+        RolloutWorker(engine, worker.chat, None, worker.limits, worker.sampling, env_timeout_s=0)
 
 
 class PaysFor42Env(ToolEchoEnv):

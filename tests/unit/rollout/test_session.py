@@ -278,6 +278,49 @@ def test_abort_all_aborts_the_engine_closes_envs_and_returns_unfinished_requests
         session.shutdown()
 
 
+def test_a_step_past_env_timeout_s_fails_only_its_episode_and_its_env_is_never_closed():
+    import threading
+
+    release = threading.Event()
+    session, engine, envs = make(answer_len=3, steps=2)
+    session.worker.env_timeout_s = 0.3
+    hung: list[CountingEnv] = []
+
+    class HangingStep(CountingEnv):
+        def step(self, action):
+            release.wait()
+            return super().step(action)
+
+    def factory(req):
+        env = HangingStep(2) if req.task_id == "a" else CountingEnv(2)
+        (hung if req.task_id == "a" else envs).append(env)
+        return env, None
+
+    session.worker.env_factory = factory
+    try:
+        session.submit(reqs("a", "b", "c"))
+        done = {e.task_id: e for e in run_until(session, lambda out: len(out) == 3, limit=50)}
+        a = done["a"]
+        assert a.termination_reason == TerminationReason.INFRA_ERROR and a.error["type"] == "EnvError"
+        assert "x/E-v0.step of task 'a'" in a.error["message"] and "rollout.env_timeout_s=0.3;" in a.error["message"]
+        assert all(done[t].termination_reason == TerminationReason.ENV_TERMINATED for t in "bc")
+        assert session.timed_out_env_calls == 1 and session.in_flight() == 0
+        session.submit(reqs("d"))  # a fresh pool: the stuck thread holds no new call up
+        assert run_until(session, lambda out: len(out) == 1, limit=50)[0].termination_reason == TerminationReason.ENV_TERMINATED
+        session.wait_closed()
+        session.abort_all()
+        assert all(env.closed for env in envs) and len(envs) == 3
+        assert not hung[0].closed  # its step is still running: never closed under it
+        release.set()
+        deadline = time.monotonic() + 10
+        while not hung[0].closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hung[0].closed  # closed once the stuck call returned
+    finally:
+        release.set()
+        session.shutdown()
+
+
 def test_a_bad_mode_is_a_config_error_naming_it():
     from agentrl.errors import ConfigError
 
