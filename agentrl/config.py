@@ -87,7 +87,7 @@ class RolloutConfig(_Section):
     max_num_seqs: int = Field(64, ge=1, description="vLLM's concurrent sequence cap.")
     env_workers: int = Field(8, ge=1, description="Threads running environment steps (sandbox execs) while the engine keeps generating.")
     env_timeout_s: float | None = Field(
-        600.0, gt=0.0,
+        600.0, gt=0.0, le=86_400.0,
         description="Seconds one environment call may run (a reset, with making the env and its sandbox, or a step, "
                     "with its tool calls) before its episode ends as infra_error with an error naming the call and "
                     "the task; the others go on. The stuck call is left running in its thread (Python cannot stop "

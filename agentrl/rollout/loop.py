@@ -105,7 +105,8 @@ class _Active:
     segments: list[tuple[list[int], list[float], int]] = field(default_factory=list)  # (ids, log-probs, version) before a preemption
     preemptions: int = 0  # of the pending turn (its engine request ids are "{episode_id}:{turn}.{n}" after the n-th)
     env_call_started: float | None = None  # time.monotonic() when its running env call began (None: none running)
-    abandoned: bool = False  # an env call overran env_timeout_s: its env is left to that call's thread, never closed
+    abandoned: bool = False  # its env is left to a running call that overran env_timeout_s: closed only if it returns
+    previous: Any = None  # restart mode: the earlier attempt's state, which this one's first env call closes
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, StepInfo]:
@@ -160,8 +161,8 @@ class RolloutWorker:
         self.limits = limits
         self.sampling = sampling
         self.env_workers = env_workers
-        if env_timeout_s is not None and not env_timeout_s > 0:
-            raise ConfigError(f"env_timeout_s={env_timeout_s!r}; expected seconds > 0 or None")
+        if env_timeout_s is not None and not 0 < env_timeout_s <= 86_400:
+            raise ConfigError(f"env_timeout_s={env_timeout_s!r}; expected seconds in (0, 86400] or None")
         self.env_timeout_s = env_timeout_s
         self.tokenizer = chat.tokenizer
 

@@ -27,9 +27,10 @@ worker's ``env_timeout_s`` (``rollout.env_timeout_s``) ends its episode as ``inf
 with an ``EnvError`` naming the call, the task and the limit, and the rest go on (an env or
 tool that hangs is the environment's fault, never the model's). A Python thread cannot be
 stopped: the call is left running, its env and sandbox are closed only if it returns (a
-close could race it), and later calls go to a fresh pool so the stuck thread holds no one
-up. A process that exits normally still waits for such a thread; the rollout actors are
-killed instead.
+close could race it), and every call not yet started moves to a fresh pool, so stuck
+threads hold no one up. ``abort_all`` waits for running calls up to the same limit. A
+process that exits normally still waits for a stuck thread; the rollout actors are killed
+instead.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ class RolloutSession:
         self._done_early: list[Any] = []  # turns a load ended (their budget was used up), returned by step_once
         self.restarted_episodes = 0
         self.timed_out_env_calls = 0
+        self._calls: dict[Future, Callable[[], Any]] = {}  # what each pending future runs (resubmitted after a pool swap)
 
     def _submit(self, kind: str, st: Any, fn: Callable[[], Any]) -> None:
         """Run ``fn`` (an env call of episode ``st``: ``reset``, ``step`` or ``close``) in the
@@ -124,7 +126,9 @@ class RolloutSession:
             finally:
                 st.env_call_started = None
 
-        self._futures[self._pool.submit(timed)] = (kind, st)
+        fut = self._pool.submit(timed)
+        self._futures[fut] = (kind, st)
+        self._calls[fut] = timed
 
     def _expire_env_calls(self) -> list[Any]:
         """End the episodes whose reset or step has run longer than ``env_timeout_s``
@@ -138,8 +142,9 @@ class RolloutSession:
             if kind == "close" or started is None or fut.done() or now - started <= limit:
                 continue
             del self._futures[fut]
-            self._restart_pending.discard(st.episode.episode_id)
-            st.abandoned = True
+            self._calls.pop(fut, None)
+            self._restart_pending.discard(st.episode.episode_id)  # (still counted in restarted_episodes)
+            self._abandon(st)
             self.timed_out_env_calls += 1
             err = EnvError(f"{st.req.env_id}.{kind} of task {st.req.task_id!r} (episode {st.episode.episode_id}) "
                            f"did not return within rollout.env_timeout_s={limit:g}; the episode ends as an "
@@ -148,9 +153,30 @@ class RolloutSession:
             fut.add_done_callback(lambda _f, st=st: self.worker._close(st))  # if the call ever returns
             self.worker._fail(st, TerminationReason.INFRA_ERROR, err)
             out.append(st)
-            self._pool.shutdown(wait=False)  # its queued calls still run; the stuck thread holds up no new one
-            self._pool = ThreadPoolExecutor(max_workers=self.worker.env_workers, thread_name_prefix="agentrl-env")
+        if out:
+            self._swap_pool()
         return out
+
+    @staticmethod
+    def _abandon(st: Any) -> None:
+        """Leave ``st``'s env (and, for a restart, the previous attempt's, which the same call
+        closes first) to the running call: nothing else may close it beside that call."""
+        st.abandoned = True
+        if st.previous is not None:
+            st.previous.abandoned = True
+
+    def _swap_pool(self) -> None:
+        """A fresh pool for every call not yet started: the old pool's threads may all be
+        stuck, and what is queued behind them would never start (nor time out)."""
+        old, self._pool = self._pool, ThreadPoolExecutor(max_workers=self.worker.env_workers,
+                                                          thread_name_prefix="agentrl-env")
+        old.shutdown(wait=False, cancel_futures=True)
+        for fut in [f for f in self._futures if f.cancelled()]:
+            kind, st = self._futures.pop(fut)
+            fn = self._calls.pop(fut)
+            new = self._pool.submit(fn)
+            self._futures[new] = (kind, st)
+            self._calls[new] = fn
 
     def _wait_cap_s(self) -> float | None:
         """How long a wait may last before a running env call could overrun ``env_timeout_s``."""
@@ -221,6 +247,7 @@ class RolloutSession:
             ready = list(wait(list(self._futures), timeout=timeout, return_when=FIRST_COMPLETED)[0])
         for fut in ready:
             kind, st = self._futures.pop(fut)
+            self._calls.pop(fut, None)
             if kind == "close":
                 continue
             if st.episode.episode_id in self._restart_pending:
@@ -361,6 +388,7 @@ class RolloutSession:
             self.worker._close(old)
             return self.worker._reset(new)
 
+        fresh.previous = st  # close_then_reset closes it: if that call is abandoned, so is st
         self._submit("reset", fresh, close_then_reset)
 
     # ------------------------------------------------------------------ the end
@@ -373,8 +401,16 @@ class RolloutSession:
             except Exception:  # pragma: no cover - best effort
                 log.exception("abort failed")
         unfinished = [st.req for st in self._active.values()]
-        # env calls still running may be opening a sandbox (a reset): let them return first
-        wait([f for f, (kind, _) in self._futures.items() if kind != "close"])
+        # env calls still running may be opening a sandbox (a reset): let them return first,
+        # for up to env_timeout_s; one still running then is left to its thread (closed if it
+        # returns), one not started is cancelled
+        running = [f for f, (kind, _) in self._futures.items() if kind != "close"]
+        limit = getattr(self.worker, "env_timeout_s", None)
+        for fut in wait(running, timeout=limit).not_done:
+            if not fut.cancel():
+                st = self._futures[fut][1]
+                self._abandon(st)
+                fut.add_done_callback(lambda _f, st=st: self.worker._close(st))
         for st in self._all:
             if not st.abandoned:  # its env is still in a stuck call's hands
                 self.worker._close(st)
@@ -384,12 +420,14 @@ class RolloutSession:
         self._held.clear()
         self._restart_pending.clear()
         self._futures = {f: v for f, v in self._futures.items() if v[0] == "close"}
+        self._calls = {f: c for f, c in self._calls.items() if f in self._futures}
         return unfinished
 
     def wait_closed(self) -> None:
         """Wait for every pending env call and close."""
         wait(list(self._futures))
         self._futures.clear()
+        self._calls.clear()
 
     def shutdown(self) -> None:
         """Stop the env thread pool (waits for running env calls)."""

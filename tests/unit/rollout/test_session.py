@@ -321,6 +321,49 @@ def test_a_step_past_env_timeout_s_fails_only_its_episode_and_its_env_is_never_c
         session.shutdown()
 
 
+def test_calls_queued_behind_stuck_threads_still_run_and_abort_all_waits_only_env_timeout_s():
+    """Every pool thread stuck (two workers, two hanging resets): the calls queued behind them
+    move to a fresh pool; ``abort_all`` gives a stuck call up after the limit."""
+    import threading
+
+    release = threading.Event()
+    session, engine, envs = make(answer_len=3, steps=2)
+    session.worker.env_timeout_s = 0.3
+    hung: list[CountingEnv] = []
+
+    class HangingReset(CountingEnv):
+        def reset(self, *, seed=None, options=None):
+            release.wait()
+            return super().reset(seed=seed, options=options)
+
+    def factory(req):
+        env = HangingReset(2) if req.task_id.startswith("h") else CountingEnv(2)
+        (hung if req.task_id.startswith("h") else envs).append(env)
+        return env, None
+
+    session.worker.env_factory = factory
+    try:
+        session.submit(reqs("h1", "h2", "b", "c"))  # b and c wait for a thread behind h1 and h2
+        done = {e.task_id: e for e in run_until(session, lambda out: len(out) == 4, limit=50)}
+        assert [done[t].termination_reason for t in ("h1", "h2")] == [TerminationReason.INFRA_ERROR] * 2
+        assert [done[t].termination_reason for t in ("b", "c")] == [TerminationReason.ENV_TERMINATED] * 2
+        session.wait_closed()
+        session.submit(reqs("h3"))
+        run_until(session, lambda _: hung and len(hung) == 3, limit=50)
+        t0 = time.monotonic()
+        back = session.abort_all()
+        assert [r.task_id for r in back] == ["h3"] and time.monotonic() - t0 < 5
+        assert not any(env.closed for env in hung)  # all still inside their reset
+        release.set()
+        deadline = time.monotonic() + 10
+        while not all(env.closed for env in hung) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(env.closed for env in hung) and all(env.closed for env in envs)
+    finally:
+        release.set()
+        session.shutdown()
+
+
 def test_a_bad_mode_is_a_config_error_naming_it():
     from agentrl.errors import ConfigError
 
