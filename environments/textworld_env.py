@@ -54,7 +54,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import warnings
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Iterable

@@ -133,7 +133,7 @@ class RolloutSession:
     def _expire_env_calls(self) -> list[Any]:
         """End the episodes whose reset or step has run longer than ``env_timeout_s``
         (module docstring); returns their states, failed with ``infra_error``."""
-        limit = getattr(self.worker, "env_timeout_s", None)
+        limit = self.worker.env_timeout_s
         if limit is None:
             return []
         now, out = time.monotonic(), []
@@ -180,7 +180,7 @@ class RolloutSession:
 
     def _wait_cap_s(self) -> float | None:
         """How long a wait may last before a running env call could overrun ``env_timeout_s``."""
-        limit = getattr(self.worker, "env_timeout_s", None)
+        limit = self.worker.env_timeout_s
         if limit is None:
             return None
         now = time.monotonic()
@@ -405,7 +405,7 @@ class RolloutSession:
         # for up to env_timeout_s; one still running then is left to its thread (closed if it
         # returns), one not started is cancelled
         running = [f for f, (kind, _) in self._futures.items() if kind != "close"]
-        limit = getattr(self.worker, "env_timeout_s", None)
+        limit = self.worker.env_timeout_s
         for fut in wait(running, timeout=limit).not_done:
             if not fut.cancel():
                 st = self._futures[fut][1]
