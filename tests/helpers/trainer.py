@@ -12,8 +12,9 @@ and the batches go through ``TokenBatch.pack`` / ``ValueBatch.pack``.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -175,21 +176,56 @@ def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict
     return results
 
 
-def two_rank_worker(rank: int, world_size: int, port: int, model_path: str, cases: dict, out_file: str) -> None:
-    """``torch.multiprocessing.spawn`` target: join a gloo group on 127.0.0.1:``port``,
-    run ``run_trainer_cases``, and have rank 0 ``torch.save`` the results to ``out_file``
-    (every other rank ``r`` its metrics to ``f"{out_file}.rank{r}"``)."""
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_on_gloo_ranks(fn: Callable[..., Any], *args: Any, world_size: int = 2) -> list[Any]:
+    """Run ``fn(*args)`` once on each of ``world_size`` spawned processes joined in one gloo
+    process group (127.0.0.1, a free port; one torch thread each) and return what each rank
+    returned, in rank order. ``fn`` must be importable by name (module level) and its
+    result picklable by ``torch.save``.
+
+    Raises:
+        torch.multiprocessing.ProcessRaisedException: ``fn`` raised on a rank (with its
+            traceback).
+    """
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="gloo-ranks-") as out_dir:
+        mp.spawn(_gloo_rank_main, args=(world_size, free_port(), out_dir, fn, args), nprocs=world_size, join=True)
+        return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+def _gloo_rank_main(rank: int, world_size: int, port: int, out_dir: str, fn: Callable[..., Any], args: tuple) -> None:
+    """``mp.spawn`` target of ``run_on_gloo_ranks``. On success the process leaves with
+    ``os._exit(0)``, not through interpreter shutdown: gloo's worker threads retire a
+    finished collective's work (dropping the last reference to its tensors, which takes
+    the GIL) just after the caller's ``wait`` returns, and a thread that asks for the GIL
+    while the interpreter finalizes is ended by CPython inside a noexcept destructor:
+    ``std::terminate``, SIGABRT ("terminate called without an active exception";
+    pytorch/pytorch#190489). ``destroy_process_group`` does not join those threads, as
+    DTensor's sharding caches keep the group alive. A rank that raises leaves through
+    ``mp.spawn``'s own path, which records the traceback first."""
+    import sys
+
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
-    )
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
-        results = run_trainer_cases(model_path, cases)
-        torch.save(results, out_file if rank == 0 else f"{out_file}.rank{rank}")
+        result = fn(*args)
     finally:
         dist.destroy_process_group()
+    torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # ---------------------------------------------------------------------------- critic
@@ -253,18 +289,3 @@ def run_critic_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict]
         if dist.get_rank() == 0:
             results[name] = {"values": values, "metrics": metrics, "grads": grads, "weights": weights}
     return results
-
-
-def critic_two_rank_worker(rank: int, world_size: int, port: int, model_path: str, cases: dict, out_file: str) -> None:
-    """``torch.multiprocessing.spawn`` target: join a gloo group on 127.0.0.1:``port``, run
-    ``run_critic_cases``, and have rank 0 ``torch.save`` the results to ``out_file``."""
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        results = run_critic_cases(model_path, cases)
-        if rank == 0:
-            torch.save(results, out_file)
-    finally:
-        dist.destroy_process_group()

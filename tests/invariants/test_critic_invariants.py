@@ -8,13 +8,10 @@ groups (one in-process rank, two spawned ranks).
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from tests.helpers.trainer import critic_two_rank_worker, run_critic_cases
+from tests.helpers.trainer import run_critic_cases, run_on_gloo_ranks
 
 pytestmark = pytest.mark.usefixtures("process_group")
 
@@ -58,12 +55,6 @@ def test_critic_gradients_equal_for_micro_batch_sizes_1_2_4(tiny_llama_path: str
     _assert_same(res["mbs2"], res["mbs4"], "micro-batch size 2 vs 4")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 TWO_RANK_CASES = {
     # 3 rows per rank, 2 micro-batches each
     "six_rows": {"batch": {"num_rows": 6, "seed": 11}, "config": {**BASE, "micro_batch_size": 2}},
@@ -77,15 +68,8 @@ TWO_RANK_CASES = {
 }
 
 
-def test_critic_gradients_equal_for_one_and_two_ranks(tiny_llama_path: str, tmp_path) -> None:
-    out_file = tmp_path / "two_rank.pt"
-    mp.spawn(
-        critic_two_rank_worker,
-        args=(2, _free_port(), tiny_llama_path, TWO_RANK_CASES, str(out_file)),
-        nprocs=2,
-        join=True,
-    )
-    two = torch.load(out_file, weights_only=False)
+def test_critic_gradients_equal_for_one_and_two_ranks(tiny_llama_path: str) -> None:
+    two = run_on_gloo_ranks(run_critic_cases, tiny_llama_path, TWO_RANK_CASES)[0]
     one = run_critic_cases(tiny_llama_path, TWO_RANK_CASES)
     assert two.keys() == one.keys() == TWO_RANK_CASES.keys()
     for name in TWO_RANK_CASES:

@@ -13,18 +13,16 @@ rank, two spawned ranks).
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from agentrl.trainer import PolicyTrainer, TrainerConfig
 from agentrl.trainer.config import LOSS_AGG_MODES
 from agentrl.types import SamplingRecord, TokenBatch, TokenSequence
-from tests.helpers.trainer import full_grads, make_batch, make_tiny_llama, run_trainer_cases, two_rank_worker
+from tests.helpers.trainer import full_grads, make_batch, make_tiny_llama, run_on_gloo_ranks, run_trainer_cases
 
 pytestmark = pytest.mark.usefixtures("process_group")
 
@@ -51,12 +49,6 @@ def tied_llama_path(tmp_path_factory) -> str:
     """The tiny Llama with ``lm_head`` tied to ``embed_tokens``, as SmolLM2 (both in
     FSDP's root group)."""
     return make_tiny_llama(tmp_path_factory.mktemp("tiny_llama_tied"), seed=1, tie_word_embeddings=True)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _assert_same(a: dict, b: dict, what: str) -> None:
@@ -96,7 +88,7 @@ def test_packed_equals_padded_across_token_budgets(tiny_llama_path: str, mode: s
         assert got["metrics"]["perf/padding_frac"] == 0.0
 
 
-def test_packed_equals_padded_for_one_and_two_ranks(tiny_llama_path: str, tied_llama_path: str, tmp_path: Path) -> None:
+def test_packed_equals_padded_for_one_and_two_ranks(tiny_llama_path: str, tied_llama_path: str) -> None:
     """Every aggregation mode, packed (two budgets) and padded, on 2 gloo ranks equals 1
     rank; the tied model checks that the head's gradient reaches the shared embedding
     through FSDP's forward-method hooks."""
@@ -117,9 +109,7 @@ def test_packed_equals_padded_for_one_and_two_ranks(tiny_llama_path: str, tied_l
 
     two_rank: dict[str, dict] = {}
     for path, group in ((tiny_llama_path, cases), (tied_llama_path, tied)):
-        out_file = tmp_path / f"two_rank_{len(group)}.pt"
-        mp.spawn(two_rank_worker, args=(2, _free_port(), path, group, str(out_file)), nprocs=2, join=True)
-        two = torch.load(out_file, weights_only=False)
+        two = run_on_gloo_ranks(run_trainer_cases, path, group)[0]
         one = run_trainer_cases(path, group)
         assert two.keys() == one.keys() == group.keys()
         for name in group:
@@ -271,19 +261,6 @@ def _c06_run(model_path: str, configs: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def _c06_worker(rank: int, world_size: int, port: int, model_path: str, configs: dict, out_file: str) -> None:
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        res = _c06_run(model_path, configs)
-        if rank == 0:
-            torch.save(res, out_file)
-    finally:
-        dist.destroy_process_group()
-
-
 def _c06_configs(layout: str) -> dict[str, dict]:
     if layout == "packed":
         # budget 2: A and B alone; 6: both in one micro-batch
@@ -301,13 +278,11 @@ def _check_c06(res: dict[str, dict], what: str) -> None:
 
 
 @pytest.mark.parametrize("layout", ["packed", "padded"])
-def test_C06_token_mean(tiny_llama_path: str, tmp_path: Path, layout: str) -> None:
+def test_C06_token_mean(tiny_llama_path: str, layout: str) -> None:
     configs = _c06_configs(layout)
     one = _c06_run(tiny_llama_path, configs)
     _check_c06(one, f"{layout}, 1 rank")
-    out_file = tmp_path / "c06.pt"
-    mp.spawn(_c06_worker, args=(2, _free_port(), tiny_llama_path, configs, str(out_file)), nprocs=2, join=True)
-    two = torch.load(out_file, weights_only=False)
+    two = run_on_gloo_ranks(_c06_run, tiny_llama_path, configs)[0]
     _check_c06(two, f"{layout}, 2 ranks")
     ref = next(iter(one.values()))["grads"]
     for name, r in two.items():

@@ -7,15 +7,12 @@ in-process rank, two spawned ranks).
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from agentrl.trainer import PolicyTrainer, TrainerConfig
 from agentrl.trainer.config import KLConfig, RolloutCorrectionConfig
-from tests.helpers.trainer import make_batch, make_tiny_llama, run_trainer_cases, two_rank_worker
+from tests.helpers.trainer import make_batch, make_tiny_llama, run_on_gloo_ranks, run_trainer_cases
 
 pytestmark = pytest.mark.usefixtures("process_group")
 
@@ -63,12 +60,6 @@ def test_C06_gradients_equal_for_micro_batch_sizes_1_2_4(tiny_llama_path: str, m
     _assert_same(res["mbs2"], res["mbs4"], "micro-batch size 2 vs 4")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 TWO_RANK_CASES = {
     # 3 rows per rank, 2 micro-batches each
     "six_rows": {"batch": {"num_rows": 6, "seed": 11, "temperature": 1.0}, "config": {**BASE, "micro_batch_size": 2}},
@@ -83,15 +74,8 @@ TWO_RANK_CASES = {
 }
 
 
-def test_C06_gradients_equal_for_one_and_two_ranks(tiny_llama_path: str, tmp_path) -> None:
-    out_file = tmp_path / "two_rank.pt"
-    mp.spawn(
-        two_rank_worker,
-        args=(2, _free_port(), tiny_llama_path, TWO_RANK_CASES, str(out_file)),
-        nprocs=2,
-        join=True,
-    )
-    two = torch.load(out_file, weights_only=False)
+def test_C06_gradients_equal_for_one_and_two_ranks(tiny_llama_path: str) -> None:
+    two = run_on_gloo_ranks(run_trainer_cases, tiny_llama_path, TWO_RANK_CASES)[0]
     one = run_trainer_cases(tiny_llama_path, TWO_RANK_CASES)
     assert two.keys() == one.keys() == TWO_RANK_CASES.keys()
     for name in TWO_RANK_CASES:
@@ -131,10 +115,7 @@ def _off_policy_cases(reference_path: str) -> dict[str, dict]:
 def test_off_policy_metrics_equal_for_one_and_two_ranks_and_on_every_rank(tiny_llama_path: str, tmp_path) -> None:
     ref = make_tiny_llama(tmp_path / "reference", seed=1)
     cases = _off_policy_cases(ref)
-    out_file = tmp_path / "two_rank_off_policy.pt"
-    mp.spawn(two_rank_worker, args=(2, _free_port(), tiny_llama_path, cases, str(out_file)), nprocs=2, join=True)
-    two = torch.load(out_file, weights_only=False)
-    rank1 = torch.load(f"{out_file}.rank1", weights_only=False)
+    two, rank1 = run_on_gloo_ranks(run_trainer_cases, tiny_llama_path, cases)
     one = run_trainer_cases(tiny_llama_path, cases)
     for name in cases:
         m = one[name]["metrics"]
