@@ -39,7 +39,7 @@ IS_LEVELS: tuple[str, ...] = ("token", "sequence")
 KLEstimator = Literal["k1", "k2", "k3"]
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 """Estimators of KL(current || reference) per token (Schulman 2020, "Approximating KL
-Divergence"); see ``agentrl.trainer.losses.kl_penalty``."""
+Divergence"); see ``agentrl.trainer.kl``."""
 
 KL_MODES: tuple[str, ...] = ("loss", "reward")
 """Where the KL-to-reference term acts: added to the loss, or subtracted from the reward."""
@@ -48,6 +48,29 @@ ROW_LAYOUTS: tuple[str, ...] = ("packed", "padded")
 """How the rows of a micro-batch are laid out for the forward pass."""
 
 RowLayout = Literal["packed", "padded"]
+
+ATTENTION_WIDTH_LOG_PROB_TOL = 1e-4
+"""Bound (nats, absolute, fp32) on how far a row's log-probs move when its attention runs
+inside a wider call than the row: padded rows through ``sdpa`` or ``eager``, or packed rows
+through a kernel without a variable-length path (a dense block-diagonal mask). PyTorch's
+CPU attention kernels block their sums by the call's length (the flash kernel's query and
+key blocks follow the sequence length and each query block's causal end; ``eager``'s
+softmax and matmul reduce over the full width), so the row's sums round in another order.
+Measured on SmolLM2-135M-Instruct, CPU, rows of 560-1,040 tokens (random ids, log-probs down
+to -27): at most 1.7e-5 (padded, ``sdpa``), 5.0e-5 (padded, ``eager``), 7.1e-5 (packed,
+``sdpa``, four rows in one sequence); it grows with row length and depth. The default
+kernel off CUDA-bf16 (``auto`` = ``agentrl_varlen_sdpa``) runs each row at its own length
+and is exact in both layouts (flash attention's varlen path, ``auto`` on CUDA in bf16,
+also runs rows at their own lengths; not measured here). Kept by
+``tests/invariants/test_layouts_at_real_lengths.py``."""
+
+ATTENTION_WIDTH_GRAD_TOL = 1e-5
+"""Bound (absolute, fp32) on the parameter gradients' difference in the same cases as
+``ATTENTION_WIDTH_LOG_PROB_TOL``: measured at most 6.3e-7 (padded, ``sdpa``), 2.7e-6
+(padded, ``eager``) and 2.9e-6 (packed, ``sdpa``) on two SmolLM2 rows of 563 and 1,037
+tokens. The default kernel's gradients differ from a plain forward's by at most 2.7e-7
+there (the weight gradients of padded rows sum over more, zero, positions; the LM head's
+backward is written out)."""
 
 VARLEN_SDPA = "agentrl_varlen_sdpa"
 """Our variable-length attention kernel (``agentrl.trainer.packing``), by the name it is
@@ -173,7 +196,11 @@ class RolloutCorrectionConfig:
 class KLConfig:
     """A KL penalty toward a frozen reference policy (the initial policy by default),
     estimated per loss token with k1, k2 or k3 (Schulman 2020, "Approximating KL
-    Divergence"). Off by default (``coef`` 0). See ``agentrl.trainer.losses.kl_penalty``."""
+    Divergence"). Off by default (``coef`` 0). In ``mode='reward'`` use k1 (its policy
+    gradient is the exact gradient of the KL); in ``mode='loss'`` the estimator sets the
+    reported value and every one gets the gradient of KL(current || reference). See
+    ``agentrl.trainer.kl`` (Tang & Munos 2025, "On a few pitfalls in KL divergence gradient
+    estimation for RL")."""
 
     coef: float = documented(
         0.0,
@@ -187,8 +214,13 @@ class KLConfig:
         doc=(
             "Per-token estimator of KL(current || reference) with d = log current - log reference "
             "(Schulman 2020): k1 = d (unbiased, can be negative), k2 = d^2 / 2 (low variance, biased), "
-            "k3 = exp(-d) - 1 + d (unbiased and >= 0; the default, as in GRPO). In 'loss' mode each keeps "
-            "its own gradient."
+            "k3 = exp(-d) - 1 + d (unbiased and >= 0; the default, as in GRPO). 'reward' mode: use k1, the "
+            "standard choice of PPO for RLHF, whose policy gradient is exactly that of the KL (k2 and k3 there "
+            "bias it). 'loss' mode: the estimator is the value added to the loss and reported (actor/kl_loss); "
+            "the gradient is the same for all three, d * grad log current per sampled token weighted by "
+            "current / behavior (unbiased for grad KL(current || reference)), because differentiating the "
+            "estimate itself gives 0 in expectation for k1 and the gradient of KL(reference || current) for k3 "
+            "(Tang & Munos 2025)."
         ),
     )
     mode: Literal["loss", "reward"] = documented(
@@ -415,9 +447,11 @@ class TrainerConfig(OptimConfig):
             "Attention kernel. 'auto' (default): flash_attention_2 on CUDA when the flash_attn package is installed and "
             "dtype is bfloat16 (it has no fp32 kernel), else agentrl_varlen_sdpa, our variable-length kernel "
             "that runs anywhere PyTorch does (SDPA once per row: no FLOP on padding or across rows). 'sdpa', "
-            "'eager', 'flash_attention_2' and 'agentrl_varlen_sdpa' name one kernel; every one of them scores "
-            "packed and padded rows exactly (packed rows get a block-diagonal mask where the kernel has no "
-            "variable-length path)."
+            "'eager', 'flash_attention_2' and 'agentrl_varlen_sdpa' name one kernel. agentrl_varlen_sdpa runs "
+            "every row, packed or padded, at its own length and scores it exactly as a plain forward of the row "
+            "alone. 'sdpa' and 'eager' attend over the micro-batch's width (padded rows with a mask, packed rows "
+            "with a block-diagonal mask) and are exact only up to rounding: log-probs within 1e-4, gradients "
+            "within 1e-5 in fp32 (ATTENTION_WIDTH_LOG_PROB_TOL, ATTENTION_WIDTH_GRAD_TOL)."
         ),
     )
     micro_batch_size: int = documented(
@@ -487,7 +521,9 @@ class TrainerConfig(OptimConfig):
             "attention restricted to each row and position ids restarting per row; micro-batches formed by the "
             "micro_batch_tokens budget. 'padded': rows right-padded to the longest row of the micro-batch "
             "(micro_batch_size rows each), for comparison and for kernels without variable-length attention. "
-            "Both give the same log-probs (within 1e-5 in fp32); packed spends no compute on padding."
+            "With agentrl_varlen_sdpa (what 'auto' picks off CUDA-bf16) both give a plain forward's log-probs bit "
+            "for bit and its gradients within 1e-6 (fp32, CPU); with 'sdpa' or 'eager' the log-probs are within "
+            "1e-4 and the gradients within 1e-5 (see attn_implementation). Packed spends no compute on padding."
         ),
     )
     logprob_chunk_tokens: int = documented(

@@ -6,9 +6,10 @@ engine's), ``proximal_log_probs`` (the trainer's at the weights the update start
 and the current ones. ``rollout_correction`` turns the behavior/proximal mismatch into
 detached per-token weights and masks; ``ppo_loss`` is the decoupled PPO-clip loss with
 clip-higher and dual clip, weighted and masked by that correction, plus an optional
-KL-to-reference term (``kl_penalty``: k1 / k2 / k3), all aggregated with global
-normalisers (``aggregate_loss``); ``rollout_corr_metrics`` gives the batch's
-``rollout_corr/*`` metrics from additive per-micro-batch sums. Without correction, dual
+KL-to-reference term (``agentrl.trainer.kl``: value k1 / k2 / k3, gradient that of
+KL(current ‖ reference)), all aggregated with global normalisers (``aggregate_loss``);
+``rollout_corr_metrics`` gives the batch's ``rollout_corr/*`` metrics from additive
+per-micro-batch sums. Without correction, dual
 clip or KL, ``ppo_loss`` is the plain PPO-clip loss.
 
 Everything here is a function of tensors; nothing touches a model, a process group or a
@@ -43,6 +44,7 @@ from agentrl.trainer.config import (
     validate_clip_ratios,
     validate_dual_clip_c,
 )
+from agentrl.trainer.kl import kl_loss_term, kl_penalty
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -54,6 +56,7 @@ __all__ = [
     "RolloutCorrection",
     "aggregate_loss",
     "entropy_from_logits",
+    "kl_loss_term",
     "kl_penalty",
     "logprobs_from_logits",
     "ppo_loss",
@@ -256,53 +259,6 @@ def aggregate_loss(
         per_seq = seq_sum  # (S,)
     denom = (seq_cnt > 0).sum().clamp(min=1).float() if global_num_seqs is None else global_num_seqs
     return per_seq.sum() / _positive(denom, "global_num_seqs")
-
-
-# ---------------------------------------------------------------- KL to a reference
-
-
-def kl_penalty(
-    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: KLEstimator = "k3"
-) -> torch.Tensor:
-    """Per-token estimate of KL(current || reference) from the log-probs of the sampled
-    tokens (Schulman 2020, "Approximating KL Divergence", http://joschu.net/blog/kl-approx.html).
-
-    With ``d = log_probs - ref_log_probs`` (clamped to ``±MAX_ABS_LOG_RATIO`` so that
-    ``exp`` stays finite in fp32) and ``r = exp(-d) = ref / current``:
-
-    - ``k1 = d``: unbiased, high variance, negative on some tokens.
-      Gradient ``d k1 / d log_probs = 1``.
-    - ``k2 = d^2 / 2``: biased, low variance, >= 0. Gradient ``d``.
-    - ``k3 = (r - 1) - log r = exp(-d) - 1 + d``: unbiased, >= 0 (GRPO's choice).
-      Gradient ``1 - exp(-d)``. Computed as ``expm1(-d) + d`` (no cancellation at small d).
-
-    Each estimator keeps its own autograd gradient (with respect to both inputs; detach
-    ``ref_log_probs`` for a frozen reference). Outside the clamp the gradient is 0.
-
-    Args:
-        log_probs: ``[T]`` float32, current policy log-probs (nats).
-        ref_log_probs: ``[T]`` float32, the reference model's log-probs of the same tokens.
-        estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
-
-    Returns:
-        ``[T]`` float32 per-token estimates (nats). Masking is the caller's.
-
-    Raises:
-        ConfigError: unknown ``estimator``.
-        ContractError: shapes that differ.
-    """
-    if estimator not in KL_ESTIMATORS:
-        raise ConfigError(f"kl estimator={estimator!r}; expected one of {KL_ESTIMATORS}")
-    if log_probs.shape != ref_log_probs.shape:
-        raise ContractError(
-            f"ref_log_probs has shape {tuple(ref_log_probs.shape)}; expected {tuple(log_probs.shape)} like log_probs"
-        )
-    d = (log_probs.float() - ref_log_probs.float()).clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # (T,)
-    if estimator == "k1":
-        return d  # (T,)
-    if estimator == "k2":
-        return 0.5 * d * d  # (T,)
-    return torch.expm1(-d) + d  # (T,)
 
 
 # ---------------------------------------------------------------- rollout correction
@@ -569,15 +525,21 @@ def ppo_loss(
         clip_t = max(-A_t r_t, -A_t clip(r_t, 1 - clip_ratio_low, 1 + clip_ratio_high))
         pg_t   = clip_t                        if A_t >= 0 or dual_clip_c is None
                = min(clip_t, -dual_clip_c A_t) if A_t < 0
-        loss   = agg(w_t * pg_t * keep_t) + kl_coef * agg(k_t)
+        loss   = agg(w_t * pg_t * keep_t) + kl_coef * agg(kl_t)
 
     Sources: PPO-clip (Schulman et al. 2017, Eq. 7); clip-higher (Yu et al. 2025, "DAPO",
     Sec. 3.1); the decoupled objective, ratio to the proximal policy weighted by
     proximal / behavior (Hilton et al. 2021, Sec. 3; AReaL, Fu et al. 2025, Sec. 5); dual
     clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL", Eq. 5);
-    the KL term ``k_t = kl_penalty(log_probs, ref_log_probs, kl_estimator)`` (Schulman
-    2020) on every loss token (not only the kept ones: the masks address the
-    engine/trainer mismatch of the policy-gradient term, the KL regularises the policy).
+    the KL term ``kl_t = kl_loss_term(log_probs, ref_log_probs, kl_estimator, sg(r_t w_t))``
+    on every loss token (not only the kept ones: the masks address the engine/trainer
+    mismatch of the policy-gradient term, the KL regularises the policy). Its value is
+    the estimate ``k_t`` (Schulman 2020), its gradient ``r_t w_t d_t grad log_probs_t``
+    with ``d_t = log_probs_t - ref_log_probs_t``: in expectation over the sampled tokens,
+    the gradient of KL(current ‖ reference) at each state, for every estimator, with
+    ``r_t w_t`` (current / behavior, unclipped) correcting for tokens sampled by an older
+    policy (``agentrl.trainer.kl``; differentiating ``k_t`` itself would give 0 in
+    expectation for k1 and the gradient of KL(reference ‖ current) for k3).
 
     ``agg`` is ``aggregate_loss`` with ``loss_agg_mode`` and the global normalisers; tokens
     that ``correction.keep`` masks out contribute 0 but stay in the counts (verl, IcePop),
@@ -613,10 +575,11 @@ def ppo_loss(
     Returns:
         ``(loss, metrics)``: ``loss`` a 0-dim float32 tensor, this call's share of the
         batch's loss (policy gradient + KL). ``metrics``: 0-dim detached float32 tensors.
-        ``actor/pg_loss`` and ``actor/kl_loss`` (0 when off) are this call's shares (add
-        them over calls). The names in ``PPO_TOKEN_SUM_METRICS`` and ``kl/ref_k1``,
-        ``kl/ref_k2``, ``kl/ref_k3`` (only with ``ref_log_probs``) are sums over this call's
-        loss tokens (add them over calls, divide by the global loss-token count):
+        ``actor/pg_loss`` and ``actor/kl_loss`` (0 when off; ``kl_coef`` times the
+        aggregated estimate ``k_t``) are this call's shares (add them over calls). The
+        names in ``PPO_TOKEN_SUM_METRICS`` and ``kl/ref_k1``, ``kl/ref_k2``, ``kl/ref_k3``
+        (only with ``ref_log_probs``) are sums over this call's loss tokens (add them over
+        calls, divide by the global loss-token count):
         ``actor/ppo_kl`` (k3 of KL(proximal || current), ``(r - 1) - log r``),
         ``actor/pg_clipfrac`` (kept tokens whose clipped term is the larger),
         ``actor/pg_clipfrac_dual`` (kept tokens with ``A < 0`` where the bound
@@ -689,7 +652,8 @@ def ppo_loss(
         ref = torch.where(mask, ref_log_probs.detach().float(), zero)  # (T,)
     if kl_coef > 0:
         assert ref is not None
-        kl_tok = torch.where(mask, kl_penalty(lp, ref, kl_estimator), zero)  # (T,)
+        rho = ratio.detach() if correction is None else ratio.detach() * correction.weights.detach().float()  # (T,)
+        kl_tok = torch.where(mask, kl_loss_term(lp, ref, kl_estimator, importance_weights=rho), zero)  # (T,)
         kl_loss = kl_coef * aggregate_loss(kl_tok, loss_mask, **agg)
         loss = pg_loss + kl_loss
 

@@ -13,11 +13,20 @@ Two row layouts (``TrainerConfig.row_layout``):
   ``torch.nn.functional.scaled_dot_product_attention(..., is_causal=True)`` once per row
   segment, so no FLOP is spent on padding or between rows and no dense ``[Tm, Tm]`` mask
   is built (its ``AttentionMaskInterface`` entry returns ``None`` for packed input). The
-  ``sdpa`` and ``eager`` kernels also score packed rows exactly: transformers detects the
-  restarts of ``position_ids`` and builds a dense block-diagonal mask.
+  ``sdpa`` and ``eager`` kernels also score packed rows, up to rounding (below):
+  transformers detects the restarts of ``position_ids`` and builds a dense block-diagonal
+  mask over the whole packed sequence.
 - ``"padded"``: rows right-padded to the longest row of the micro-batch with an
-  ``attention_mask``: exact for every kernel, kept for comparison and for kernels without
-  variable-length support.
+  ``attention_mask``, kept for comparison and for kernels without variable-length
+  support. ``VARLEN_SDPA`` (its mask entry hands the kernel the ``[B, L]`` padding mask,
+  as transformers does for flash attention) runs each row's attention at the row's own
+  length, so padded rows score exactly as packed ones. A kernel that attends over the
+  padded width (``sdpa``, ``eager``) is exact only up to rounding: PyTorch's CPU
+  flash-attention kernel (``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``) picks its
+  query/key block sizes from the sequence length and each query block's causal end, so a
+  row computed inside a longer sequence sums its attention in another order, with or
+  without a mask (measured bounds: ``agentrl.trainer.config.ATTENTION_WIDTH_LOG_PROB_TOL``
+  and ``ATTENTION_WIDTH_GRAD_TOL``).
 
 Micro-batches: with ``"packed"``, rows are bin-packed (first-fit decreasing) into at most
 ``micro_batch_tokens`` tokens each (``pack_micro_batches``); with ``"padded"``, rows are
@@ -99,23 +108,27 @@ def varlen_sdpa_attention(
     cu_seq_lens_k: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Causal attention of packed rows, one ``scaled_dot_product_attention`` call per row.
+    """Causal attention of packed (or padded) rows, one ``scaled_dot_product_attention``
+    call per row at the row's own length.
 
     The ``AttentionInterface`` signature of transformers (``sdpa_attention_forward``).
-    With ``attention_mask`` given (padded rows, or any other prepared mask) it defers to
-    transformers' own SDPA function unchanged.
+    With a ``[B, L]`` padding mask (padded rows) each row runs over its own tokens
+    (``_padded_rows_attention``); with any other prepared mask (a 4-D one, decoding) it
+    defers to transformers' own SDPA function unchanged.
 
     Args:
         module: the attention module (``num_key_value_groups`` read for GQA).
         query: ``[1, H, Tm, D]``; key, value: ``[1, Hkv, Tm, D]``.
-        attention_mask: ``None`` for packed rows.
+        attention_mask: ``None`` for packed rows; ``[B, L]`` bool for padded rows (what
+            ``_varlen_sdpa_mask`` returns), each row's attention then runs at its own length.
         dropout, scaling: as in ``scaled_dot_product_attention`` (dropout must be 0 for
             exact scoring; the trainer switches dropout off at load).
         cu_seq_lens_q, cu_seq_lens_k: int ``[n + 1]`` row boundaries (equal: self-attention);
             when absent they are read from ``kwargs["position_ids"]`` (restarts at 0).
 
     Returns:
-        ``([1, Tm, H, D], None)``, the layout transformers' attention functions return.
+        ``([1, Tm, H, D], None)`` (``[B, L, H, D]`` for padded rows), the layout
+        transformers' attention functions return.
 
     Raises:
         ContractError: row boundaries given with a batch dimension other than 1, or query
@@ -125,8 +138,10 @@ def varlen_sdpa_attention(
 
     if cu_seq_lens_q is not None and query.shape[0] != 1:
         raise ContractError(f"packed attention expects a batch of 1 sequence, got query {tuple(query.shape)}")
+    if attention_mask is not None and attention_mask.dim() == 2:  # padded rows (``_varlen_sdpa_mask``)
+        return _padded_rows_attention(query, key, value, attention_mask, dropout, scaling), None
     if attention_mask is not None or query.shape[2] == 1 or query.shape[0] != 1:
-        # padded rows (or rows without padding, whose mask transformers dropped), decoding
+        # a prepared 4-D mask, rows without padding (whose mask was dropped), decoding
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
@@ -156,13 +171,69 @@ def varlen_sdpa_attention(
     return out.transpose(1, 2).contiguous(), None  # (1, Tm, H, D)
 
 
+def _padded_rows_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    keep: torch.Tensor,
+    dropout: float,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Causal attention of padded rows, one ``scaled_dot_product_attention`` call per row
+    over its kept positions only, so each row is computed at its own length and matches
+    the same row scored alone (or packed) bit for bit.
+
+    Args:
+        query: ``[B, H, L, D]``; key, value: ``[B, Hkv, L, D]``.
+        keep: ``[B, L]`` bool (or 0/1), 1 on the row's tokens. Right padding (the trainer's)
+            takes each row's prefix as a view; any other pattern gathers the kept positions,
+            which then attend causally among themselves (as flash attention's unpadding).
+        dropout, scaling: as in ``scaled_dot_product_attention``.
+
+    Returns:
+        ``[B, L, H, D]``; 0 at padding positions.
+    """
+    keep = keep.to(device=query.device, dtype=torch.bool)  # (B, L)
+    gqa = query.shape[1] != key.shape[1]
+    width = query.shape[2]
+    rows = []
+    for b in range(query.shape[0]):
+        n = int(keep[b].sum())
+        if n == 0:
+            rows.append(query.new_zeros(1, query.shape[1], width, query.shape[3]))  # (1, H, L, D)
+            continue
+        prefix = bool(keep[b, :n].all())  # right padding
+        if prefix:
+            q, k, v = query[b : b + 1, :, :n], key[b : b + 1, :, :n], value[b : b + 1, :, :n]  # (1, H*, n, D)
+        else:
+            idx = keep[b].nonzero().flatten()  # (n,)
+            q, k, v = (t[b : b + 1].index_select(2, idx) for t in (query, key, value))  # (1, H*, n, D)
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout, scale=scaling, is_causal=n > 1, enable_gqa=gqa
+        )  # (1, H, n, D)
+        if prefix:
+            pad = out.new_zeros(1, out.shape[1], width - n, out.shape[3])  # (1, H, L - n, D)
+            rows.append(torch.cat([out, pad], dim=2) if n < width else out)  # (1, H, L, D)
+        else:
+            rows.append(out.new_zeros(1, out.shape[1], width, out.shape[3]).index_copy(2, idx, out))  # (1, H, L, D)
+    return torch.cat(rows).transpose(1, 2).contiguous()  # (B, L, H, D)
+
+
 def _varlen_sdpa_mask(*args: Any, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
     """``AttentionMaskInterface`` entry of ``VARLEN_SDPA``: no mask for packed input (the
-    kernel reads the row boundaries), transformers' SDPA mask when a padding mask is given."""
-    from transformers.masking_utils import sdpa_mask
+    kernel reads the row boundaries) or for rows without padding; for padded rows the
+    ``[B, L]`` bool padding mask itself (as transformers' ``flash_attention_mask``), from
+    which the kernel takes each row's length. Decoding with a cache (queries shorter than
+    the keys) gets transformers' SDPA mask."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
 
     if attention_mask is None:
         return None
+    plain_causal = kwargs.get("mask_function", causal_mask_function) is causal_mask_function
+    no_cache = kwargs.get("q_offset", 0) == 0 and kwargs.get("kv_offset", 0) == 0
+    same_length = kwargs.get("q_length") == kwargs.get("kv_length") == attention_mask.shape[-1]
+    if not args and attention_mask.dim() == 2 and plain_causal and no_cache and same_length:
+        return None if bool(attention_mask.all()) else attention_mask.to(torch.bool)  # (B, L)
     return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
 
 

@@ -122,6 +122,20 @@ def test_packed_equals_padded_for_one_and_two_ranks(tiny_llama_path: str, tied_l
             _assert_same(two_rank[f"{mode}_padded"], two_rank[f"{mode}_packed_{budget}"], f"2 ranks, {mode}, padded vs packed {budget}")
 
 
+def test_padded_rows_score_bit_for_bit_like_packed_rows_at_hundreds_of_tokens(tiny_llama_path: str) -> None:
+    """Rows of 200-500 tokens, where PyTorch's CPU attention kernel blocks a row's sums
+    by the length of the call: the default kernel runs each padded row at its own length,
+    so padded log-probs equal packed ones exactly (through a full-width masked call they
+    differ by about 5e-7 here; ``test_layouts_at_real_lengths.py`` for the real model)."""
+    batch = make_batch(num_rows=4, seed=0, min_len=200, max_len=500)
+    got = {}
+    for layout in ("packed", "padded"):
+        trainer = PolicyTrainer(TrainerConfig(model_path=tiny_llama_path, row_layout=layout, attn_implementation="auto",
+                                              micro_batch_size=4, micro_batch_tokens=4096))
+        got[layout] = trainer.compute_log_probs(batch)
+    assert torch.equal(got["packed"], got["padded"]), float((got["packed"] - got["padded"]).abs().max())
+
+
 # ---------------------------------------------------------------- against plain Hugging Face
 
 

@@ -123,8 +123,10 @@ def test_reference_is_the_initial_policy_frozen_and_not_checkpointed(tiny_llama_
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
 def test_kl_loss_gradient_matches_a_hand_built_loss(tiny_llama_path: str, reference_path: str, estimator: str) -> None:
-    """The step's gradient (policy term + coef * token-mean of k) equals the gradient of the
-    same loss written by hand on a plain HF model and reference."""
+    """The step's gradient (policy term + coef * token-mean of the KL term) equals the
+    gradient of the same loss written by hand on a plain HF model and reference: the KL
+    term's value is the estimate k, its gradient d * grad log p (that of KL(current ||
+    reference); ratio and importance weight are 1 in this first pass), for every estimator."""
     temperature, coef = 0.8, 0.7
     batch = make_batch(num_rows=4, seed=43, temperature=temperature)
     trainer = _trainer(tiny_llama_path, max_grad_norm=None, micro_batch_tokens=30,
@@ -141,7 +143,8 @@ def test_kl_loss_gradient_matches_a_hand_built_loss(tiny_llama_path: str, refere
     lp = _plain_log_probs(policy, batch, temperature)[mask]  # (n,) with grad
     adv = batch.advantages[mask]  # (n,)
     ratio = torch.exp(lp - lp.detach())  # (n,) 1 at epoch 0: no clip binds
-    kl = kl_penalty(lp, ref_lp, estimator)  # (n,) with grad
+    d = (lp - ref_lp).detach()  # (n,)
+    kl = kl_penalty(lp.detach(), ref_lp, estimator) + d * (lp - lp.detach())  # (n,) value k, gradient d
     kl_mean = float(kl.detach().mean())
     loss = (-adv * ratio).sum() / n + coef * kl.sum() / n
     loss.backward()

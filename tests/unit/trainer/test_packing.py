@@ -160,6 +160,54 @@ def test_varlen_sdpa_rejects_batched_boundaries() -> None:
                                       cu_seq_lens_k=torch.tensor([0, 1, 4], dtype=torch.int32))
 
 
+def test_varlen_sdpa_runs_padded_rows_at_their_own_length_bit_for_bit() -> None:
+    """A ``[B, L]`` padding mask (what the kernel's mask entry returns for padded rows):
+    each row's valid positions equal that row attended alone, bit for bit in fp32 at
+    lengths where PyTorch's CPU kernel blocks a row's sums differently inside a wider
+    call; padding positions are 0; a left-padded or holed row attends causally among its
+    kept positions; gradients reach only them."""
+    g = torch.Generator().manual_seed(1)
+    lens, width, heads, kv_heads = [563, 1037, 300], 1037, 6, 2
+    q = torch.randn(3, heads, width, 16, generator=g, requires_grad=True)
+    k = torch.randn(3, kv_heads, width, 16, generator=g, requires_grad=True)
+    v = torch.randn(3, kv_heads, width, 16, generator=g, requires_grad=True)
+    keep = torch.zeros(3, width, dtype=torch.bool)
+    keep[0, :563] = True
+    keep[1] = True
+    keep[2, 737:] = True  # left padding
+    keep[2, 800:810] = False  # and a hole
+    out, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, keep)
+    assert out.shape == (3, width, heads, 16)  # transformers' layout
+    for b, n in ((0, 563), (1, 1037)):
+        alone = F.scaled_dot_product_attention(q[b:b + 1, :, :n], k[b:b + 1, :, :n], v[b:b + 1, :, :n],
+                                               is_causal=True, enable_gqa=True).transpose(1, 2)
+        assert torch.equal(out[b:b + 1, :n], alone)
+        assert torch.equal(out[b, n:], torch.zeros_like(out[b, n:]))
+    idx = keep[2].nonzero().flatten()
+    compact = F.scaled_dot_product_attention(*(t[2:3].index_select(2, idx) for t in (q, k, v)),
+                                             is_causal=True, enable_gqa=True).transpose(1, 2)
+    assert torch.equal(out[2:3].index_select(1, idx), compact)
+    assert torch.equal(out[2, ~keep[2]], torch.zeros_like(out[2, ~keep[2]]))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.equal(t.grad[0, :, 563:], torch.zeros_like(t.grad[0, :, 563:]))
+
+
+def test_varlen_mask_entry_hands_padded_rows_their_padding_mask() -> None:
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+    pad = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    kw = dict(batch_size=2, q_length=4, kv_length=4, q_offset=0, kv_offset=0, mask_function=causal_mask_function)
+    got = packing._varlen_sdpa_mask(attention_mask=pad, **kw)
+    assert got.dtype == torch.bool and torch.equal(got, pad.bool())
+    assert packing._varlen_sdpa_mask(attention_mask=torch.ones(2, 4, dtype=torch.long), **kw) is None  # no padding
+    assert packing._varlen_sdpa_mask(attention_mask=None, **kw) is None  # packed rows
+    # anything but plain causal self-attention without a cache keeps transformers' 4-D mask
+    sliding = {**kw, "mask_function": sliding_window_causal_mask_function(2)}
+    assert packing._varlen_sdpa_mask(attention_mask=pad.bool(), **sliding).dim() == 4
+    assert packing._varlen_sdpa_mask(attention_mask=pad.bool(), **{**kw, "q_length": 1, "q_offset": 3}).dim() == 4
+
+
 def test_auto_resolves_to_the_per_row_kernel_on_cpu() -> None:
     from transformers import AttentionInterface
 

@@ -170,6 +170,8 @@ def test_dual_clip_constant_must_exceed_one() -> None:
 
 
 def test_kl_estimators_known_values_and_gradients() -> None:
+    # The estimates and their formulas' derivatives (not the KL's gradient: a loss takes
+    # kl_loss_term, tests/unit/trainer/test_kl_gradient.py).
     # d = log current - log ref. Token 0: current 0.5, ref 0.25, d = ln 2 = 0.693147.
     #   k1 = d = 0.693147                 grad 1
     #   k2 = d^2 / 2 = 0.240227           grad d = 0.693147
@@ -240,8 +242,8 @@ def test_kl_term_in_the_loss_uses_the_same_aggregation() -> None:
         assert float(m["kl/ref_k3"]) == pytest.approx(sum(k3), abs=1e-6)  # a sum over loss tokens
         assert float(m["kl/ref_k1"]) == pytest.approx(ln2 + 0.0 - ln2, abs=1e-6)
         loss.backward()
-        if mode == "token-mean":  # grad of k3 is 1 - exp(-d): 0.5, 0, -1; times 0.1 / 3
-            torch.testing.assert_close(x.grad, torch.tensor([0.0, 0.05, 0.0, 0.0, -0.1]) / 3, atol=1e-7, rtol=0)
+        if mode == "token-mean":  # the term's gradient is d (of KL(current || ref)): ln 2, 0, -ln 2; times 0.1 / 3
+            torch.testing.assert_close(x.grad, torch.tensor([0.0, ln2, 0.0, 0.0, -ln2]) * 0.1 / 3, atol=1e-7, rtol=0)
     with pytest.raises(ContractError, match="ref_log_probs"):
         ppo_loss(lp, lp, adv, mask, kl_coef=0.1)
     with pytest.raises(ConfigError, match="kl_coef=-0.1"):
