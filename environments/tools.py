@@ -37,6 +37,13 @@ __all__ = [
 ]
 
 _SNIPPET_CHARS = 120
+_DECODER = json.JSONDecoder(strict=False)  # raw newlines and tabs in strings: models write code that way
+_SPACE = re.compile(r"\s*")
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The first index at or after ``pos`` that is not whitespace."""
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
@@ -109,6 +116,12 @@ class HermesToolParser:
     * a final ``<tool_call>`` without ``</tool_call>`` is accepted when the rest of the text
       is exactly one JSON object (generation stopped on the ``</tool_call>`` stop string).
 
+    Each call is read as JSON from its opening tag on (``json.JSONDecoder.raw_decode``), so
+    the string state is known: a ``</tool_call>`` (or ``<tool_call>``) inside a JSON string,
+    as in ``{"name": "bash", "arguments": {"command": "grep -n '</tool_call>' notes.md"}}``,
+    is part of the argument, and the call ends at the first closing tag after its object.
+    The rollout's stop strings follow the same rule (``agentrl.rollout.stop_strings``).
+
     Args:
         tools: OpenAI-style tool schemas (``{"type": "function", "function": {...}}``).
 
@@ -149,6 +162,10 @@ class HermesToolParser:
     def parse(self, text: str) -> list[ToolCall]:
         """All tool calls in ``text``, in order; ``[]`` when it has no ``<tool_call>`` tag.
 
+        Each call is the JSON object right after its ``<tool_call>`` (whitespace around it
+        allowed) followed by ``</tool_call>``, or by the end of the text for the last call;
+        tags inside the object's strings belong to the strings.
+
         Raises:
             ToolParseError: a call is not valid JSON, not an object, names an unknown tool,
                 or its arguments do not match the tool's schema. The message says which
@@ -163,19 +180,39 @@ class HermesToolParser:
                 break
             index += 1
             body_start = start + len(self.open_tag)
-            end = text.find(self.close_tag, body_start)
+            obj_start = _skip_space(text, body_start)
+            try:
+                obj, obj_end = _DECODER.raw_decode(text, obj_start)
+            except json.JSONDecodeError as exc:
+                failed_at = exc.pos
+            else:
+                after = _skip_space(text, obj_end)
+                if text.startswith(self.close_tag, after):
+                    calls.append(self._call_from(obj, index))
+                    pos = after + len(self.close_tag)
+                    continue
+                if after == len(text):  # the last call, unclosed: one JSON object
+                    calls.append(self._call_from(obj, index))
+                    break
+                failed_at = obj_end  # text other than the closing tag after the object
+            # Not one JSON object and a closing tag: the call ends at the first closing tag
+            # after where reading it failed (past any string it read), and the error says why.
+            end = text.find(self.close_tag, failed_at)
             if end < 0:
                 body = text[body_start:]
-                if self.open_tag in body:
+                if self.open_tag in text[failed_at:]:
                     raise ToolParseError(
                         f"tool call {index}: <tool_call> is never closed (a new <tool_call> "
                         f"starts before any </tool_call>); write each call as "
                         f"<tool_call>{{...}}</tool_call>"
                     )
-                calls.append(self._parse_body(body, index, unclosed=True))
-                break
-            calls.append(self._parse_body(text[body_start:end], index, unclosed=False))
-            pos = end + len(self.close_tag)
+                self._parse_body(body, index, unclosed=True)
+            else:
+                self._parse_body(text[body_start:end], index, unclosed=False)
+            raise ToolParseError(  # pragma: no cover - _parse_body raises for a body raw_decode refused
+                f"tool call {index} is not one JSON object followed by </tool_call>: "
+                f"{_snippet(text[body_start:])}"
+            )
         if not calls and self.close_tag in text:
             raise ToolParseError(
                 "found </tool_call> without an opening <tool_call>; write each call as "
@@ -184,6 +221,7 @@ class HermesToolParser:
         return calls
 
     def _parse_body(self, body: str, index: int, *, unclosed: bool) -> ToolCall:
+        """The call whose text between the tags is ``body`` (the error paths of ``parse``)."""
         stripped = body.strip()
         where = f"tool call {index}"
         if not stripped:
@@ -204,6 +242,16 @@ class HermesToolParser:
                 f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column "
                 f"{exc.colno}): {_snippet(stripped)}"
             ) from exc
+        return self._call_from(obj, index)
+
+    def _call_from(self, obj: Any, index: int) -> ToolCall:
+        """The call that the decoded JSON value ``obj`` of call ``index`` (1-based) describes.
+
+        Raises:
+            ToolParseError: not an object, no known tool name, arguments that are not an
+                object or do not match the tool's schema.
+        """
+        where = f"tool call {index}"
         if not isinstance(obj, dict):
             raise ToolParseError(
                 f"{where} is a JSON {type(obj).__name__}, expected an object with keys "

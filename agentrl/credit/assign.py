@@ -14,10 +14,11 @@
    signature; an estimator that needs a critic gets the value model's values through the
    ``values_fn`` callback (the controller's call to the trainer actors);
 5. puts the advantages on the sampled tokens through ``loss_mask`` (observation tokens get
-   0; with ``overlong_filtering`` a completion cut by ``max_new_tokens`` gets 0 too, DAPO
-   §3.4) and packs rows with ``TokenBatch.pack`` (``Episode.row_layout``: one row per episode
-   in full-history mode, one per step in per-step mode); for a critic it also packs the
-   critic's own ``ValueBatch`` (returns as targets, rollout-time values as ``old_values``).
+   0; with ``overlong_filtering`` a completion cut by ``max_new_tokens`` or by the context
+   budget gets 0 too, DAPO §3.4) and packs rows with ``TokenBatch.pack``
+   (``Episode.row_layout``: one row per episode in full-history mode, one per step in
+   per-step mode); for a critic it also packs the critic's own ``ValueBatch`` (returns as
+   targets, rollout-time values as ``old_values``).
 
 ``missing_groups`` tells the controller how many groups dynamic sampling left it short.
 """
@@ -215,9 +216,12 @@ def pack_batch(kept: Sequence[Episode], advantages: Sequence[Sequence[float]], s
 
 
 def estimator_params(cfg: AlgorithmConfig) -> critics.EstimatorParams:
-    """The settings the estimators read, from the algorithm config."""
+    """The settings the estimators read, from the algorithm config (``algorithm.gigpo.*`` as
+    the ``gigpo_*`` fields)."""
     return critics.EstimatorParams(gamma=cfg.gamma, lam=cfg.lam, token_gamma=cfg.token_gamma,
-                                   token_lam=cfg.token_lam, norm_by_std=cfg.norm_by_std)
+                                   token_lam=cfg.token_lam, norm_by_std=cfg.norm_by_std,
+                                   gigpo_step_weight=cfg.gigpo.step_weight, gigpo_mode=cfg.gigpo.mode,
+                                   gigpo_episode_stats=cfg.gigpo.episode_stats)
 
 
 def _per_episode(est: critics.Estimator, what: str, got: object, want: Sequence[int],
@@ -345,15 +349,26 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
 
 def _overlong_filtered(kept: Sequence[Episode], cfg: AlgorithmConfig, metrics: dict[str, float]) -> dict[str, set[int]]:
     """DAPO overlong filtering (Yu et al. 2025, §3.4), per turn: ``episode_id -> {k}`` for
-    each kept episode ended by its last completion hitting ``max_new_tokens`` (termination
-    ``length``); that completion leaves the loss, the episode's earlier turns stay, and its
-    reward still counts in its group's statistics. Counts ``filter/overlong_filtered_turns``.
-    Empty unless ``cfg.overlong_filtering``."""
+    each turn ``k`` of a kept episode whose completion was cut by a token budget, i.e. its
+    ``finish_reason`` is ``length``: ``rollout.max_new_tokens`` (the episode's termination
+    is ``length``) or the room left in ``rollout.max_context_tokens`` (termination
+    ``context_limit``). A ``context_limit`` episode that ended before sampling a turn (the
+    next prompt left no room) has no cut completion and nothing is filtered. That
+    completion leaves the loss, the episode's other turns stay, and its reward still counts
+    in its group's statistics. Counts ``filter/overlong_filtered_turns`` (all cut turns)
+    and ``filter/overlong_filtered_turns_context_limit`` (those of ``context_limit``
+    episodes). Empty unless ``cfg.overlong_filtering``."""
     if not cfg.overlong_filtering:
         return {}
-    out = {e.episode_id: {len(e.turns) - 1} for e in kept
-           if e.turns and e.termination_reason == TerminationReason.LENGTH}
-    metrics["filter/overlong_filtered_turns"] = float(len(out))
+    out: dict[str, set[int]] = {}
+    by_context = 0
+    for e in kept:
+        cut = {k for k, t in enumerate(e.turns) if t.finish_reason == "length"}
+        if cut:
+            out[e.episode_id] = cut
+            by_context += len(cut) if e.termination_reason == TerminationReason.CONTEXT_LIMIT else 0
+    metrics["filter/overlong_filtered_turns"] = float(sum(len(v) for v in out.values()))
+    metrics["filter/overlong_filtered_turns_context_limit"] = float(by_context)
     return out
 
 

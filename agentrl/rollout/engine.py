@@ -122,6 +122,10 @@ class VLLMEngine:
         seed: engine seed (requests also carry their own seeds).
         kv_cache_gb: CPU KV cache, GiB (fractions too: ``kv_cache_memory_bytes``).
         max_num_seqs: concurrent sequences.
+        decode: the policy tokenizer's decode (special tokens kept); needed by requests
+            with stop strings.
+        logits_processors: vLLM V1 logits processors (``LogitsProcessor`` subclasses or
+            their qualified names) applied to every request; none by default.
 
     Raises:
         EngineError: vLLM failed to start.
@@ -129,7 +133,8 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
                  kv_cache_gb: float = 1.0, max_num_seqs: int = 64,
-                 decode: Callable[[Sequence[int]], str] | None = None) -> None:
+                 decode: Callable[[Sequence[int]], str] | None = None,
+                 logits_processors: Sequence[Any] = ()) -> None:
         configure_vllm_env(kv_cache_gb)
         try:
             from vllm import LLM
@@ -171,6 +176,7 @@ class VLLMEngine:
                         skip_tokenizer_init=True,
                         # Fractions of a GiB too (VLLM_CPU_KVCACHE_SPACE: whole GiB only).
                         kv_cache_memory_bytes=max(1, int(kv_cache_gb * 2**30)),
+                        **({"logits_processors": list(logits_processors)} if logits_processors else {}),
                     )
             finally:
                 renderer_log.removeFilter(_no_chat_warmup_warning)
@@ -183,14 +189,20 @@ class VLLMEngine:
         self._partial: dict[str, Any] = {}  # request id -> its latest cumulative CompletionOutput (None: none yet)
         self._reload_reason: str | None = None  # why update_weights last fell back to reload_weights
         self.decode = decode  # the policy tokenizer's decode: needed for requests with stop strings
-        self._stops: dict[str, tuple[tuple[str, ...], int]] = {}  # request id -> (stop strings, tokens checked)
+        # request id -> (stop strings, tokens checked, the turn's ids sampled before this request)
+        self._stops: dict[str, tuple[tuple[str, ...], int, tuple[int, ...]]] = {}
 
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
-            stop_token_ids: Sequence[int], seed: int | None = None, stop_strings: Sequence[str] = ()) -> None:
+            stop_token_ids: Sequence[int], seed: int | None = None, stop_strings: Sequence[str] = (),
+            stop_context_ids: Sequence[int] = ()) -> None:
         """Queue one request. ``prompt_ids`` ``[P]`` with ``P + max_tokens <= max_model_len``.
         ``stop_strings``: the request ends (``finish_reason="stop"``, ``stop_token_id`` None)
-        with the token that completes the first of them in its text
-        (``agentrl.rollout.stop_strings``); needs the engine's ``decode``.
+        with the token that completes the first of them in its text that ends a turn (not
+        one inside a tool call's JSON string: ``agentrl.rollout.stop_strings``); needs the
+        engine's ``decode``. ``stop_context_ids``: the turn's ids sampled before this
+        request (the end of ``prompt_ids``, for a request that continues a preempted turn),
+        read before the request's own ids when stop strings are looked for, so a tool call
+        opened before the preemption keeps its string state.
 
         Raises:
             EngineError: the request does not fit ``max_model_len``, or stop strings without
@@ -221,7 +233,7 @@ class VLLMEngine:
         self.engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
         self._partial[request_id] = None
         if stop_strings:
-            self._stops[request_id] = (tuple(stop_strings), 0)
+            self._stops[request_id] = (tuple(stop_strings), 0, tuple(int(t) for t in stop_context_ids))
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished_requests()
@@ -254,21 +266,28 @@ class VLLMEngine:
         return done
 
     def _stopped(self, request_id: str, o: Any, *, finished: bool = False) -> Completion | None:
-        """The request's completion cut at its first stop string, if its newest tokens hold
-        one (None otherwise, or for a request without stop strings)."""
+        """The request's completion cut at its first stop string that ends the turn, if its
+        newest tokens hold a stop string (None otherwise, for one inside a tool call's JSON
+        string, or for a request without stop strings). The turn's ids from before a
+        preemption (``stop_context_ids``) are read first."""
         entry = self._stops.pop(request_id, None) if finished else self._stops.get(request_id)
         if entry is None:
             return None
-        stops, checked = entry
+        stops, checked, context = entry
         n = len(o.token_ids)
-        if not tail_holds_stop(o.token_ids, self.decode, stops, checked):
+        c = len(context)
+        whole = context + tuple(o.token_ids) if c else o.token_ids
+        k = None
+        if tail_holds_stop(whole, self.decode, stops, c + checked):
+            k = cut_at_stop(whole, self.decode, stops)  # None: only inside a tool call's JSON string
+        if k is None:
             if not finished:
-                self._stops[request_id] = (stops, n)
+                self._stops[request_id] = (stops, n, context)
             return None
+        k = max(0, k - c)  # of this request's own ids
+        if finished and o.finish_reason == "stop" and k == n - 1:
+            return None  # only the stop token after it: the completion as vLLM ended it
         ids, lps = _ids_and_log_probs(request_id, o)
-        k = cut_at_stop(ids, self.decode, stops)
-        if k is None or (finished and o.finish_reason == "stop" and k == n - 1):
-            return None  # none, or only the stop token after it: the completion as vLLM ended it
         return Completion(request_id, ids[:k], lps[:k], "stop", None)  # unfinished: the caller aborts it
 
     def abort(self, request_ids: Iterable[str]) -> None:

@@ -26,8 +26,12 @@ with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool
   if the environment cannot parse it, the turn gets reward 0 and is *not* counted as an
   invalid action (a length stop is not a format failure). Without it, the action is not
   executed at all and earns 0;
+* a completion stopped by the context budget (its ``max_tokens`` was the room left in
+  ``max_context_tokens``, less than ``max_new_tokens``) → truncated, ``context_limit``; that
+  turn's ``finish_reason`` is ``length``, as for ``max_new_tokens``: both are cut replies;
 * the next observation leaves no room for a turn in ``max_context_tokens`` → truncated,
-  ``context_limit``, and no engine call is made (case C08b);
+  ``context_limit``, and no engine call is made (case C08b); every turn recorded was
+  complete (none has ``finish_reason`` ``length``);
 * an infrastructure fault (sandbox, env contract violation) → ``infra_error``; a reward
   function fault → ``reward_error``. Both keep the turns recorded so far, carry the error,
   and are excluded from the loss by the controller; never a reward of 0.
@@ -53,6 +57,8 @@ log = logging.getLogger(__name__)
 
 
 class EngineLike(Protocol):
+    # with rollout.stop_strings, ``add`` also takes ``stop_strings`` and ``stop_context_ids``
+    # (``RolloutWorker.stop_kwargs``; ``VLLMEngine.add``)
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
             stop_token_ids: Sequence[int], seed: int | None = None) -> None: ...
     def has_unfinished(self) -> bool: ...
@@ -167,13 +173,15 @@ class RolloutWorker:
         self.tokenizer = chat.tokenizer
 
     # ------------------------------------------------------------------------------
-    def run(self, requests: Sequence[EpisodeRequest], policy_version: int) -> list[Episode]:
+    def run(self, requests: Sequence[EpisodeRequest], policy_version: int,
+            on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
         """Roll out every request; returns episodes in request order. Never raises for one
         episode's fault: an exception from its env reset or step, from parsing its ``info``
         or from building its next prompt ends that episode alone with ``infra_error`` (or
         ``reward_error``), carrying the error's type, message and traceback. Each episode's
         id is its request's ``episode_id``. A thin loop over ``RolloutSession``
         (``agentrl.rollout.session``): submit everything, step until done.
+        ``on_episode`` is called with each episode as it finishes (progress reports).
 
         Raises:
             ContractError: two requests of the batch have the same ``episode_id``.
@@ -187,6 +195,8 @@ class RolloutWorker:
             while session.in_flight():
                 for ep in session.step_once(wait_s=None):
                     done[ep.episode_id] = ep
+                    if on_episode is not None:
+                        on_episode(ep)
             session.wait_closed()
         except BaseException:
             session.abort_all()  # cancelled or crashed: abort engine requests and release every sandbox
@@ -279,10 +289,18 @@ class RolloutWorker:
         self.engine.add(st.request_id, st.engine_prompt, sampling=self.sampling, max_tokens=st.max_tokens,
                         stop_token_ids=self.chat.stop_token_ids, seed=st.seed, **self.stop_kwargs())
 
-    def stop_kwargs(self) -> dict[str, Any]:
-        """``engine.add``'s stop-string argument (none when no stop strings are set, so an
-        engine without them keeps its signature)."""
-        return {"stop_strings": self.limits.stop_strings} if self.limits.stop_strings else {}
+    def stop_kwargs(self, sampled: Sequence[int] = ()) -> dict[str, Any]:
+        """``engine.add``'s stop-string arguments (none when no stop strings are set, so an
+        engine without them keeps its signature): the stop strings, and for a request that
+        continues a preempted turn the turn's ids ``sampled`` so far (``stop_context_ids``),
+        so a stop string inside a tool call's JSON string opened before the preemption does
+        not end the turn (``agentrl.rollout.stop_strings``)."""
+        if not self.limits.stop_strings:
+            return {}
+        kw: dict[str, Any] = {"stop_strings": self.limits.stop_strings}
+        if sampled:
+            kw["stop_context_ids"] = list(sampled)
+        return kw
 
     def _after_env(self, kind: str, fut: Future, st: _Active, queue: list[_Active]) -> bool:
         try:
@@ -368,8 +386,9 @@ class RolloutWorker:
         versions = [seg[2] for seg in st.segments for _ in seg[0]] + [st.version] * len(comp.token_ids)
         st.segments = []
         if self.limits.stop_strings and comp.finish_reason != "abort":
-            # the engine stops at a stop string within its steps; one that spans a preemption
-            # (two engine requests) is only seen whole here
+            # the engine stops at a stop string within its steps; here the whole turn is cut
+            # again (an engine that ignores stop strings, one spanning a preemption), by the
+            # same rule: not at one inside a tool call's JSON string
             k = cut_at_stop(ids, self.tokenizer.decode, self.limits.stop_strings)
             if k is not None and not (k == len(ids) - 1 and ids[-1] in self.chat.stop_token_ids):
                 ids, lps, versions = ids[:k], lps[:k], versions[:k]

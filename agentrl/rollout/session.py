@@ -10,7 +10,9 @@ are in flight, in one of three modes (issue 12, items 2 and 4):
   preempted (``VLLMEngine.preempt``: aborted, its sampled ids and behavior log-probs kept),
   the weights load, the prefix cache is reset (checked: nothing holds blocks any more),
   and each request is added again as its prompt + the ids sampled so far, with
-  ``max_tokens`` reduced by them and a new seed (``segment_seed``). The finished turn's
+  ``max_tokens`` reduced by them, a new seed (``segment_seed``) and those ids as its
+  stop-string context (a tool call opened before the preemption keeps its JSON string
+  state: ``agentrl.rollout.stop_strings``). The finished turn's
   ``completion_ids`` / ``behavior_log_probs`` are the concatenation and
   ``Turn.policy_versions`` says which tokens came from which version. Sandboxes stay alive.
   The continuation's prompt is prefilled again under the new weights, so no KV block of the
@@ -346,7 +348,8 @@ class RolloutSession:
         self._by_request[st.request_id] = st
         self.engine.add(st.request_id, st.engine_prompt + partial, sampling=self.worker.sampling, max_tokens=remaining,
                         stop_token_ids=self.worker.chat.stop_token_ids,
-                        seed=segment_seed(st.req.sample_seed, turn, n_seg) if n_seg else st.seed, **self.worker.stop_kwargs())
+                        seed=segment_seed(st.req.sample_seed, turn, n_seg) if n_seg else st.seed,
+                        **self.worker.stop_kwargs(partial))
 
     def _finish_preempted(self, st: Any) -> None:
         last = st.segments.pop()

@@ -70,11 +70,11 @@ def test_the_engine_cuts_a_finished_completion_at_its_stop_string_but_keeps_a_st
 
     eng = _engine()
     eng.decode = dec
-    eng._stops["a"] = (("</tool_call>",), 0)
+    eng._stops["a"] = (("</tool_call>",), 0, ())
     cut = eng._stopped("a", _Output(range(13), "length"), finished=True)
     assert cut.token_ids == tuple(range(11)) and cut.finish_reason == "stop" and cut.stop_token_id is None
-    eng._stops["b"] = (("</tool_call>",), 0)  # "...</tool_call>" then the stop token: as vLLM ended it
+    eng._stops["b"] = (("</tool_call>",), 0, ())  # "...</tool_call>" then the stop token: as vLLM ended it
     assert eng._stopped("b", _Output([*range(11), eos], "stop"), finished=True) is None
-    eng._stops["c"] = (("</tool_call>",), 0)  # unfinished: nothing yet, then the tokens that complete it
+    eng._stops["c"] = (("</tool_call>",), 0, ())  # unfinished: nothing yet, then the tokens that complete it
     assert eng._stopped("c", _Output(range(9))) is None and eng._stops["c"][1] == 9
     assert eng._stopped("c", _Output(range(12))).token_ids == tuple(range(11))  # step() then aborts it
