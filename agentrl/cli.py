@@ -33,21 +33,40 @@ console = Console(stderr=True)
 DEBUG_HELP = "Show tracebacks (and debug logs) instead of one error line."
 
 
+def _say(label: str, message: str, style: str = "bold red", *, message_style: str = "") -> None:
+    """One message line on stderr, ``label`` (may be ``""``) in ``style``: printed with soft
+    wrap, so it is never broken at the console's width (a terminal folds it on screen, a
+    pipe or a log file gets it whole, whatever COLUMNS says), and as plain text, so brackets
+    in a path, a value or a tool's output are not read as rich markup."""
+    from rich.text import Text
+
+    text = Text.assemble((label, style), " ") if label else Text()
+    text.append(message, style=message_style)
+    console.print(text, soft_wrap=True, highlight=False)
+
+
 def _fail(exc: BaseException, debug: bool) -> None:
     if debug:
         raise exc
-    console.print(f"[bold red]error:[/] {exc}")
+    _say("error:", str(exc))
     raise typer.Exit(2)
 
 
 class _Progress:
-    """Adapter the controller drives: a rich progress bar with the current phase."""
+    """Adapter the controller drives: a rich progress bar with the current phase. ``log_path``:
+    the run's console log (``agentrl.logs``), opened when the run starts (its directory is
+    written by then)."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, log_path: Optional[Path] = None) -> None:
         self.p = progress
         self.task: Any = None
+        self.log_path = log_path
 
     def start(self, total: int, completed: int) -> None:
+        if self.log_path is not None:
+            from agentrl.logs import attach_log_file
+
+            attach_log_file(self.log_path)
         self.task = self.p.add_task("starting", total=total, completed=completed)
 
     def phase(self, it: int, name: str) -> None:
@@ -56,6 +75,16 @@ class _Progress:
     def advance(self, it: int, m: dict) -> None:
         r = m.get("rollout/reward_mean")
         self.p.update(self.task, advance=1, description=f"iteration {it + 1} done, reward {r if r is None else round(r, 3)}")
+
+
+def _keep_console_log(log_path: Optional[Path]) -> None:
+    """A run that ended before its progress bar started (e.g. an engine that would not
+    start): its console log still goes to ``log_path`` once its run directory was written."""
+    from agentrl.logs import attach_log_file, console_log
+
+    log = console_log()
+    if log_path is not None and log is not None and log.path is None and (log_path.parent / "config.yaml").is_file():
+        attach_log_file(log_path)
 
 
 def _summary_table(summary: Any) -> Table:
@@ -86,13 +115,15 @@ def train(
     """Train a policy: rollouts in sandboxed environments → advantages → FSDP2 update → weight sync."""
     from agentrl.cluster.controller import load_run_config, train as run_train
     from agentrl.config import load_config, load_default_config
+    from agentrl.logs import LOG_FILE_NAME, setup_console
 
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_console(debug)  # known-harmless vLLM/Ray warnings off the terminal, all lines in RUN_DIR/console.log
     ov = list(overrides or [])
     if config is not None and "=" in str(config) and not config.exists():
         ov.insert(0, str(config))  # first positional was an override, not a file
         config = None
     cfg = None
+    log_path: Optional[Path] = None
     try:
         if resume is not None:
             if config is not None:
@@ -100,23 +131,33 @@ def train(
             cfg = load_run_config(resume, ov)
         else:
             cfg = load_config(config, ov) if config is not None else load_default_config(ov)
+            from agentrl.cluster.checkpoint import RunDir
+            from agentrl.errors import ConfigError
+
+            if RunDir(cfg.run_dir()).holds_run():  # the command line's own words for what train() refuses
+                raise ConfigError(f"run directory {cfg.run_dir()} already holds a run; continue it with "
+                                  f"`agentrl train --resume {cfg.run_dir()}`, or choose another run.name / run.dir")
         if address:
             cfg.cluster.address = address
+        log_path = Path(resume if resume is not None else cfg.run_dir()) / LOG_FILE_NAME
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as p:
-            summary = run_train(cfg, resume=resume is not None, progress=_Progress(p))
+            summary = run_train(cfg, resume=resume is not None, progress=_Progress(p, log_path))
     except AgentRLError as exc:
         _fail(exc, debug)
         return
     except KeyboardInterrupt:
         run_dir = resume if resume is not None else (cfg.run_dir() if cfg is not None else "RUN_DIR")
-        console.print(f"[yellow]interrupted[/]: the latest checkpoint is kept; continue with "
-                      f"`agentrl train --resume {run_dir}` (add run.iterations=N to run more)")
+        _say("interrupted:", f"the latest checkpoint is kept; continue with `agentrl train --resume {run_dir}` "
+                             "(add run.iterations=N to run more)", "yellow")
         raise typer.Exit(130)
+    finally:
+        _keep_console_log(log_path)
     from agentrl.eval.report import training_eval_lines
 
     Console().print(_summary_table(summary))
-    console.print(f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/)")
+    _say("", f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/, {LOG_FILE_NAME}: "
+             "every warning, the known-harmless ones that were not shown included)")
     from agentrl.cluster.judge import judge_label
 
     judge = judge_label(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)  # which judge scored the evals
@@ -156,7 +197,7 @@ def sandbox_build_image(
 
     try:
         image_id = build_image(name, dockerfile=dockerfile, context=context, force=force,
-                               progress=lambda line: console.print(f"[dim]{line}[/]"))
+                               progress=lambda line: _say("", line, message_style="dim"))
     except AgentRLError as exc:
         _fail(exc, debug)
         return
@@ -170,7 +211,8 @@ def sandbox_gc(
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Remove sandboxes (process trees, cgroups, containers, work dirs) left behind by runs
-    that are gone."""
+    that are gone, and the processes of the local Ray instances those runs started."""
+    from agentrl.cluster.ray_local import reap_dead_ray_instances
     from sandboxes import reap_orphans
 
     try:
@@ -180,6 +222,9 @@ def sandbox_gc(
         return
     # reap_orphans counts killed processes and removed containers together.
     typer.echo(f"removed {n} sandbox processes and containers")
+    # The local Ray instances of runs whose driver died (Ray's agents outlive it); never a live run's.
+    ray_left = reap_dead_ray_instances()
+    typer.echo(f"ended {len(ray_left)} processes of Ray instances whose run is gone")
 
 
 @envs_app.command("list")
@@ -304,7 +349,7 @@ def export(
     except ExportCheckError as exc:
         if debug:
             raise
-        console.print(f"[bold red]export check failed:[/] {exc}")
+        _say("export check failed:", str(exc))
         raise typer.Exit(1)
     except AgentRLError as exc:
         _fail(exc, debug)
@@ -327,22 +372,36 @@ def eval_cmd(
     target: str = typer.Argument(..., metavar="MODEL_OR_RUN_OR_CHECKPOINT", help="A run directory (its latest checkpoint), a checkpoint directory (RUN/checkpoints/iter_N), an exported folder, a local Hugging Face model folder, or a known model name (policy version 0)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key.sub=value overrides, e.g. eval.max_new_tokens=128 rollout.kv_cache_gb=1."),
     env: Optional[str] = typer.Option(None, "--env", help="Environment id (default: the run's env.id, or the packaged default config's)."),
-    split: Optional[str] = typer.Option(None, "--split", help="Held-out split to evaluate (eval.split, default test)."),
-    samples: Optional[int] = typer.Option(None, "--samples", help="Samples per task n (eval.samples, default 4): pass@1..n are reported."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of env instances, sampling and bootstrap (eval.seed, default 0): same seed, same numbers."),
-    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", help="Only the split's first N tasks (eval.num_tasks; default all)."),
+    split: Optional[str] = typer.Option(None, "--split", help="Held-out split to evaluate (default: eval.split of the config the budget comes from, see above)."),
+    samples: Optional[int] = typer.Option(None, "--samples", help="Samples per task n (default: eval.samples of that config): pass@1..n are reported."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of env instances, sampling and bootstrap (default: eval.seed of that config): same seed, same numbers."),
+    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", help="Only the split's first N tasks (default: eval.num_tasks of that config; all tasks when it is unset)."),
     allow_overlap: bool = typer.Option(False, "--allow-overlap", help="Evaluate even when the split shares tasks with the training split."),
     replay_url: Optional[str] = typer.Option(None, "--replay-url", help="Replay store for the eval episodes (default: the run's; runs/eval/replay.db for a bare model)."),
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
-    """Evaluate a policy on held-out tasks with a fixed sampling budget (the eval section of the
-    config: temperature 1.0, top_p 1, max_turns 3, max_new_tokens 256, max_context_tokens 2048
-    by default): unbiased pass@1..n (Chen et al. 2021) with 95 % bootstrap intervals over tasks,
-    mean reward and tokens. Errored samples are left out of n, never counted as failures. The
-    episodes go to the replay store marked as eval, tagged with the policy version."""
-    from agentrl.cluster.evaluate import evaluate
+    """Evaluate a policy on held-out tasks with a fixed sampling budget: unbiased pass@1..n
+    (Chen et al. 2021) with 95 % bootstrap intervals over tasks, mean reward and tokens.
 
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    The budget (temperature with top_p 1 and top_k off, max_turns, max_new_tokens,
+    max_context_tokens) and the eval's other settings (split, samples, seed, num_tasks) are the
+    eval section of: the run's stored config (RUN/config.yaml) for a run or a checkpoint; the
+    packaged default config (agentrl/defaults/shell_lookup.yaml: temperature 0.3, max_turns 4,
+    max_new_tokens 128, 12 tasks) for an exported folder or a model on that config's env;
+    otherwise the built-in defaults (temperature 1.0, max_turns 3, max_new_tokens 256, all
+    tasks); max_context_tokens unset means the rollout's (2048 by default). Options and eval.*
+    overrides change them. The budget in use and where it came from are printed before the
+    rollout, and the settings line after it.
+
+    Errored samples are left out of n, never counted as failures. The episodes go to the
+    replay store marked as eval, tagged with the policy version; every warning (the
+    known-harmless vLLM/Ray ones are not shown, --debug shows them) goes to console.log in
+    RUN/eval/ (runs/eval/ for a bare model)."""
+    from agentrl.cluster.evaluate import evaluate
+    from agentrl.eval.report import episode_progress
+    from agentrl.logs import setup_console
+
+    setup_console(debug)
     ov = list(overrides or []) + [f"eval.{k}={v}" for k, v in (("split", split), ("samples", samples), ("seed", seed),
                                                               ("num_tasks", num_tasks)) if v is not None]
     if not debug:  # a checkpoint's export loads and writes with transformers: no progress bars
@@ -351,9 +410,9 @@ def eval_cmd(
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
     try:
-        with console.status("evaluating") as status:
+        with episode_progress(console, "evaluating") as bar:
             result = evaluate(target, ov, env_id=env, allow_overlap=allow_overlap, replay_url=replay_url,
-                              progress=lambda phase: status.update(phase))
+                              progress=bar.phase, on_settings=bar.settings, on_episodes=bar.episodes)
     except AgentRLError as exc:
         _fail(exc, debug)
         return
@@ -379,18 +438,24 @@ def tasks_profile(
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Measure each task's pass rate under a policy: n samples per task through `agentrl eval`'s
-    path, with the config's rollout sampling and limits (what a training group sees). Prints the
-    pass rates and what `env.difficulty_filter` would skip (pass rate 0 or 1), writes them to a
-    JSON file, and stores the episodes as an evaluation run of that split."""
+    path, with the rollout section's sampling and limits (what a training group sees) of the
+    run's stored config (RUN/config.yaml) for a run or checkpoint, else of the packaged default
+    config (agentrl/defaults/shell_lookup.yaml); the budget in use and its source are printed
+    first. Prints the pass rates and what `env.difficulty_filter` would skip (pass rate 0 or 1),
+    writes them to a JSON file, and stores the episodes as an evaluation run of that split.
+    Every warning goes to console.log beside `agentrl eval`'s (known-harmless vLLM/Ray ones are
+    not shown; --debug shows them)."""
     from agentrl.cluster.profile import profile_tasks
     from agentrl.eval.difficulty import profile_table
+    from agentrl.eval.report import episode_progress
+    from agentrl.logs import setup_console
 
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_console(debug)
     try:
-        with console.status("profiling") as status:
+        with episode_progress(console, "profiling") as bar:
             res = profile_tasks(target, list(overrides or []), env_id=env, split=split, samples=samples, seed=seed,
-                                num_tasks=num_tasks, out=out, replay_url=replay_url,
-                                progress=lambda phase: status.update(phase))
+                                num_tasks=num_tasks, out=out, replay_url=replay_url, progress=bar.phase,
+                                on_settings=bar.settings, on_episodes=bar.episodes)
     except AgentRLError as exc:
         _fail(exc, debug)
         return
@@ -416,9 +481,9 @@ def view(
         _fail(exc, debug)
         return
     if host not in LOOPBACK:
-        console.print(f"[bold yellow]warning:[/] --host {host} serves every run's episodes, sandbox output and config "
-                      "to the network without authentication; use 127.0.0.1 unless that is intended")
-    console.print(f"agentrl view: {db.url} on http://{'[' + host + ']' if ':' in host else host}:{port}/  (Ctrl-C stops)")
+        _say("warning:", f"--host {host} serves every run's episodes, sandbox output and config to the network "
+                         "without authentication; use 127.0.0.1 unless that is intended", "bold yellow")
+    _say("", f"agentrl view: {db.url} on http://{'[' + host + ']' if ':' in host else host}:{port}/  (Ctrl-C stops)")
     try:
         serve(db, host=host, port=port, token_text=_token_text())
     finally:
@@ -443,7 +508,7 @@ def diagnose(
 
     from agentrl.replay import ReplayStore
     from agentrl.replay.diagnose import diagnose as run_diagnosis
-    from agentrl.replay.diagnose import render
+    from agentrl.replay.diagnose import print_report
     from agentrl.replay.viewer import resolve_db_url
 
     try:
@@ -458,7 +523,7 @@ def diagnose(
     if as_json:
         typer.echo(json.dumps(d.to_json(base_url), default=str))
     else:
-        Console().print(render(d, base_url))
+        print_report(d, Console(), base_url)
     raise typer.Exit(1 if d.fired() else 0)
 
 
@@ -489,28 +554,11 @@ def _run_dir_replay_url(path: Path) -> Optional[str]:
 
 def _token_text() -> Any:
     """``(model_path, ids) -> texts | None`` for the viewer's token view: the run's tokenizer
-    (loaded once per model, lazily), None when it cannot be loaded (the viewer shows ids)."""
-    import threading
+    (``agentrl.model_zoo.token_text``: loaded once per model; the viewer preloads the runs'
+    ones when it starts), None when it cannot be loaded (the viewer shows ids)."""
+    from agentrl.model_zoo.token_text import TokenTexts
 
-    lock, tokenizers = threading.Lock(), {}
-
-    def decode(model_path: str, ids: list[int]) -> Optional[list[str]]:
-        with lock:
-            if model_path not in tokenizers:
-                try:
-                    from agentrl.model_zoo import resolve_model_path
-
-                    folder = resolve_model_path(model_path)  # before importing transformers (seconds)
-                    from transformers import AutoTokenizer
-
-                    tokenizers[model_path] = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-                except Exception as exc:  # a missing or moved model only costs the token text
-                    logging.getLogger(__name__).warning("token view shows ids: tokenizer of %s: %s", model_path, exc)
-                    tokenizers[model_path] = None
-            tok = tokenizers[model_path]
-        return None if tok is None else [tok.decode([i]) for i in ids]
-
-    return decode
+    return TokenTexts()
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -527,7 +575,7 @@ def main() -> None:  # console-script entry point
     try:
         app()
     except AgentRLError as exc:  # pragma: no cover - commands catch their own
-        console.print(f"[bold red]error:[/] {exc}")
+        _say("error:", str(exc))
         sys.exit(2)
 
 

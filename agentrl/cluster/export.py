@@ -7,7 +7,9 @@ What it does, in one process (no Ray, no engine):
    by name) is complete (``controller.json`` and ``trainer/COMPLETE``), and ``OUT_DIR``
    either does not exist or, with ``force``, is empty or an earlier export (it holds
    ``EXPORT_MARKER``). Nothing else is ever deleted.
-2. ``export_run`` builds a ``PolicyTrainer`` on the run's prepared model folder (the
+2. ``export_run`` reads the sections of the run's config that scoring needs
+   (``export_config``: never the env section, so the run's environment code need not be
+   importable here), builds a ``PolicyTrainer`` on the run's prepared model folder (the
    run's ``model.path`` resolved as the controller does it) in a gloo process group of
    one, fp32 on CPU with one row per micro-batch (``_export_trainer_config`` says why),
    loads the checkpoint (``load_checkpoint``), scores a fixed batch (``compute_log_probs``)
@@ -22,7 +24,8 @@ What it does, in one process (no Ray, no engine):
    by far more than 1e-6 (8 mantissa bits), so a tolerance there would check nothing.
 4. Only a folder that passed is moved to ``OUT_DIR`` (a rename; an earlier export there is
    replaced), with ``EXPORT_MARKER`` recording where it came from and the check's numbers.
-   A failed check leaves ``OUT_DIR`` as it was.
+   A failed check leaves ``OUT_DIR`` as it was. Every file has the mode of a newly created
+   file under the umask (``save_hf``; safetensors alone would leave the weights 0600).
 
 The fixed batch: ``CHECK_PROMPTS`` rendered with the exported tokenizer's chat template
 (plain text without one), every token after a row's first scored, at the run's sampling
@@ -57,6 +60,12 @@ CHECK_PROMPTS = (
     "I am thinking of a number between 1 and 10. Guess it; I will say higher or lower.",
 )
 """The user turns of the fixed batch the round-trip check scores (one row each)."""
+EXPORT_SECTIONS = ("run", "model", "rollout", "trainer")
+"""The sections of a run's ``config.yaml`` an export reads (``export_config``): ``model``
+(path, dtype), ``trainer`` and ``run.seed`` to score as the trainer did, and
+``rollout.temperature`` for the check batch. ``env`` (whose ``import_modules`` are the
+user's environment code), ``algorithm`` (an estimator such a module may register) and the
+rest take their defaults: exporting weights needs no environment."""
 TRAINER_DIR = "trainer"
 """The policy trainer's part of a checkpoint ``iter_N/`` (``PolicyTrainer.save_checkpoint``)."""
 COMPLETE_MARKER = "COMPLETE"
@@ -244,7 +253,7 @@ def prepare_export(
 def _local_model_dir(run: Path) -> Path | None:
     """The run's ``model.path`` as a resolved local folder, or ``None`` (a known model name
     or a hub id, or a ``config.yaml`` that does not name one). Read from the YAML as written,
-    without validating the config (that happens in ``export_run``)."""
+    without validating the config (``export_config`` does, in ``export_run``)."""
     import yaml
 
     try:
@@ -257,6 +266,34 @@ def _local_model_dir(run: Path) -> Path | None:
         return None
     p = Path(path).expanduser()
     return p.resolve() if p.is_dir() else None
+
+
+def export_config(run_dir: str | Path) -> Any:
+    """The run's config as an export reads it: the ``EXPORT_SECTIONS`` of ``RUN_DIR/config.yaml``
+    validated, every other section at its default, so nothing of the run's environment is
+    imported (``env.import_modules`` is not read).
+
+    Raises:
+        ConfigError: ``config.yaml`` is missing, not a YAML mapping, or one of those sections
+            is invalid (the message names the file and the key).
+    """
+    import yaml
+
+    from agentrl.config import config_from_dict
+
+    path = Path(run_dir) / "config.yaml"
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{str(path)!r} cannot be read as YAML ({exc}); expected the config.yaml `agentrl train` "
+                          "wrote") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{str(path)!r} holds {type(loaded).__name__}, not a mapping; expected the config.yaml "
+                          "`agentrl train` wrote")
+    try:
+        return config_from_dict({k: loaded[k] for k in EXPORT_SECTIONS if k in loaded})
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 # --------------------------------------------------------------------- the export
@@ -342,8 +379,8 @@ def export_run(req: ExportRequest, progress: Callable[[str], None] | None = None
 
     Raises:
         ExportCheckError: the round-trip check failed; ``OUT_DIR`` is untouched.
-        ConfigError: a process group of more than one rank exists, or the run's model
-            cannot be resolved or loaded.
+        ConfigError: a process group of more than one rank exists, the run's config cannot
+            be read (``export_config``), or the run's model cannot be resolved or loaded.
         CheckpointError: the checkpoint does not match the run's model.
     """
     import torch
@@ -356,7 +393,7 @@ def export_run(req: ExportRequest, progress: Callable[[str], None] | None = None
     say = progress or (lambda _phase: None)
     t0 = time.perf_counter()
     rd = RunDir(req.run_dir)
-    cfg = rd.load_config([])
+    cfg = export_config(req.run_dir)
     state = rd.load_state(req.checkpoint)
     temperature = float(cfg.rollout.temperature)
     tag = uuid.uuid4().hex[:8]

@@ -24,6 +24,10 @@ tokens):
   formula). ``torch.log_softmax(z)[y]`` rounds differently (it subtracts the max first):
   1.9e-6 off at ``|log p|`` of about 11 (two fp32 ulps) from identical logits, which alone
   would break a 1e-6 check.
+- File modes. safetensors (0.8) writes ``model.safetensors`` through a private temporary
+  file, so it lands with mode 0600 while ``save_pretrained``'s JSON files get 0644 under a
+  umask of 022: a folder others (a serving user, a shared model directory) can read except
+  its weights. ``follow_umask`` gives every file the mode a normally created file gets.
 """
 
 from __future__ import annotations
@@ -129,6 +133,35 @@ def reference_log_probs(
         lp = picked - torch.logsumexp(z[:-1], dim=-1)  # (L-1,)
         out.append(torch.cat([torch.zeros(1, device=device), lp]).cpu())  # (L,)
     return torch.cat(out)  # (T,)
+
+
+def current_umask() -> int:
+    """The process's file mode creation mask (e.g. ``0o022``): read from ``/proc/self/status``
+    where Linux reports it (no change of process state, safe beside other threads), else set
+    and restored at once with ``os.umask``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(folder: str | os.PathLike[str]) -> None:
+    """Give every regular file directly in ``folder`` the mode a newly created file gets
+    under the process's umask (``0o666 & ~umask``; 0644 under the usual 022): writers that
+    go through a private temporary file (safetensors) leave 0600 behind. Links and
+    sub-folders are left alone."""
+    from pathlib import Path
+
+    mode = 0o666 & ~current_umask()
+    for p in Path(folder).iterdir():
+        if p.is_file() and not p.is_symlink():
+            p.chmod(mode)
 
 
 def restore_user_config(written: str | os.PathLike[str], source: str | os.PathLike[str], dtype: torch.dtype) -> None:

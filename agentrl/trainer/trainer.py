@@ -388,9 +388,11 @@ class PolicyTrainer:
         (``batch.behavior_log_probs``); the reference scores the same tokens at the
         batch's temperature, with the same scoring function as the policy
         (``_score_rows``). With ``d_t = behavior_t - reference_t``, the estimator
-        ``config.kl.estimator`` of KL(sampling ‖ reference) (``losses.kl_penalty``,
+        ``config.kl.estimator`` of KL(sampling ‖ reference) (``agentrl.trainer.kl.kl_penalty``,
         Schulman 2020) is returned per token; the caller scales it by ``kl.coef`` and
-        subtracts it from the reward (``agentrl.credit.kl_reward``).
+        subtracts it from the reward (``agentrl.credit.kl_reward``). k1 is the estimator
+        for the reward: the policy gradient of a k1 penalty is exactly the gradient of the
+        KL (``agentrl.trainer.kl``).
 
         Collective: call on every rank with the same batch; every rank gets the result.
 
@@ -578,7 +580,8 @@ class PolicyTrainer:
         ``from_pretrained`` ties again from (``model.embed_tokens.weight`` for Llama; see
         ``agentrl.trainer.export.drop_tied_copies``). ``config.json`` carries ``use_cache`` and
         dropout as the model folder has them (the trainer turns them off for scoring) and
-        the ``dtype`` written. ``full_state_dict`` (the weight sync) is unchanged.
+        the ``dtype`` written. Every file gets the mode of a newly created file under the
+        umask (``export.follow_umask``). ``full_state_dict`` (the weight sync) is unchanged.
 
         Args:
             path: target folder (created; files of an earlier save are overwritten).
@@ -601,6 +604,7 @@ class PolicyTrainer:
             for name in _TOKENIZER_FILES:
                 if (src / name).is_file():
                     shutil.copy2(src / name, path / name)
+            hf_export.follow_umask(path)  # safetensors writes 0600; the folder is for users
         dist.barrier()
 
     # ------------------------------------------------------------------ internals

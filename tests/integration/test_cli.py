@@ -103,3 +103,32 @@ def test_envs_check_makes_an_env_without_a_sandbox_when_its_class_needs_none():
     r = _agentrl("envs", "check", "example/Add-v0", "--module", "custom_env", pythonpath=REPO / "examples")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "example/Add-v0: PASS" in r.stdout
+
+
+def _long_path(tmp_path: Path) -> Path:
+    """A missing path of about 300 characters whose names hold rich markup look-alikes."""
+    return tmp_path / ("a" * 90) / ("b[bold]" * 12) / ("c" * 90) / "run[/y]"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["diagnose", "{path}"], "does not exist"),
+    (["export", "{path}", "{path}-out"], "is not a run directory"),
+    (["view", "{path}"], "does not exist"),
+    (["train", "{path}.yaml"], "does not exist"),
+])
+def test_an_error_is_one_whole_line_in_a_narrow_pipe(tmp_path, args, needle):
+    """Under COLUMNS=40 with stderr a pipe (not a terminal), an error naming a 300-character
+    path is one line: not broken at the console's width, the path whole, brackets in it kept
+    as written (not read as markup)."""
+    import os
+
+    path = _long_path(tmp_path)
+    assert len(str(path)) > 300
+    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "COLUMNS")}
+    env["COLUMNS"] = "40"
+    r = subprocess.run([sys.executable, "-m", "agentrl.cli", *[a.format(path=path) for a in args]], cwd=REPO,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ") and needle in lines[0] and str(path) in lines[0], lines[0]

@@ -11,9 +11,10 @@ terminal report show the same thing.
 """
 
 from agentrl.replay.diagnose.checks import CHECKS, Finding
-from agentrl.replay.diagnose.data import RunData, load_run, normalize_answer
-from agentrl.replay.diagnose.report import Diagnosis, diagnose, diagnose_data, episode_link, render
+from agentrl.replay.diagnose.answers import last_boxed, normalize_answer
+from agentrl.replay.diagnose.data import RunData, load_run
+from agentrl.replay.diagnose.report import Diagnosis, diagnose, diagnose_data, episode_link, print_report
 from agentrl.replay.diagnose.tasks import TaskVerdict, classify_tasks
 
 __all__ = ["CHECKS", "Diagnosis", "Finding", "RunData", "TaskVerdict", "classify_tasks", "diagnose",
-           "diagnose_data", "episode_link", "load_run", "normalize_answer", "render"]
+           "diagnose_data", "episode_link", "last_boxed", "load_run", "normalize_answer", "print_report"]

@@ -1,8 +1,10 @@
-"""The symptom table (seed 000, restated by issue 14) as checks over one run's own data.
+"""The symptom table of RL training faults as checks over one run's own data.
 
-Each check returns a ``Finding``: whether it fires, the numbers behind it, the thresholds it
-used (the module constants below, each with why) and example episode ids (the viewer opens
-them at ``/episode?id=...``). Symptom rows and the checks that tell their causes apart:
+Each check returns a ``Finding``: whether it fires (or was skipped, with the reason, when the
+run's data cannot answer it yet), the numbers behind it, the thresholds it used (the module
+constants below, each with why) and example episode ids (the viewer opens them at
+``/episode?id=...``). The per-task and per-group checks read training episodes only
+(``training_episodes``). Symptom rows and the checks that tell their causes apart:
 
 - reward flat → ``reward_flat`` (zero-variance group fraction, per-task success slices),
   ``constant_judge`` (the same score for different answers), ``wrong_reference`` (samples
@@ -32,7 +34,7 @@ MAX_EXAMPLES = 5
 """Example episodes per finding: enough to open and compare, few enough to read."""
 ZERO_VARIANCE_FRAC = 0.5
 """Fires above this share of groups whose rewards are all equal: GRPO gives such groups zero
-advantage, so over half the batch teaches nothing (issue 14 measured 16 of 16)."""
+advantage, so over half the batch teaches nothing (the default run once had 16 of 16)."""
 MIN_JUDGE_EPISODES = 8
 """Fewest scored samples of a task before its judge is called constant."""
 MIN_DISTINCT_ANSWERS = 4
@@ -98,7 +100,10 @@ STALE_SUCCESS_DROP = 0.2
 class Finding:
     """One check's result. ``check``: its name; ``symptom``: the table row; ``fired``;
     ``summary``: one line; ``numbers``: what it measured; ``thresholds``: what it compared
-    with; ``examples``: episode ids; ``tasks``: task ids it names (where it is per task)."""
+    with; ``examples``: episode ids; ``tasks``: task ids it names (where it is per task);
+    ``skipped``: why the check could not run on this run's data (e.g. "needs 2+
+    iterations"), ``None`` when it ran. A skipped check never fires: its silence says
+    nothing about the symptom."""
 
     check: str
     symptom: str
@@ -108,11 +113,22 @@ class Finding:
     thresholds: dict[str, float] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def status(self) -> str:
+        """``"fires"``, ``"no"`` (ran, did not fire) or ``"skipped"`` (could not run)."""
+        return "fires" if self.fired else "skipped" if self.skipped is not None else "no"
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "symptom": self.symptom, "fired": self.fired, "summary": self.summary,
-                "numbers": self.numbers, "thresholds": self.thresholds, "examples": self.examples,
-                "tasks": self.tasks}
+        return {"check": self.check, "symptom": self.symptom, "fired": self.fired, "status": self.status,
+                "skipped": self.skipped, "summary": self.summary, "numbers": self.numbers,
+                "thresholds": self.thresholds, "examples": self.examples, "tasks": self.tasks}
+
+
+def _skipped(check: str, symptom: str, reason: str, numbers: dict[str, Any], thresholds: dict[str, float]) -> Finding:
+    """The finding of a check that could not run; ``reason`` is also its summary."""
+    return Finding(check, symptom, False, reason, numbers, thresholds, skipped=reason)
 
 
 def _groups(eps: Sequence[EpisodeFacts]) -> dict[str, list[EpisodeFacts]]:
@@ -123,9 +139,13 @@ def _groups(eps: Sequence[EpisodeFacts]) -> dict[str, list[EpisodeFacts]]:
     return out
 
 
-def _train(data: RunData) -> list[EpisodeFacts]:
+def training_episodes(data: RunData) -> list[EpisodeFacts]:
+    """The run's training episodes (kind ``train``), which the per-task and per-group checks
+    and the task classes count: eval and difficulty-profile episodes are sampled with other
+    settings (eval at its own temperature) and would blur them. A run without training
+    episodes (an eval run) gives all of its episodes."""
     train = [e for e in data.episodes if e.kind == "train"]
-    return train or list(data.episodes)  # an eval run: its eval episodes
+    return train or list(data.episodes)
 
 
 def _ranks(xs: Sequence[float]) -> list[float]:
@@ -152,7 +172,7 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 
 def check_reward_flat(data: RunData) -> Finding:
-    groups = _groups(_train(data))
+    groups = _groups(training_episodes(data))
     flat = {g: eps for g, eps in groups.items() if len(eps) > 1 and len({e.reward for e in eps}) == 1}
     sized = [g for g, eps in groups.items() if len(eps) > 1]
     frac = len(flat) / len(sized) if sized else 0.0
@@ -160,21 +180,25 @@ def check_reward_flat(data: RunData) -> Finding:
     kinds.update("all_pass" if all(e.success for e in eps) else "all_fail" if eps[0].reward == 0 else "constant"
                  for eps in flat.values())
     slices = {}
-    for t in classify_tasks(_train(data)):
+    for t in classify_tasks(training_episodes(data)):
         slices[t.task_id] = {"samples": t.samples, "success_rate": round(t.success_rate, 4), "class": t.verdict}
-    fired = len(sized) >= 2 and frac > ZERO_VARIANCE_FRAC
+    numbers = {"zero_variance_group_frac": round(frac, 4), "groups": len(sized), "zero_variance_groups": len(flat),
+               **{f"zero_variance_{k}": v for k, v in kinds.items()}, "tasks": slices}
+    th = {"zero_variance_frac": ZERO_VARIANCE_FRAC}
+    if len(sized) < 2:
+        return _skipped("reward_flat", "reward flat",
+                        f"needs 2+ groups of 2+ scored training samples ({len(sized)} here)", numbers, th)
+    fired = frac > ZERO_VARIANCE_FRAC
     examples = [eps[0].episode_id for eps in list(flat.values())[:MAX_EXAMPLES]]
     return Finding("reward_flat", "reward flat", fired,
                    f"{len(flat)} of {len(sized)} groups have zero reward variance ({frac:.0%}): "
                    f"{kinds['all_fail']} all fail, {kinds['all_pass']} all pass, {kinds['constant']} other",
-                   {"zero_variance_group_frac": round(frac, 4), "groups": len(sized), "zero_variance_groups": len(flat),
-                    **{f"zero_variance_{k}": v for k, v in kinds.items()}, "tasks": slices},
-                   {"zero_variance_frac": ZERO_VARIANCE_FRAC}, examples)
+                   numbers, th, examples)
 
 
 def check_constant_judge(data: RunData) -> Finding:
     by_task: dict[tuple[str, str], list[EpisodeFacts]] = defaultdict(list)
-    for e in data.episodes:
+    for e in training_episodes(data):
         if e.scored:
             by_task[(e.env_id, e.task_id)].append(e)
     hits, numbers = [], {}
@@ -193,6 +217,11 @@ def check_constant_judge(data: RunData) -> Finding:
         if (len(eps) >= MIN_JUDGE_EPISODES and len(answers) >= MIN_DISTINCT_ANSWERS and value != 0
                 and (not full or short)):
             hits.append((task, eps))
+    th = {"min_judge_episodes": MIN_JUDGE_EPISODES, "min_distinct_answers": MIN_DISTINCT_ANSWERS,
+          "max_final_answer_chars": MAX_FINAL_ANSWER_CHARS}
+    if not any(len(eps) >= MIN_JUDGE_EPISODES for eps in by_task.values()):
+        return _skipped("constant_judge", "reward flat",
+                        f"needs a task with {MIN_JUDGE_EPISODES}+ scored training samples", {"constant_tasks": numbers}, th)
     fired = bool(hits)
     summary = ("; ".join(f"{task}: all {len(eps)} samples scored {eps[0].reward:g} across "
                          f"{numbers[task]['distinct_answers']} different answers"
@@ -200,14 +229,12 @@ def check_constant_judge(data: RunData) -> Finding:
                          for task, eps in hits)
                if fired else "no task gives one score to different answers")
     examples = [eps[i].episode_id for i in range(MAX_EXAMPLES) for _, eps in hits if i < len(eps)][:MAX_EXAMPLES]
-    return Finding("constant_judge", "reward flat", fired, summary, {"constant_tasks": numbers},
-                   {"min_judge_episodes": MIN_JUDGE_EPISODES, "min_distinct_answers": MIN_DISTINCT_ANSWERS,
-                    "max_final_answer_chars": MAX_FINAL_ANSWER_CHARS},
+    return Finding("constant_judge", "reward flat", fired, summary, {"constant_tasks": numbers}, th,
                    examples, [t for t, _ in hits])
 
 
 def check_wrong_reference(data: RunData) -> Finding:
-    verdicts = classify_tasks(data.episodes)
+    verdicts = classify_tasks(training_episodes(data))
     wrong = [t for t in verdicts if t.verdict == "wrong_reference"]
     hard = [t for t in verdicts if t.verdict == "hard"]
     numbers = {"likely_wrong_reference": {t.task_id: {"samples": t.samples, "agreed_answer": t.agreed_answer,
@@ -220,8 +247,11 @@ def check_wrong_reference(data: RunData) -> Finding:
                if wrong else "no task whose samples agree on an answer the judge rejects")
     if hard:
         summary += f"; hard (rare successes): {', '.join(t.task_id for t in hard)}"
-    return Finding("wrong_reference", "reward flat", bool(wrong), summary, numbers,
-                   {"agree_frac": AGREE_FRAC, "min_task_samples": MIN_TASK_SAMPLES, "hard_max_success": HARD_MAX_SUCCESS},
+    th = {"agree_frac": AGREE_FRAC, "min_task_samples": MIN_TASK_SAMPLES, "hard_max_success": HARD_MAX_SUCCESS}
+    if all(t.verdict == "too_few" for t in verdicts):
+        return _skipped("wrong_reference", "reward flat",
+                        f"needs a task with {MIN_TASK_SAMPLES}+ scored training samples", numbers, th)
+    return Finding("wrong_reference", "reward flat", bool(wrong), summary, numbers, th,
                    [t.episode_ids[0] for t in wrong][:MAX_EXAMPLES], [t.task_id for t in wrong])
 
 
@@ -239,9 +269,9 @@ def check_train_up_eval_flat(data: RunData) -> Finding:
     if ev:
         numbers.update(eval_first=ev[0], eval_last=ev[1])
     if not train or not ev:
-        return Finding("train_up_eval_flat", "reward up but eval flat", False,
-                       "not enough points: needs 2+ iterations of rollout/reward_mean and 2+ eval points (eval.every)",
-                       numbers, {"train_rise": TRAIN_RISE, "eval_flat": EVAL_FLAT})
+        return _skipped("train_up_eval_flat", "reward up but eval flat",
+                        "needs 2+ iterations of rollout/reward_mean and 2+ eval points (eval.every)",
+                        numbers, {"train_rise": TRAIN_RISE, "eval_flat": EVAL_FLAT})
     fired = train[1] - train[0] >= TRAIN_RISE and ev[1] - ev[0] <= EVAL_FLAT
     return Finding("train_up_eval_flat", "reward up but eval flat", fired,
                    f"train reward {train[0]:.3f} -> {train[1]:.3f}, {key} {ev[0]:.3f} -> {ev[1]:.3f}",
@@ -255,7 +285,7 @@ def _agreement(eps: Sequence[EpisodeFacts]) -> float | None:
 
 
 def check_answers_converging(data: RunData) -> Finding:
-    eps = _train(data)
+    eps = training_episodes(data)
     its = sorted({e.iteration for e in eps})
     per_it = {it: _agreement([e for e in eps if e.iteration == it]) for it in its}
     per_it = {it: a for it, a in per_it.items() if a is not None}
@@ -264,8 +294,8 @@ def check_answers_converging(data: RunData) -> Finding:
                                "entropy_by_iteration": {str(k): v for k, v in ent}}
     th = {"agree_rise": AGREE_RISE, "entropy_drop": ENTROPY_DROP}
     if len(per_it) < 2:
-        return Finding("answers_converging", "answers converging", False,
-                       "needs 2+ iterations with groups of 2+ scored samples", numbers, th)
+        return _skipped("answers_converging", "answers converging",
+                        "needs 2+ iterations with groups of 2+ scored samples", numbers, th)
     first, last = per_it[min(per_it)], per_it[max(per_it)]
     e0e1 = _first_last(ent)
     falling = e0e1 is None or (e0e1[0] > 0 and (e0e1[0] - e0e1[1]) / e0e1[0] >= ENTROPY_DROP)
@@ -283,7 +313,7 @@ def _rate(eps: Sequence[EpisodeFacts], pred: Callable[[EpisodeFacts], bool]) -> 
 
 
 def check_length_growth(data: RunData) -> Finding:
-    eps = [e for e in _train(data) if e.termination is None or not e.termination.is_error]
+    eps = [e for e in training_episodes(data) if e.termination is None or not e.termination.is_error]
     by_it: dict[int, list[int]] = defaultdict(list)
     for e in eps:
         by_it[e.iteration].append(e.response_tokens)
@@ -306,7 +336,7 @@ def check_length_growth(data: RunData) -> Finding:
                                "buckets": buckets}
     th = {"length_rise": LENGTH_RISE}
     if len(means) < 2:
-        return Finding("length_growth", "responses growing", False, "needs 2+ iterations", numbers, th)
+        return _skipped("length_growth", "responses growing", "needs 2+ iterations", numbers, th)
     first, last = means[min(means)], means[max(means)]
     rise = (last - first) / first if first > 0 else 0.0
     numbers["rise"] = round(rise, 4)
@@ -319,7 +349,7 @@ def check_length_growth(data: RunData) -> Finding:
 
 def check_reward_pays_length(data: RunData) -> Finding:
     by_task: dict[str, list[EpisodeFacts]] = defaultdict(list)
-    for e in data.episodes:
+    for e in training_episodes(data):
         if e.scored:
             by_task[e.task_id].append(e)
     corrs, hits = {}, []
@@ -338,11 +368,16 @@ def check_reward_pays_length(data: RunData) -> Finding:
             corrs[task] = {"by": best[0], "spearman": round(best[1], 4), "samples": len(eps)}
             if best[1] >= LENGTH_CORR:
                 hits.append((task, eps))
+    th = {"length_corr": LENGTH_CORR, "min_corr_samples": MIN_CORR_SAMPLES}
+    if not corrs:
+        return _skipped("reward_pays_length", "responses growing",
+                        f"needs a task with {MIN_CORR_SAMPLES}+ scored training samples of 2+ rewards and 3+ lengths",
+                        {"tasks": corrs}, th)
     examples = [max(eps, key=lambda e: e.reward).episode_id for _, eps in hits][:MAX_EXAMPLES]
     summary = (", ".join(f"{t}: reward~length spearman {corrs[t]['spearman']:.2f} ({corrs[t]['by']})" for t, _ in hits)
                if hits else "no task's reward follows response length")
-    return Finding("reward_pays_length", "responses growing", bool(hits), summary, {"tasks": corrs},
-                   {"length_corr": LENGTH_CORR, "min_corr_samples": MIN_CORR_SAMPLES}, examples, [t for t, _ in hits])
+    return Finding("reward_pays_length", "responses growing", bool(hits), summary, {"tasks": corrs}, th, examples,
+                   [t for t, _ in hits])
 
 
 def check_update_spikes(data: RunData) -> Finding:
@@ -361,9 +396,9 @@ def check_update_spikes(data: RunData) -> Finding:
         if score > SPIKE_MADS:
             spikes.append((key, s[worst][0]))
     if not numbers:
-        return Finding("update_spikes", "loss or ratio spikes", False,
-                       f"needs {MIN_SPIKE_ITERATIONS}+ iterations of the update metrics", numbers,
-                       {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS, "spike_rel_floor": SPIKE_REL_FLOOR})
+        return _skipped("update_spikes", "loss or ratio spikes",
+                        f"needs {MIN_SPIKE_ITERATIONS}+ iterations of the update metrics", numbers,
+                        {"spike_mads": SPIKE_MADS, "min_iterations": MIN_SPIKE_ITERATIONS, "spike_rel_floor": SPIKE_REL_FLOOR})
     # the batch that caused it: that iteration's trained episodes, largest engine-trainer gap first
     examples: list[str] = []
     for _, it in spikes:
@@ -399,8 +434,9 @@ def check_stale_async(data: RunData) -> Finding:
     fresh = buckets.get("0")
     stale = [e for b, bes in by.items() if b != "0" for e in bes]
     if not fresh or fresh["episodes"] < MIN_BUCKET or len(stale) < MIN_BUCKET:
-        return Finding("stale_async", "async faster but worse", False,
-                       f"needs {MIN_BUCKET}+ trained episodes at lag 0 and at lag 1+ ({len(stale)} stale)", numbers, th)
+        return _skipped("stale_async", "async faster but worse",
+                        f"needs {MIN_BUCKET}+ trained episodes at lag 0 and at lag 1+ "
+                        f"({fresh['episodes'] if fresh else 0} fresh, {len(stale)} stale)", numbers, th)
     reasons = []
     sgaps = [e.gap_abs_mean for e in stale if e.gap_abs_mean is not None]
     if fresh["gap_abs_mean"] is not None and sgaps:
@@ -423,4 +459,4 @@ CHECKS: tuple[Callable[[RunData], Finding], ...] = (
     check_stale_async)
 """Every check, in the symptom table's order."""
 
-__all__ = ["CHECKS", "Finding", "spearman"] + [c.__name__ for c in CHECKS]
+__all__ = ["CHECKS", "Finding", "spearman", "training_episodes"] + [c.__name__ for c in CHECKS]

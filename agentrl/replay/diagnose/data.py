@@ -3,49 +3,24 @@ stored episode, through the replay store's read API (``ReplayStore.list_episodes
 ``get_episode``, ``get_trainer_values``, ``metrics``). Nothing here writes.
 
 Final answers are normalised so that two samples that say the same thing compare equal
-(``normalize_answer``): the content of the last ``\\boxed{...}``, else what follows the last
-``answer:``, else the last number, else the whole text; lower-cased, whitespace collapsed.
+(``agentrl.replay.diagnose.answers.normalize_answer``: the last ``\\boxed{...}`` read with
+brace matching, else what follows the last ``answer:``, else the last number).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agentrl.errors import ContractError
+from agentrl.replay.diagnose.answers import normalize_answer
 from agentrl.replay.store import ReplayStore
 from agentrl.types import TerminationReason
 
 MAX_EPISODES = 20_000
 """Most episodes read per run (the newest iterations' first). Each one is one read of its
 turns; 20k episodes take about a minute on SQLite, and a diagnosis needs far fewer."""
-
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_ANSWER = re.compile(r"answer\s*[:=]\s*(.+)", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-_SPACE = re.compile(r"\s+")
-
-
-def normalize_answer(text: str) -> str:
-    """The comparable form of a final answer (see the module docstring); ``""`` for none."""
-    text = text.strip()
-    boxed = _BOXED.findall(text)
-    if boxed:
-        text = boxed[-1]
-    else:
-        answers = _ANSWER.findall(text)
-        if answers:
-            text = answers[-1]
-        else:
-            numbers = _NUMBER.findall(text)
-            if numbers:
-                text = numbers[-1]
-    text = _SPACE.sub(" ", text).strip().strip(".").lower()
-    if _NUMBER.fullmatch(text):
-        text = f"{float(text):g}"
-    return text
 
 
 @dataclass(frozen=True)

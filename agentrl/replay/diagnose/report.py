@@ -1,6 +1,11 @@
 """A diagnosis: every check's finding plus the task classes, as JSON (``--json``) and as a
 terminal report (rich). Episode links point at the viewer (``agentrl view``):
-``/episode?id=EPISODE_ID`` (ids quoted; they may hold ``/``)."""
+``/episode?id=EPISODE_ID`` (ids quoted; they may hold ``/``).
+
+Task classes count training episodes only (kind ``train``): eval and difficulty-profile
+episodes are sampled with other settings (eval at its own temperature, where samples agree
+more easily) and are left out, not counted separately; ``Diagnosis.other_episodes`` says how
+many. A run without training episodes (an eval run) is classed on the episodes it has."""
 
 from __future__ import annotations
 
@@ -8,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from rich.console import Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agentrl.replay.diagnose.checks import CHECKS, Finding
+from agentrl.replay.diagnose.checks import CHECKS, Finding, training_episodes
 from agentrl.replay.diagnose.data import MAX_EPISODES, RunData, load_run
 from agentrl.replay.diagnose.tasks import TaskVerdict, classify_tasks
 from agentrl.replay.store import ReplayStore
@@ -30,8 +35,10 @@ def episode_link(episode_id: str, base_url: str = "") -> str:
 
 @dataclass
 class Diagnosis:
-    """``findings``: one per check in ``CHECKS`` order; ``tasks``: every task's class;
-    ``episodes``: how many were read (``truncated``: the oldest left out)."""
+    """``findings``: one per check in ``CHECKS`` order; ``tasks``: every task's class, from
+    the training episodes; ``episodes``: how many were read (``truncated``: the oldest left
+    out); ``other_episodes``: those of them left out of the task classes and the per-task
+    checks (eval and profile episodes of a training run)."""
 
     run_id: str
     findings: list[Finding]
@@ -39,6 +46,7 @@ class Diagnosis:
     episodes: int
     iterations: int
     truncated: bool
+    other_episodes: int = 0
 
     def fired(self) -> list[str]:
         """Names of the checks that fire."""
@@ -49,7 +57,8 @@ class Diagnosis:
 
     def to_json(self, base_url: str = "") -> dict[str, Any]:
         return {"run_id": self.run_id, "episodes": self.episodes, "iterations": self.iterations,
-                "truncated": self.truncated, "fired": self.fired(),
+                "truncated": self.truncated, "other_episodes": self.other_episodes, "fired": self.fired(),
+                "skipped": [f.check for f in self.findings if f.skipped is not None],
                 "findings": [{**f.to_json(), "links": [episode_link(e, base_url) for e in f.examples]}
                              for f in self.findings],
                 "tasks": [{"env_id": t.env_id, "task_id": t.task_id, "class": t.verdict, "samples": t.samples,
@@ -60,8 +69,9 @@ class Diagnosis:
 
 def diagnose_data(data: RunData) -> Diagnosis:
     """Run every check on already loaded ``data`` (pure)."""
-    return Diagnosis(data.run_id, [check(data) for check in CHECKS], classify_tasks(data.episodes),
-                     len(data.episodes), len(data.metrics), data.truncated)
+    train = training_episodes(data)
+    return Diagnosis(data.run_id, [check(data) for check in CHECKS], classify_tasks(train),
+                     len(data.episodes), len(data.metrics), data.truncated, len(data.episodes) - len(train))
 
 
 def diagnose(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODES) -> Diagnosis:
@@ -73,36 +83,65 @@ def diagnose(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODE
     return diagnose_data(load_run(store, run_id, max_episodes=max_episodes))
 
 
-def render(d: Diagnosis, base_url: str = "") -> Group:
-    """The terminal report: one row per check (fires or not, its line, example links), then
-    the tasks that are not plainly fine (likely wrong references apart from hard ones)."""
+def _fires(f: Finding) -> Text:
+    if f.fired:
+        return Text("FIRES", style="bold red")
+    if f.skipped is not None:
+        return Text("skipped", style="yellow")  # the reason is its summary, in the next column
+    return Text("no", style="green")
+
+
+def _links(title: str, rows: list[tuple[str, str]], console: Console) -> None:
+    """``title``, then one ``label  link`` line per row, printed with soft wrap: never
+    wrapped or cut at the console's width, so a link stays whole and clickable in a
+    terminal, a pipe and a log file alike."""
+    if not rows:
+        return
+    console.print(Text(title, style="bold"), soft_wrap=True)
+    width = max(len(label) for label, _ in rows)
+    for label, link in rows:
+        console.print(Text(f"  {label.ljust(width)}  {link}"), soft_wrap=True)
+
+
+def print_report(d: Diagnosis, console: Console, base_url: str = "") -> None:
+    """Print the terminal report on ``console``: one row per check (fires, no, or skipped,
+    and its line: for a skipped check, why it could not run), the example episodes of each check,
+    then the training tasks that are not plainly fine (likely wrong references apart from
+    hard ones) and an example of each. The tables wrap to the console's width; links are
+    printed below them, one per line, never wrapped (``_links``)."""
+    other = f"; {d.other_episodes} eval/profile episodes not counted" if d.other_episodes else ""
     t = Table(title=f"diagnosis of {d.run_id} ({d.episodes} episodes, {d.iterations} iterations"
-                    f"{', oldest left out' if d.truncated else ''})", show_lines=True)
-    for col in ("symptom", "check", "fires", "what it measured", "examples"):
+                    f"{', oldest left out' if d.truncated else ''}{other})", show_lines=True)
+    for col in ("symptom", "check", "fires", "what it measured"):
         t.add_column(col, overflow="fold")
     for f in d.findings:
-        t.add_row(f.symptom, f.check, Text("FIRES", style="bold red") if f.fired else Text("no", style="green"),
-                  f.summary, "\n".join(episode_link(e, base_url) for e in f.examples[:3]))
-    parts: list[Any] = [t]
+        t.add_row(f.symptom, f.check, _fires(f), f.summary)
+    console.print(t)
+    _links("examples (open in `agentrl view`):",
+           [(f.check, episode_link(e, base_url)) for f in d.findings for e in f.examples[:3]], console)
     odd = [x for x in d.tasks if x.verdict in ("wrong_reference", "hard", "unsolved")]
     if odd:
-        tt = Table(title="tasks: likely wrong references, then hard (rare successes), then unsolved")
-        for col in ("class", "env", "task", "samples", "successes", "agreed answer", "example"):
+        tt = Table(title="training tasks: likely wrong references, then hard (rare successes), then unsolved")
+        for col in ("class", "env", "task", "samples", "successes", "agreed answer"):
             tt.add_column(col, overflow="fold")
-        shown = 0
+        examples: list[tuple[str, str]] = []
         for verdict, most in (("wrong_reference", None), ("hard", MAX_TASK_ROWS), ("unsolved", MAX_TASK_ROWS)):
             rows = sorted((x for x in odd if x.verdict == verdict), key=lambda x: x.task_id)
             for x in rows[:most]:
                 answer = x.agreed_answer if len(x.agreed_answer) <= 40 else x.agreed_answer[:37] + "..."
                 tt.add_row(verdict, x.env_id, x.task_id, str(x.samples), str(x.successes),
-                           f"{answer!r} ({x.agree_frac:.0%})", episode_link(x.episode_ids[0], base_url))
-                shown += 1
+                           f"{answer!r} ({x.agree_frac:.0%})")
+                examples.append((x.task_id, episode_link(x.episode_ids[0], base_url)))
             if most is not None and len(rows) > most:
-                tt.add_row(verdict, "", f"... {len(rows) - most} more (--json lists all)", "", "", "", "")
-        parts.append(tt)
+                tt.add_row(verdict, "", f"... {len(rows) - most} more (--json lists all)", "", "", "")
+        console.print(tt)
+        _links("an example episode of each task:", examples, console)
     fired = d.fired()
-    parts.append(Text(f"fires: {', '.join(fired)}" if fired else "no check fires", style="bold"))
-    return Group(*parts)
+    skipped = [f.check for f in d.findings if f.skipped is not None]
+    line = f"fires: {', '.join(fired)}" if fired else "no check fires"
+    if skipped:
+        line += f" ({len(skipped)} skipped: {', '.join(skipped)})"
+    console.print(Text(line, style="bold"), soft_wrap=True)
 
 
-__all__ = ["Diagnosis", "diagnose", "diagnose_data", "episode_link", "render"]
+__all__ = ["Diagnosis", "diagnose", "diagnose_data", "episode_link", "print_report"]

@@ -1,4 +1,4 @@
-"""Hard tasks versus wrong tasks (issue 14 item 4; seed 004): a task whose samples agree with
+"""Hard tasks versus wrong tasks: a task whose samples agree with
 each other on one final answer while the judge says every one is wrong more likely has a
 wrong reference answer than a hard problem; a task with rare successes is hard.
 

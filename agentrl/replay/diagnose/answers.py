@@ -1,0 +1,92 @@
+"""Final answers as ``agentrl diagnose`` compares them: the content of the last
+``\\boxed{...}`` read with brace matching, else what follows the last ``answer:``, else the
+last number, else the whole text; lower-cased, whitespace collapsed, numbers in one form.
+
+Why brace matching: LaTeX answers hold braces (``\\boxed{\\frac{1}{2}}``,
+``\\boxed{\\sqrt{2}}``, ``\\boxed{\\{1, 2\\}}``); a regular expression that stops at the first
+``}`` reads all of ``\\frac{1}{2}``, ``\\frac{3}{2}`` and ``\\sqrt{2}`` as "2", so different
+wrong answers look like agreement. This is the one place in the project that extracts a
+``\\boxed`` answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+BOX_COMMANDS = ("boxed", "fbox")
+"""LaTeX commands whose braced argument is a final answer (``\\boxed{}``, ``\\fbox{}``)."""
+
+_BOX_START = re.compile(r"\\(?:%s)(?![A-Za-z])\s*" % "|".join(BOX_COMMANDS))
+_ANSWER = re.compile(r"answer\s*[:=]\s*(.+)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_SPACE = re.compile(r"\s+")
+
+
+def _braced(text: str, start: int) -> int | None:
+    """Index just past the ``}`` that closes the ``{`` at ``text[start]``; ``None`` when it is
+    never closed. ``\\{`` and ``\\}`` are literal braces (TeX's escapes), not structure."""
+    depth, i = 0, start
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            i += 2  # an escaped character, \{ and \} included
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last top-level ``\\boxed{...}`` or ``\\fbox{...}`` in ``text``
+    (whitespace allowed between the command and its ``{``; nested braces kept whole, a box
+    inside a box belongs to the outer one).
+
+    Returns:
+        The content between the braces, unstripped; ``""`` when the last box is never
+        closed (a text cut inside its answer has no answer); ``None`` when ``text`` holds no
+        box with a braced argument.
+    """
+    found: str | None = None
+    pos = 0
+    while True:
+        m = _BOX_START.search(text, pos)
+        if m is None:
+            return found
+        brace = m.end()
+        if brace >= len(text) or text[brace] != "{":
+            pos = m.end()  # \boxed without a braced argument: not a box
+            continue
+        end = _braced(text, brace)
+        if end is None:
+            return ""  # the last box is unbalanced: no answer
+        found = text[brace + 1 : end - 1]
+        pos = end
+
+
+def normalize_answer(text: str) -> str:
+    """The comparable form of a final answer (see the module docstring); ``""`` for none,
+    also when the last ``\\boxed{`` is never closed."""
+    text = text.strip()
+    boxed = last_boxed(text)
+    if boxed is not None:
+        text = boxed
+    else:
+        answers = _ANSWER.findall(text)
+        if answers:
+            text = answers[-1]
+        else:
+            numbers = _NUMBER.findall(text)
+            if numbers:
+                text = numbers[-1]
+    text = _SPACE.sub(" ", text).strip().strip(".").lower()
+    if _NUMBER.fullmatch(text):
+        text = f"{float(text):g}"
+    return text
+
+
+__all__ = ["BOX_COMMANDS", "last_boxed", "normalize_answer"]
