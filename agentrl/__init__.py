@@ -8,16 +8,31 @@ The public API, for scripts and notebooks (the ``agentrl`` command line covers t
     agentrl.register_env("mine/Add-v0", "my_envs:AddEnv")       # or gymnasium.register
     cfg = agentrl.default_config(["env.id=mine/Add-v0", "env.import_modules=[my_envs]"])
     summary = agentrl.train(cfg)                                 # a RunSummary
+    agentrl.train(cfg, resume=True)                              # continue it (more run.iterations)
     store = agentrl.open_replay_store(summary.run_dir)           # its replay.db
 
-- ``load_config(path, overrides)``: a YAML file plus ``key.sub=value`` overrides
-  (``path=None``: the config classes' defaults) → ``agentrl.config.Config``.
-- ``default_config(overrides)``: the embedded default that ``agentrl train`` runs.
-- ``train(cfg, resume=False)``: run it (``agentrl.cluster.controller.train``).
+Three ways to a ``Config`` (``agentrl.config.Config``), each plus ``key.sub=value`` overrides:
+
+- ``default_config(overrides)``: the embedded default, what ``agentrl train`` runs without a
+  config file (ShellLookup, SmolLM2-135M-Instruct, GRPO, held-out eval before and after).
+- ``code_defaults(overrides)``: the config classes' own field defaults (what every field's
+  documentation calls its default; no eval during training), for building a config from
+  scratch in code.
+- ``load_config(path, overrides)``: a YAML file. ``path=None`` gives ``code_defaults``, not
+  the embedded default (kept for the scripts that call it so; prefer the two names above).
+
+Then:
+
+- ``train(cfg, resume=False)``: run it, or with ``resume=True`` continue the run in
+  ``cfg``'s run directory from its latest checkpoint (``agentrl.cluster.controller.train``);
+  returns a ``RunSummary``.
+- ``RunSummary``: what ``train`` returns (run directory, run id, iterations done, policy
+  version, metrics history, status).
 - ``register_env(env_id, entry_point, **kwargs)``: register an environment with Gymnasium.
 - ``register_estimator(name, fn, ...)``: register an advantage estimator
   (``critics.register_estimator``), so ``algorithm.advantage: <name>`` trains with it.
-- ``open_replay_store(url_or_run_dir)``: the ``agentrl.replay.ReplayStore`` of a run.
+- ``open_replay_store(url_or_run_dir)``: the ``agentrl.replay.ReplayStore`` of a run
+  (``agentrl.replay.open_replay_store``).
 - ``__version__``: the installed distribution's version.
 
 Every name is imported on first use (module ``__getattr__``), so ``import agentrl`` stays
@@ -27,21 +42,30 @@ cheap: it imports no torch, Ray, vLLM or environment.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl.errors import ConfigError
+
+if TYPE_CHECKING:  # what type checkers see for the lazily forwarded names (never imported at run time)
+    from agentrl.cluster.controller import RunSummary, train
+    from agentrl.config import Config, code_defaults, load_config
+    from agentrl.config import load_default_config as default_config
+    from agentrl.replay import open_replay_store
+    from critics import register_estimator
 
 _LAZY: dict[str, tuple[str, str]] = {
     "load_config": ("agentrl.config", "load_config"),
     "default_config": ("agentrl.config", "load_default_config"),
+    "code_defaults": ("agentrl.config", "code_defaults"),
     "Config": ("agentrl.config", "Config"),
     "train": ("agentrl.cluster.controller", "train"),
+    "RunSummary": ("agentrl.cluster.controller", "RunSummary"),
     "register_estimator": ("critics", "register_estimator"),
+    "open_replay_store": ("agentrl.replay", "open_replay_store"),
 }
 """Public name -> (module, attribute) of what it forwards to, imported on first access."""
 
-__all__ = ["__version__", "register_env", "open_replay_store", *_LAZY]
+__all__ = ["__version__", "register_env", *_LAZY]
 
 
 def _version() -> str:
@@ -91,25 +115,3 @@ def register_env(env_id: str, entry_point: Any, **kwargs: Any) -> None:
                           f"not {entry_point!r}; pick another id or version")
     gymnasium.register(id=env_id, entry_point=entry_point, **kwargs)
 
-
-def open_replay_store(where: str | Path) -> Any:
-    """Open a replay store: a SQLAlchemy URL (``sqlite:///runs/x/replay.db``,
-    ``postgresql+psycopg://...``) or a run directory (its ``replay.db``).
-
-    Returns:
-        ``agentrl.replay.ReplayStore``.
-
-    Raises:
-        ConfigError: ``where`` is neither a URL nor a run directory holding ``replay.db``,
-            or the URL cannot be used (see ``ReplayStore``).
-        InfraError: the database cannot be reached or opened.
-    """
-    from agentrl.replay import ReplayStore
-
-    text = str(where)
-    if "://" not in text:
-        db = Path(text) / "replay.db"
-        if not db.is_file():
-            raise ConfigError(f"{text!r} is not a run directory with a replay.db (and not a database URL)")
-        text = f"sqlite:///{db.resolve()}"
-    return ReplayStore(text)

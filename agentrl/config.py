@@ -78,7 +78,7 @@ class RolloutConfig(_Section):
     score_truncated: bool = Field(True, description="Hand a completion cut by max_new_tokens to the environment for scoring (the episode still ends there, truncated); an unparseable cut answer earns 0 and is never counted as a format failure.")
     stop_strings: list[str] = Field(
         default_factory=list,
-        description="Strings that end a turn, e.g. ['</tool_call>']: the turn ends with the token that completes the first one in its text (what the model writes after it is not kept), the environment acts on it, and the next prompt closes the message with the chat template's end-of-message text (not sampled, loss_mask 0). Stops a model that writes a tool call and then imagines its output. Empty: turns end at a stop token or max_new_tokens only.",
+        description="Strings that end a turn, e.g. ['</tool_call>']: the turn ends with the token that completes the first one in its text (what the model writes after it is not kept), the environment acts on it, and the next prompt closes the message with the chat template's end-of-message text (not sampled, loss_mask 0). Stops a model that writes a tool call and then imagines its output. One inside a JSON string of an open <tool_call> (an argument such as \"grep '</tool_call>' notes.md\") does not end the turn. Empty: turns end at a stop token or max_new_tokens only.",
     )
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature; the trainer scores at the same temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling. The trainer refuses top_p < 1 (it cannot reproduce it exactly).")
@@ -114,7 +114,12 @@ class RolloutConfig(_Section):
 
 
 class SandboxConfig(_Section):
-    backend: Literal["auto", "docker", "bwrap"] = Field("auto", description="auto: Docker when its daemon answers, else bubblewrap.")
+    backend: Literal["auto", "docker", "bwrap"] = Field("auto", description=(
+        "auto: Docker when a daemon of ours answers and has the image, else bubblewrap; decided once "
+        "per run and logged as 'sandboxes: ...'. Ours: the daemon DOCKER_HOST names (it must answer, "
+        "else the run stops with an error), else the one at /var/run/docker.sock (the machine's; "
+        "scripts/test.sh starts one there when none runs). A daemon on another socket is used only "
+        "when DOCKER_HOST names it."))
     memory_mb: int = Field(1024, ge=16, description="Memory limit per sandbox, MiB.")
     cpus: float = Field(1.0, gt=0.0, description="CPU share per sandbox, cores.")
     pids_limit: int = Field(128, ge=8, description="Process limit per sandbox.")
@@ -134,6 +139,34 @@ def _estimator(name: str):
     return get_estimator(name)
 
 
+class GiGPOSection(_Section):
+    """``algorithm.gigpo``: GiGPO's own settings (Feng et al. 2025, "Group-in-Group Policy
+    Optimization for LLM Agent Training", arXiv 2505.10978), read by ``algorithm.advantage:
+    gigpo`` only (its discount is ``algorithm.gamma``). Per step ``t`` of trajectory ``i``:
+    ``A(i, t) = A_E(i) + step_weight * A_S(i, t)`` (Eq. 8), with ``A_E = (R(i) - mean) / F``
+    over the episode group (Eq. 3) and ``A_S = (R_t - mean) / F`` over the step group of the
+    same anchor state (Eq. 7); ``critics.gigpo_advantages`` documents every case."""
+
+    step_weight: float = Field(
+        1.0, ge=0.0, allow_inf_nan=False,
+        description="omega in Eq. 8, the weight of the step-level (anchor-state) advantage beside the episode-level "
+                    "one: A = A_E + omega * A_S. 1.0 (the paper's and verl-agent's default); 0: the episode level "
+                    "alone, every step of a trajectory gets its A_E.",
+    )
+    mode: Literal["mean_norm", "mean_std_norm"] = Field(
+        "mean_norm",
+        description="The normaliser F of both levels (Eq. 3 and 7): mean_norm, F = 1 (the mean is subtracted only; "
+                    "verl-agent's default, Dr. GRPO's argument against the std); mean_std_norm, F = std + 1e-6 "
+                    "(unbiased std of the group).",
+    )
+    episode_stats: Literal["trajectory", "step"] = Field(
+        "trajectory",
+        description="The samples of the episode-level mean and std (Eq. 3): trajectory, one per trajectory (the "
+                    "paper); step, the trajectory's return once per step it took (verl-agent's "
+                    "compute_mean_std_cross_steps), so longer trajectories weigh more.",
+    )
+
+
 class AlgorithmConfig(_Section):
     advantage: str = Field(
         "grpo",
@@ -141,6 +174,7 @@ class AlgorithmConfig(_Section):
     )
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda per turn for turn_critic (turn-level GAE). Not used by gae, which has token_lam.")
     norm_by_std: bool = Field(True, description="grpo only: divide by the group's std (rloo and drgrpo never do).")
+    gigpo: GiGPOSection = Field(default_factory=GiGPOSection, description="gigpo only: its step weight omega, normalisation mode and episode statistics (Feng et al. 2025, Eq. 3, 7, 8); see the section's fields.")
     gamma: float = Field(0.95, ge=0.0, le=1.0, description="Discount per step for gigpo and per turn for turn_critic. Not used by gae, whose discount acts per sampled token (token_gamma): 0.95 per token would scale a reward 100 tokens back by 0.95**100 = 0.006.")
     token_gamma: float = Field(1.0, ge=0.0, le=1.0, description="gae only: discount per sampled token (observation and prompt tokens are skipped, not discounted). 1.0, verl's token-level PPO default: the episode's rewards reach every earlier token of the episode undiscounted.")
     token_lam: float = Field(1.0, ge=0.0, le=1.0, description="gae only: GAE lambda per sampled token. 1.0 (verl's default): advantage = return - V, unbiased, the critic only as a baseline; lower values (e.g. 0.95) trust the critic's bootstrap more, with less variance and more bias.")
@@ -149,7 +183,7 @@ class AlgorithmConfig(_Section):
     invalid_action_penalty: float = Field(0.0, ge=0.0, description="Subtracted from the reward of the step whose action was invalid (that step only; the recorded env reward is unchanged).")
     overlong_buffer_tokens: int = Field(0, ge=0, description="DAPO soft overlong punishment (Eq. 13) per turn: 0 disables; else the last N tokens before rollout.max_new_tokens are penalised linearly down to -overlong_penalty.")
     overlong_penalty: float = Field(1.0, ge=0.0, description="Scale of the soft overlong punishment.")
-    overlong_filtering: bool = Field(False, description="DAPO overlong filtering (Yu et al. 2025, §3.4), per turn: the completion that hit rollout.max_new_tokens (episode termination 'length') is left out of the loss (loss_mask 0; its tokens counted as discarded). The episode's earlier turns keep their advantages and its reward still counts in its group's statistics, so a cut reply is neither reinforced nor blamed for its length.")
+    overlong_filtering: bool = Field(False, description="DAPO overlong filtering (Yu et al. 2025, §3.4), per turn: a completion cut by a token budget (finish_reason 'length': it hit rollout.max_new_tokens, episode termination 'length', or the room left in rollout.max_context_tokens, termination 'context_limit') is left out of the loss (loss_mask 0; its tokens counted as discarded). The episode's earlier turns keep their advantages and its reward still counts in its group's statistics, so a cut reply is neither reinforced nor blamed for its length.")
     error_policy: Literal["drop_episode", "drop_group"] = Field(
         "drop_episode",
         description="What an infra/reward error does to its group: drop only the errored episode (others keep group statistics over valid samples) or the whole group.",
@@ -170,6 +204,53 @@ class AlgorithmConfig(_Section):
         critic section's value model is trained (built-ins: ``turn_critic``, one value per
         turn; ``gae``, one value per sampled token)."""
         return _estimator(self.advantage).needs_values
+
+
+def check_group_size(cfg: "Config") -> list[str]:
+    """Does ``env.group_size`` give the estimator a signal? The start-up check of a training
+    run (``agentrl.cluster.controller.train`` calls it before anything starts; not part of
+    ``Config`` validation, because evaluation configs reuse ``env.group_size`` for
+    ``eval.samples``, where no advantage is computed).
+
+    Read from the estimator's registration (``critics.register_estimator``'s
+    ``min_group_size`` / ``advised_group_size``), so a user's estimator declares it too.
+
+    Returns:
+        Warnings to log once: ``env.group_size`` below the estimator's
+        ``advised_group_size`` (gigpo with a group of one: only revisited anchor states give
+        a signal).
+
+    Raises:
+        ConfigError: ``env.group_size`` below the estimator's ``min_group_size`` (grpo,
+            rloo, drgrpo with 1: every advantage 0, every update skipped), or 1 with
+            ``algorithm.dynamic_sampling`` (a group of one always has equal rewards, so
+            every group would be dropped); the message names the value, the estimator and
+            what to use instead.
+    """
+    from critics.registry import ESTIMATORS
+
+    g, name = cfg.env.group_size, cfg.algorithm.advantage
+    est = _estimator(name)
+    why = f" ({est.group_size_note})" if est.group_size_note else ""
+    if g < est.min_group_size:
+        alone = sorted(n for n, e in ESTIMATORS.items() if e.advised_group_size <= g)
+        instead = (f", or an estimator with its full signal at {g} rollout(s) per task instance: "
+                   f"{', '.join(alone)}") if alone else ""
+        raise ConfigError(
+            f"env.group_size={g} with algorithm.advantage={name!r}: the estimator needs at least "
+            f"{est.min_group_size} rollouts per task instance{why}; with fewer every advantage is 0 and the run "
+            f"would never learn; set env.group_size >= {est.min_group_size} (e.g. 4){instead}"
+        )
+    if cfg.algorithm.dynamic_sampling and g < 2:
+        raise ConfigError(
+            f"env.group_size={g} with algorithm.dynamic_sampling=true: dynamic sampling drops every group whose "
+            "rewards are all equal, and a group of one always is, so nothing would be trained; set "
+            "env.group_size >= 2 or algorithm.dynamic_sampling=false"
+        )
+    if g < est.advised_group_size:
+        return [f"env.group_size={g} with algorithm.advantage={name!r}, below its advised group size "
+                f"{est.advised_group_size}{why}; set env.group_size >= {est.advised_group_size} for its full signal"]
+    return []
 
 
 def _documented(cls: type, name: str, *, note: str = "", **constraints: Any) -> Any:
@@ -848,8 +929,26 @@ def _yaml_mapping(text: str, where: str) -> dict[str, Any]:
     return loaded
 
 
+def code_defaults(overrides: Sequence[str] = ()) -> Config:
+    """The config classes' own field defaults (each field's documented default) plus
+    ``overrides``: a config built from scratch in code. Not what ``agentrl train`` runs
+    without a file; that is the embedded default, ``load_default_config``
+    (``agentrl.default_config``), whose rollout, eval and env sections differ.
+
+    Raises:
+        ConfigError: an override is malformed or invalid.
+    """
+    return config_from_dict({}, overrides)
+
+
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Config:
-    """Load YAML at ``path`` (None: built-in defaults) and apply overrides.
+    """Load the YAML file at ``path`` and apply ``overrides`` (``key.sub=value``).
+
+    ``path=None`` gives ``code_defaults(overrides)``, the config classes' defaults, *not*
+    the embedded default that ``agentrl train`` runs without a file
+    (``load_default_config``). It stays for the scripts and tests that call it so (it is
+    public API as ``agentrl.load_config``); new code names what it means with
+    ``code_defaults`` or ``load_default_config``.
 
     Raises:
         ConfigError: the file is missing or not a YAML mapping, or validation fails.

@@ -44,7 +44,10 @@ class TerminationReason(str, Enum):
     MAX_TURNS = "max_turns"
     """The rollout's ``max_turns`` was reached."""
     CONTEXT_LIMIT = "context_limit"
-    """The next turn would not fit in ``max_context_tokens``; no engine call was made."""
+    """The context budget ``max_context_tokens`` ended the episode: either the next turn's
+    prompt left no room (no engine call was made; every recorded turn is complete), or the
+    last completion was cut by the room left, fewer tokens than ``max_new_tokens`` (that
+    turn's ``finish_reason == "length"``, a cut reply like ``length``)."""
     LENGTH = "length"
     """A completion hit ``max_new_tokens`` (``finish_reason == "length"``)."""
     INFRA_ERROR = "infra_error"
@@ -314,6 +317,9 @@ class Episode:
         prompt_mode: ``full_history`` (one row) or ``per_step`` (one row per turn); see
             ``PromptMode``. ``token_ids``/``loss_mask``/``behavior_log_probs`` are the
             rows concatenated in either mode.
+
+    The episode's reward is ``total_reward`` (alias ``reward``): computed from the turns,
+    read-only.
     """
 
     group_id: str
@@ -338,6 +344,13 @@ class Episode:
         if any(r is None for r in rewards):
             return None
         return float(sum(rewards))  # type: ignore[arg-type]
+
+    @property
+    def reward(self) -> float | None:
+        """The episode's reward, read-only: the same value as ``total_reward`` (the sum of
+        its turns' rewards, ``turns[k].reward``; ``None`` for an errored episode or a missing
+        reward). Nothing extra is stored; set rewards on the turns."""
+        return self.total_reward
 
     @property
     def is_error(self) -> bool:

@@ -19,22 +19,30 @@ Arguments (``N`` episodes, ``K_i`` turns and ``N_i`` sampled tokens in episode `
   float64 arrays (turn level: ``V(s_k)`` at each turn boundary) or ``[N][N_i]`` (token
   level: the value of each sampled token, read at the token before it);
 * ``turn_token_counts`` (token level only): ``[N][K_i]`` ints, sampled tokens per turn;
-* ``params``: ``EstimatorParams`` (discounts, lambdas, std normalisation).
+* ``params``: ``EstimatorParams`` (discounts, lambdas, std normalisation, GiGPO's step
+  weight, normalisation mode and episode statistics).
 
 Return ``[N]`` sequences of floats (``[K_i]`` or ``[N_i]`` each). With ``needs_values=True``
 return ``(advantages, returns)``, the returns (same shapes) being the critic's regression
 targets.
 
-=============  =====  ======  ====================================================
-name           level  values  what
-=============  =====  ======  ====================================================
-``grpo``       turn   no      episode return vs its group (mean, std), every turn
-``rloo``       turn   no      leave-one-out mean, no std
-``drgrpo``     turn   no      group mean, no std (Dr. GRPO)
-``gigpo``      turn   no      episode + anchor-state step groups (``gamma``)
-``turn_critic`` turn  yes     turn-level GAE (``gamma``, ``lam`` per turn)
-``gae``        token  yes     token-level GAE (``token_gamma``, ``token_lam``)
-=============  =====  ======  ====================================================
+=============  =====  ======  =====  ==============================================
+name           level  values  group  what
+=============  =====  ======  =====  ==============================================
+``grpo``       turn   no      >= 2   episode return vs its group (mean, std), every turn
+``rloo``       turn   no      >= 2   leave-one-out mean, no std
+``drgrpo``     turn   no      >= 2   group mean, no std (Dr. GRPO)
+``gigpo``      turn   no      (2)    episode + anchor-state step groups (``gamma``,
+                                     ``gigpo_*``)
+``turn_critic`` turn  yes     1      turn-level GAE (``gamma``, ``lam`` per turn)
+``gae``        token  yes     1      token-level GAE (``token_gamma``, ``token_lam``)
+=============  =====  ======  =====  ==============================================
+
+"group" is the registration's ``min_group_size`` (``(2)``: ``advised_group_size``, a
+warning below it): a group-relative estimator compares each rollout with the other rollouts
+of its group (``env.group_size`` of them), so with fewer than ``min_group_size`` every
+advantage is 0 and nothing is learned; ``agentrl.config.check_group_size`` refuses such a
+run at start-up, for a user's estimator as for the built-ins.
 
 Users add their own with ``register_estimator("my_adv", fn, level="turn")`` (or as a
 decorator) in a module named in ``env.import_modules``, or in an installed package that
@@ -77,6 +85,13 @@ class EstimatorParams:
         token_gamma: discount per sampled token (gae), in [0, 1].
         token_lam: GAE lambda per sampled token (gae), in [0, 1].
         norm_by_std: grpo divides by the group's std.
+        gigpo_step_weight: GiGPO's ``omega`` in ``A = A_E + omega * A_S`` (Feng et al.
+            2025, Eq. 8), finite.
+        gigpo_mode: GiGPO's normalisation, ``"mean_norm"`` (``F = 1``) or
+            ``"mean_std_norm"`` (``F = std + 1e-6``), at both levels (Eq. 3 and 7).
+        gigpo_episode_stats: the samples of GiGPO's episode-level mean and std,
+            ``"trajectory"`` (one per trajectory, the paper) or ``"step"`` (one per step,
+            verl-agent's default).
     """
 
     gamma: float = 0.95
@@ -84,6 +99,9 @@ class EstimatorParams:
     token_gamma: float = 1.0
     token_lam: float = 1.0
     norm_by_std: bool = True
+    gigpo_step_weight: float = 1.0
+    gigpo_mode: str = "mean_norm"
+    gigpo_episode_stats: str = "trajectory"
 
 
 @dataclass(frozen=True)
@@ -96,12 +114,23 @@ class Estimator:
         level: ``"turn"`` (one advantage per turn) or ``"token"`` (one per sampled token).
         needs_values: it reads a learned critic's values and returns ``(advantages,
             returns)``; training then fits the ``critic`` section's value model.
+        min_group_size: the smallest ``env.group_size`` it can learn from; with fewer
+            rollouts per group every advantage it returns is 0 (a group-relative baseline
+            of one sample is that sample). 2 for grpo, rloo and drgrpo; 1 for an estimator
+            that needs no group. A smaller group is refused at start-up.
+        advised_group_size: below it (and at or above ``min_group_size``) a run starts
+            with a warning: part of the signal is lost (gigpo: 2, its episode level).
+        group_size_note: what a too-small group costs, in the estimator's own terms; the
+            start-up error or warning quotes it.
     """
 
     name: str
     fn: Callable[..., Any]
     level: Level
     needs_values: bool
+    min_group_size: int = 1
+    advised_group_size: int = 1
+    group_size_note: str = ""
 
 
 ESTIMATORS: dict[str, Estimator] = {}
@@ -142,7 +171,9 @@ def _check_signature(name: str, fn: Callable[..., Any], level: str) -> None:
 
 
 def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level: str = "turn",
-                       needs_values: bool = False, overwrite: bool = False) -> Any:
+                       needs_values: bool = False, min_group_size: int = 1,
+                       advised_group_size: int | None = None, group_size_note: str = "",
+                       overwrite: bool = False) -> Any:
     """Register ``fn`` under ``name`` so ``algorithm.advantage: <name>`` trains with it.
 
     Usable as a call or, without ``fn``, as a decorator (``@register_estimator("x")``).
@@ -153,6 +184,14 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
         fn: the estimator, with the signature of ``level`` (module docstring).
         level: ``"turn"`` or ``"token"``.
         needs_values: it needs the critic's values and returns ``(advantages, returns)``.
+        min_group_size: the smallest ``env.group_size`` with which its advantages can be
+            non-zero: 2 for a group-relative estimator (each rollout against the other
+            rollouts of its group), 1 (default) for one that needs no group. A run with a
+            smaller group is refused at start-up (``agentrl.config.check_group_size``).
+        advised_group_size: a run with a group smaller than this (but at least
+            ``min_group_size``) starts with a warning; ``None``: ``min_group_size``.
+        group_size_note: one sentence on what a smaller group costs, quoted by that error
+            or warning.
         overwrite: replace an existing registration (including a built-in) instead of
             raising.
 
@@ -162,11 +201,14 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
     Raises:
         ConfigError: bad name, ``fn`` not callable, a level other than ``"turn"`` /
             ``"token"``, ``fn`` cannot be called with its level's positional arguments
-            (checked with ``inspect.signature(fn).bind``; ``*args`` accepts any), or
-            ``name`` already registered and ``overwrite`` is False.
+            (checked with ``inspect.signature(fn).bind``; ``*args`` accepts any),
+            ``min_group_size`` not an integer >= 1, ``advised_group_size`` smaller than
+            it, or ``name`` already registered and ``overwrite`` is False.
     """
     if fn is None:
-        return lambda f: register_estimator(name, f, level=level, needs_values=needs_values, overwrite=overwrite)
+        return lambda f: register_estimator(name, f, level=level, needs_values=needs_values,
+                                            min_group_size=min_group_size, advised_group_size=advised_group_size,
+                                            group_size_note=group_size_note, overwrite=overwrite)
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigError(
             f"estimator name {name!r}; expected a letter followed by letters, digits, '_', "
@@ -177,13 +219,22 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
     if level not in LEVELS:
         raise ConfigError(f"estimator {name!r}: level={level!r}; expected 'turn' or 'token'")
     _check_signature(name, fn, level)
+    advised = min_group_size if advised_group_size is None else advised_group_size
+    for key, value in (("min_group_size", min_group_size), ("advised_group_size", advised)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"estimator {name!r}: {key}={value!r}; expected an integer >= 1 "
+                              "(rollouts per group it needs)")
+    if advised < min_group_size:
+        raise ConfigError(f"estimator {name!r}: advised_group_size={advised} is smaller than "
+                          f"min_group_size={min_group_size}; expected advised_group_size >= min_group_size")
     with _lock:
         if name in ESTIMATORS and not overwrite:
             raise ConfigError(
                 f"estimator {name!r} is already registered ({ESTIMATORS[name].fn!r}); pass "
                 "overwrite=True to replace it"
             )
-        ESTIMATORS[name] = Estimator(name, fn, level, bool(needs_values))  # type: ignore[arg-type]
+        ESTIMATORS[name] = Estimator(name, fn, level, bool(needs_values), min_group_size,  # type: ignore[arg-type]
+                                     advised, str(group_size_note))
     return fn
 
 
@@ -277,8 +328,10 @@ def _drgrpo(rewards, anchors, group_ids, values, params: EstimatorParams):
 
 
 def _gigpo(rewards, anchors, group_ids, values, params: EstimatorParams):
-    """GiGPO (Feng et al. 2025): ``critics.gigpo_advantages`` with ``params.gamma``."""
-    return gigpo_advantages(rewards, anchors, group_ids, gamma=params.gamma)
+    """GiGPO (Feng et al. 2025): ``critics.gigpo_advantages`` with ``params.gamma`` and the
+    ``params.gigpo_*`` settings (step weight, normalisation mode, episode statistics)."""
+    return gigpo_advantages(rewards, anchors, group_ids, gamma=params.gamma, step_weight=params.gigpo_step_weight,
+                            mode=params.gigpo_mode, episode_stats=params.gigpo_episode_stats)
 
 
 def _turn_critic(rewards, anchors, group_ids, values, params: EstimatorParams):
@@ -292,9 +345,13 @@ def _gae(rewards, anchors, group_ids, values, turn_token_counts, params: Estimat
                                    lam=params.token_lam)
 
 
-register_estimator("grpo", _grpo)
-register_estimator("rloo", _rloo)
-register_estimator("drgrpo", _drgrpo)
-register_estimator("gigpo", _gigpo)
+_VS_GROUP = "its advantage compares the episode's return with the other rollouts of the same task instance"
+register_estimator("grpo", _grpo, min_group_size=2, group_size_note=_VS_GROUP + ": Shao et al. 2024, §4.1.2")
+register_estimator("rloo", _rloo, min_group_size=2, group_size_note=_VS_GROUP + ": their leave-one-out mean")
+register_estimator("drgrpo", _drgrpo, min_group_size=2, group_size_note=_VS_GROUP + ": their mean")
+register_estimator("gigpo", _gigpo, advised_group_size=2, group_size_note=(
+    "the episode-level advantage (Feng et al. 2025, Eq. 3) is 0 in a group of one, and its step groups "
+    "(Eq. 6-7) then hold only the visits of one trajectory, so only anchor states that trajectory revisits "
+    "give a signal"))
 register_estimator("turn_critic", _turn_critic, needs_values=True)
 register_estimator("gae", _gae, level="token", needs_values=True)

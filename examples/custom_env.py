@@ -56,8 +56,9 @@ if __name__ == "__main__":
     report.raise_if_failed()
     # A fresh run directory each time (pass one to choose it; --resume is for continuing a run).
     run_dir = sys.argv[1] if len(sys.argv) > 1 else f"runs/custom-env-example-{time.strftime('%Y%m%d-%H%M%S')}"
-    cfg = agentrl.load_config(None, [f"env.id={ENV_ID}", "env.import_modules=[custom_env]", "model.path=tiny-random-smollm2",
-                                     "run.iterations=1", f"run.dir={run_dir}", "run.name=custom-env",
-                                     "env.tasks_per_iteration=2", "env.group_size=2", "rollout.max_turns=1",
-                                     "rollout.max_new_tokens=8"])
+    # code_defaults: the config classes' own defaults (agentrl.default_config is the ShellLookup run)
+    cfg = agentrl.code_defaults([f"env.id={ENV_ID}", "env.import_modules=[custom_env]", "model.path=tiny-random-smollm2",
+                                 "run.iterations=1", f"run.dir={run_dir}", "run.name=custom-env",
+                                 "env.tasks_per_iteration=2", "env.group_size=2", "rollout.max_turns=1",
+                                 "rollout.max_new_tokens=8"])
     print(agentrl.train(cfg))

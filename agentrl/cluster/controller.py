@@ -47,7 +47,7 @@ from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, lat
 from agentrl.cluster.iteration import RunContext, checkpoint_if_due, compute_credit, end_iteration, record_iteration, span, train_on
 from agentrl.cluster.profile import DifficultyFilter, fold_profile
 from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect, role_options
-from agentrl.config import Config, trainer_configs
+from agentrl.config import Config, check_group_size, trainer_configs
 from agentrl.credit import missing_groups
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.tasks import TaskSource
@@ -59,6 +59,20 @@ __all__ = ["CONTROLLER_STATE", "RunSummary", "latest_checkpoint", "load_run_conf
 
 @dataclass
 class RunSummary:
+    """What ``train`` (``agentrl.train``) returns.
+
+    Attributes:
+        run_dir: the run directory (``config.yaml``, ``metrics.jsonl``, ``replay.db``,
+            ``checkpoints/``).
+        run_id: the run's id in the replay store.
+        iterations_done: iterations done in total (``run.iterations``), a resumed run's
+            earlier ones included.
+        policy_version: the policy version of the final weights.
+        history: one metrics dict per iteration, as in ``metrics.jsonl``.
+        status: ``"finished"``; a run that stops early raises instead (its status in the
+            replay store is ``interrupted`` or ``failed``).
+    """
+
     run_dir: Path
     run_id: str
     iterations_done: int
@@ -72,7 +86,9 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     """Run ``cfg.run.iterations`` iterations (or continue a run up to that number).
 
     Raises:
-        ConfigError: bad configuration (unknown env, bad split, model missing ...).
+        ConfigError: bad configuration (unknown env, bad split, model missing, an
+            ``env.group_size`` the estimator cannot learn from: ``check_group_size`` ...),
+            or a run directory that already holds a run while ``resume`` is False.
         CheckpointError: ``resume`` without a usable checkpoint.
     """
     import ray
@@ -87,18 +103,21 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     from agentrl.replay import ReplayStore
     from sandboxes import reap_orphans
 
+    for warning in check_group_size(cfg):  # refuses a group the estimator cannot learn from, before anything starts
+        log.warning("%s", warning)
     run_dir = cfg.run_dir()
     rd = RunDir(run_dir)
     if resume:
         ckpt = rd.latest_checkpoint()
         if ckpt is None:
-            raise CheckpointError(f"--resume: {run_dir} has no checkpoint yet")
+            raise CheckpointError(f"cannot resume: run directory {run_dir} has no checkpoint yet; start it "
+                                  "without resume (or choose the run directory that holds the run)")
         state = rd.load_state(ckpt)
         run_id = state["run_id"]
     else:
         if rd.holds_run():
             raise ConfigError(
-                f"run directory {run_dir} already holds a run; use --resume {run_dir} to continue it, "
+                f"run directory {run_dir} already holds a run; continue it with agentrl.train(cfg, resume=True), "
                 "or choose another run.name / run.dir"
             )
         ckpt, state = None, None

@@ -12,7 +12,39 @@ training run, in SQLite (embedded default) or PostgreSQL, for the viewer and the
 A resume calls ``store.rewind(run_id, iterations_done)`` first (see ``ReplayStore``).
 """
 
+from pathlib import Path
+
+from agentrl.errors import ConfigError
 from agentrl.replay.models import SCHEMA_VERSION
 from agentrl.replay.store import EpisodeSummary, ReplayStore, RerunInfo, RunInfo, RunStatus
 
-__all__ = ["SCHEMA_VERSION", "EpisodeSummary", "ReplayStore", "RerunInfo", "RunInfo", "RunStatus"]
+__all__ = ["SCHEMA_VERSION", "EpisodeSummary", "ReplayStore", "RerunInfo", "RunInfo", "RunStatus",
+           "open_replay_store"]
+
+
+def open_replay_store(where: str | Path, *, read_only: bool = False) -> ReplayStore:
+    """Open a replay store: a SQLAlchemy URL (``sqlite:///runs/x/replay.db``,
+    ``postgresql+psycopg://...``) or a run directory (its ``replay.db``). ``agentrl.open_replay_store``
+    is this function.
+
+    Args:
+        where: the URL, or the run directory (``str`` or ``Path``).
+        read_only: open without writing (``ReplayStore``'s ``read_only``: the schema is
+            checked, never created or upgraded).
+
+    Returns:
+        The ``ReplayStore``.
+
+    Raises:
+        ConfigError: ``where`` is neither a URL nor a run directory holding ``replay.db``,
+            or the URL cannot be used (see ``ReplayStore``).
+        InfraError: the database cannot be reached or opened.
+        ContractError: the database's schema is newer than this agentrl (see ``ReplayStore``).
+    """
+    text = str(where)
+    if "://" not in text:
+        db = Path(text) / "replay.db"
+        if not db.is_file():
+            raise ConfigError(f"{text!r} is not a run directory with a replay.db (and not a database URL)")
+        text = f"sqlite:///{db.resolve()}"
+    return ReplayStore(text, read_only=read_only)

@@ -24,7 +24,8 @@ does not name:
 - ``agentrl.model_zoo``: model preparation (``agentrl models prepare``): errors only of ours.
 - ``agentrl`` (``agentrl/__init__.py``): the public API facade. Like the CLI it may reach
   anything, but only lazily (inside functions), so ``import agentrl`` stays cheap: its
-  module-level imports are the standard library and ``agentrl.errors``.
+  module-level imports are the standard library and ``agentrl.errors``, besides the
+  ``if TYPE_CHECKING:`` block that shows type checkers the forwarded names (it never runs).
 - ``environments.humaneval.harness``: scripts that run inside the sandbox, so standard
   library only.
 """
@@ -132,6 +133,7 @@ class Import:
     names: tuple[str, ...]
     module_level: bool
     shown: str = ""  # the statement as written, for the failure message
+    type_only: bool = False  # under `if TYPE_CHECKING:`: read by type checkers, never run
 
 
 def _module_name(path: Path) -> str:
@@ -159,16 +161,21 @@ def _imports(path: Path, source: str | None = None) -> list[Import]:
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             lazy.update(id(n) for n in ast.walk(fn) if n is not fn)
+    type_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (getattr(node.test, "id", None) == "TYPE_CHECKING"
+                                         or getattr(node.test, "attr", None) == "TYPE_CHECKING"):
+            type_only.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     # Names bound to importlib.import_module (`from importlib import import_module as im`).
     dynamic = {"import_module", "__import__"} | {
         a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "importlib"
         for a in n.names if a.name == "import_module" and a.asname}
     out: list[Import] = []
     for node in ast.walk(tree):
-        at_top = id(node) not in lazy
+        at_top, typed = id(node) not in lazy, id(node) in type_only
         if isinstance(node, ast.Import):
             for a in node.names:
-                out.append(Import(path, node.lineno, a.name, (), at_top, f"import {a.name}"))
+                out.append(Import(path, node.lineno, a.name, (), at_top, f"import {a.name}", typed))
         elif isinstance(node, ast.ImportFrom):
             mod = _resolve_relative(module, path, node.level, node.module) if node.level else (node.module or "")
             names = tuple(a.name for a in node.names)
@@ -176,9 +183,9 @@ def _imports(path: Path, source: str | None = None) -> list[Import]:
             if mod.split(".")[0] in OURS:
                 # `from agentrl import types` imports agentrl.types: judge each name as a submodule.
                 for n in names:
-                    out.append(Import(path, node.lineno, f"{mod}.{n}", (n,), at_top, shown))
+                    out.append(Import(path, node.lineno, f"{mod}.{n}", (n,), at_top, shown, typed))
             else:
-                out.append(Import(path, node.lineno, mod, names, at_top, shown))
+                out.append(Import(path, node.lineno, mod, names, at_top, shown, typed))
         elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
               and isinstance(node.args[0].value, str)
               and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
@@ -199,8 +206,8 @@ def rule_for(module: str) -> Rule | None:
 
 def breach(rule: Rule, imp: Import, module: str) -> str | None:
     """Why ``imp`` breaks ``rule`` (None: it does not)."""
-    if rule.module_level_only and not imp.module_level:
-        return None
+    if rule.module_level_only and (not imp.module_level or imp.type_only):
+        return None  # the facade's rule is about what `import agentrl` runs
     target, top = imp.target, imp.target.split(".")[0]
     if top == "__future__":
         return None
