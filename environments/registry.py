@@ -3,7 +3,8 @@
 Three ways an environment becomes available to ``make_env`` / ``gymnasium.make``:
 
 1. agentrl's built-ins (``ENV_ENTRY_POINTS``), registered by ``register_envs()`` when
-   ``environments`` is imported, under the ``agentrl/`` namespace (``agentrl/Name-v0``).
+   ``environments`` is imported, under the ``agentrl/`` namespace (``agentrl/Name-vN``;
+   a behaviour change bumps N, and the old id goes into ``RETIRED_ENV_IDS``).
 2. Any code calling ``gymnasium.register(id="myns/MyEnv-v0", entry_point=...)`` before
    the env is made (any namespace).
 3. An installed distribution advertising the entry-point group ``agentrl.environments``
@@ -44,6 +45,7 @@ from agentrl.errors import ConfigError, EnvError
 
 __all__ = [
     "ENV_ENTRY_POINTS",
+    "RETIRED_ENV_IDS",
     "ENTRY_POINT_GROUP",
     "ENV_MODULES_VAR",
     "register_envs",
@@ -57,12 +59,26 @@ __all__ = [
 ENV_ENTRY_POINTS: dict[str, str] = {
     "agentrl/HumanEval-v0": "environments.humaneval:HumanEvalEnv",
     "agentrl/ShellTasks-v0": "environments.shell_tasks:ShellTasksEnv",
-    "agentrl/ShellLookup-v0": "environments.shell_lookup:ShellLookupEnv",
+    "agentrl/ShellLookup-v1": "environments.shell_lookup:ShellLookupEnv",
     "agentrl/GuessNumber-v0": "environments.guess_number:GuessNumberEnv",
     "agentrl/Sokoban-v0": "environments.sokoban:SokobanEnv",
     "agentrl/TextWorld-v0": "environments.textworld_env:TextWorldEnv",  # needs `textworld`
 }
 """Gymnasium id -> ``module:Class`` of each environment agentrl ships."""
+
+RETIRED_ENV_IDS: dict[str, str] = {
+    "agentrl/ShellLookup-v0": (
+        "use agentrl/ShellLookup-v1: its tasks changed on 2026-12-03 (v0's families value, note, "
+        "count, find, first_line and rename became five that create the directory a file names "
+        "plus value; each task names the command that reads its file; the worked example is shown "
+        "as chat turns), so results under v0 are not comparable with v1, and v0's tasks are not kept"
+    ),
+}
+"""Ids agentrl no longer makes -> what replaced them and what changed. A behaviour change of
+an environment bumps its version (Gymnasium's rule: results stay comparable by id);
+``make_env``/``env_class`` refuse a retired id with ``ConfigError`` naming its successor,
+and Gymnasium's own ``gymnasium.make`` raises ``DeprecatedEnv`` for it (a later version of
+the same name is registered)."""
 
 ENTRY_POINT_GROUP = "agentrl.environments"
 """The entry-point group through which installed packages advertise environments."""
@@ -172,13 +188,20 @@ def import_env_modules(names: Iterable[str] | None = None) -> list[str]:
     return sorted(set(gymnasium.registry) - before)
 
 
+def _refuse_retired(env_id: str) -> None:
+    if env_id in RETIRED_ENV_IDS and env_id not in gymnasium.registry:
+        raise ConfigError(f"env id {env_id!r} is retired: {RETIRED_ENV_IDS[env_id]}")
+
+
 def env_class(env_id: str) -> Any:
     """The class (or creator callable) registered under ``env_id``, without making an env.
 
     Raises:
-        ConfigError: ``env_id`` is not registered (after loading entry points).
+        ConfigError: ``env_id`` is not registered (after loading entry points), or is
+            retired (``RETIRED_ENV_IDS``: the message names its successor).
     """
     load_entry_points()
+    _refuse_retired(env_id)
     try:
         spec = gymnasium.spec(env_id)
     except gymnasium.error.Error as exc:
@@ -205,10 +228,12 @@ def make_env(env_id: str, sandbox: Any = None, **kwargs: Any) -> gymnasium.Env:
         **kwargs: further constructor keywords (override the registration's kwargs).
 
     Raises:
-        ConfigError: ``env_id`` is not registered, or the constructor rejected the kwargs.
+        ConfigError: ``env_id`` is not registered or is retired (``RETIRED_ENV_IDS``: the
+            message names its successor), or the constructor rejected the kwargs.
         EnvError: an entry point failed to load.
     """
     load_entry_points()
+    _refuse_retired(env_id)
     if env_id not in gymnasium.registry:
         known = sorted(k for k in gymnasium.registry if "/" in k)
         raise ConfigError(

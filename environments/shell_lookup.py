@@ -1,4 +1,4 @@
-"""``agentrl/ShellLookup-v0``: small look-up jobs with a ``bash`` tool in a sandbox, whose
+"""``agentrl/ShellLookup-v1``: small look-up jobs with a ``bash`` tool in a sandbox, whose
 answer is only in the sandbox's files, so the agent must run a command, read its output and
 act on it. Made for small models: a 135M instruct model solves some of them some of the
 time, which is what RL needs (a non-zero pass rate, reward variance within groups).
@@ -25,6 +25,13 @@ Tasks
     ``tests/benchmarks/bench_lookup_stages.py`` measures each stage (read, act, say done) per
     family from correct histories, with the example as turns and written inline.
 
+Versions: v1 is the task set above. v0 (2 to 3 December 2026) had other families (value,
+note, count, find, first_line, rename), tasks that did not name the command to read with, and
+a demonstration written into the system prompt (itself changed once); its tasks were
+replaced under the same id, and the shared ShellTasks protocol changed since, so v0 cannot
+be restored exactly: it is retired (``environments.registry.RETIRED_ENV_IDS``; making it
+raises ``ConfigError`` naming v1).
+
 Protocol, reward, anchor: as ``agentrl/ShellTasks-v0`` (``environments.shell_tasks``), whose
 env this subclasses: tool calls run as ``bash -c`` in the working directory, a reply without
 a tool call ends the episode and the checks run in the sandbox (the reward is the fraction of
@@ -48,7 +55,7 @@ from environments.shell_tasks import ShellTasksEnv
 
 __all__ = ["ENV_ID", "FAMILIES", "LOOKUP", "ShellLookupEnv", "example_turns", "lookup_task"]
 
-ENV_ID = "agentrl/ShellLookup-v0"
+ENV_ID = "agentrl/ShellLookup-v1"
 LOOKUP = SeededTasks("lookup", "ShellLookup", train=range(0, 1000), test=range(1000, 1048))
 
 _WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "amber", "cedar", "delta", "ember",
@@ -153,7 +160,7 @@ def example_turns(task_message: Callable[[str], str], tool_result: Callable[[str
 
 
 class ShellLookupEnv(ShellTasksEnv):
-    """``agentrl/ShellLookup-v0`` (module docstring). Arguments as ``ShellTasksEnv``'s; the
+    """``agentrl/ShellLookup-v1`` (module docstring). Arguments as ``ShellTasksEnv``'s; the
     default ``max_tool_calls`` is 4 (these jobs take one to three commands).
 
     Raises:

@@ -7,8 +7,9 @@ An environment receives a ``Sandbox`` and never imports a backend (design.md). B
   package, with its images and container reaping; the ``docker`` SDK is imported only
   when this backend is used).
 
-``make_sandbox(backend, spec)`` picks one by name (``"auto"``: Docker when its daemon
-answers, else bubblewrap); ``choose_backend`` says which ``"auto"`` means here and why (a
+``make_sandbox(backend, spec)`` picks one by name (``"auto"``: Docker when a daemon of
+ours answers, i.e. the one ``DOCKER_HOST`` names or the one at the default socket, else
+bubblewrap); ``choose_backend`` says which ``"auto"`` means here and why (a
 run asks once and uses that backend for all its sandboxes);
 ``reap_orphans()`` removes what crashed runs left behind (process trees, working
 directories, cgroups and containers); ``SandboxPool`` hands out pre-started sandboxes
@@ -20,10 +21,12 @@ from __future__ import annotations
 
 import logging
 
-from agentrl.errors import ConfigError
+import os
+
+from agentrl.errors import ConfigError, SandboxError
 from sandboxes.base import ExecListener, Sandbox, SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
-from sandboxes.docker.daemon import docker_daemon_answers
+from sandboxes.docker.daemon import DOCKER_SOCKET, docker_daemon_answers
 from sandboxes.pool import PooledSandbox, PoolStats, SandboxPool
 from sandboxes.reaper import reap_orphans
 
@@ -61,40 +64,60 @@ BACKENDS = ("auto", "bwrap", "docker")
 
 def resolve_backend(backend: str) -> str:
     """``"bwrap"`` or ``"docker"``: the backend ``backend`` names, ``"auto"`` resolved to
-    ``"docker"`` when a Docker daemon answers a ping (2 s), else ``"bwrap"``.
+    ``"docker"`` when a Docker daemon of ours answers (``which_daemon``), else ``"bwrap"``.
 
     Raises:
         ConfigError: unknown backend.
+        SandboxError: ``"auto"`` with a ``DOCKER_HOST`` whose daemon does not answer.
     """
     if backend in ("bwrap", "docker"):
         return backend
     if backend == "auto":
-        return "docker" if docker_daemon_answers() else "bwrap"
+        from sandboxes.docker.daemon import which_daemon
+
+        return "docker" if which_daemon()[0] is not None else "bwrap"
     raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
 
 
 def choose_backend(backend: str, image: str) -> tuple[str, str]:
-    """What ``backend`` means on this host now, and why: ``("bwrap" | "docker", reason)``.
+    """What ``backend`` means on this host now, and why: ``("bwrap" | "docker", line)``,
+    ``line`` being what a run announces in its first lines, e.g. ``"docker at
+    unix:///var/run/docker.sock (DOCKER_HOST)"``, ``"docker at unix:///var/run/docker.sock
+    (started by agentrl)"`` or ``"bwrap: no docker daemon of ours (...)"``.
 
-    ``"auto"`` is ``"docker"`` when a Docker daemon answers a ping (2 s) and has ``image``,
-    else ``"bwrap"``. A run calls this once and hands the answer to ``make_sandbox`` for
-    every sandbox, so one run never mixes backends (a daemon that stops mid-run then
-    surfaces as an infrastructure error of Docker sandboxes, not as a silent switch).
+    ``"auto"`` uses Docker when a daemon *of ours* answers and has ``image``
+    (``sandboxes.docker.daemon.which_daemon``: the one ``DOCKER_HOST`` names, which must
+    answer, else the one at the default socket ``/var/run/docker.sock``), else bubblewrap.
+    A run calls this once and hands the answer to ``make_sandbox`` for every sandbox, so
+    one run never mixes backends (a daemon that stops mid-run then surfaces as an
+    infrastructure error of Docker sandboxes, not as a silent switch).
 
     Raises:
         ConfigError: unknown backend.
+        SandboxError: ``backend`` is ``"auto"``, ``DOCKER_HOST`` is set and the daemon it
+            names does not answer, or lacks ``image``.
     """
-    chosen = resolve_backend(backend)
-    if backend != "auto":
-        return chosen, "named in the config"
-    if chosen == "bwrap":
-        return chosen, "no Docker daemon answers"
+    if backend not in BACKENDS:
+        raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
+    if backend == "bwrap":
+        return "bwrap", "bwrap: named in the config (sandbox.backend)"
+    if backend == "docker":
+        where = os.environ.get("DOCKER_HOST") or f"unix://{DOCKER_SOCKET}"
+        return "docker", f"docker at {where}: named in the config (sandbox.backend)"
+    from sandboxes.docker.daemon import which_daemon
+
+    address, label = which_daemon()
+    if address is None:
+        return "bwrap", f"bwrap: no docker daemon of ours ({label})"
     from sandboxes.docker.images import image_exists
 
     if not image_exists(image):
-        return "bwrap", (f"a Docker daemon answers but image {image!r} is missing; build it "
+        if label == "DOCKER_HOST":
+            raise SandboxError(f"the Docker daemon DOCKER_HOST={address!r} names lacks image {image!r}; "
+                               "build it there with `agentrl sandbox build-image`, or unset DOCKER_HOST")
+        return "bwrap", (f"bwrap: docker at {address} ({label}) lacks image {image!r}; build it "
                          "with `agentrl sandbox build-image` to use Docker")
-    return "docker", "a Docker daemon answers and has the image"
+    return "docker", f"docker at {address} ({label})"
 
 
 def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
@@ -112,7 +135,7 @@ def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
     """
     chosen, why = choose_backend(backend, spec.image)
     if backend == "auto":
-        logger.info("sandbox backend 'auto' chose %r (%s)", chosen, why)
+        logger.info("sandboxes: %s", why)
     if chosen == "docker":
         from sandboxes.docker.sandbox import DockerSandbox
 

@@ -126,7 +126,7 @@ class SandboxHost:
         self.name = name
         self.run_id = run_id
         self.backend, self.why = choose_backend(backend, image)
-        log.info("%s: sandbox backend %r (%s)", name, self.backend, self.why)
+        log.info("%s: sandboxes: %s", name, self.why)
         self._make = make_sandbox
         self._lock = threading.Lock()
         self._open: dict[str, Any] = {}
@@ -577,7 +577,7 @@ def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START
             except RayError as exc:
                 raise ClusterError(f"sandbox-host-{i} failed to start: {type(exc).__name__}: {exc}") from None
             hosts.append(SandboxHostRef(actor, i, info["name"], info["node_id"], info["node_ip"], info["backend"]))
-            log.info("%s: backend %r (%s)", hosts[-1].where(), info["backend"], info["why"])
+            log.info("%s: sandboxes: %s", hosts[-1].where(), info["why"])
         return hosts
     except BaseException:
         for a in actors:

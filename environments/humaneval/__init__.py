@@ -38,28 +38,40 @@ Grading (one sandbox exec per submission; ``score_solutions`` batches several)
 
     Harness: a supervisor process (the only writer of the exec's stdout; made
     non-dumpable, so other processes cannot read its memory or open its file descriptors)
-    starts a fresh interpreter (``python3 -I``) per attempt. That child executes the task
-    prompt (helper functions such as ``poly``), the submission, the test module, then the
-    instrumented ``check``; its stdout/stderr go to ``/dev/null``, its stdin is
-    ``/dev/null``, it runs in its own process group with an address-space limit. It reports
-    over a private pipe, every message carrying a random per-child token. The supervisor
-    gives each phase ``assertion_timeout_s`` (loading the solution, each test case, the
-    setup between cases); on a timeout or crash inside case *k* it kills the child's
-    process group, records *k* as ``timeout``/``crash`` and starts a new child at case
-    *k + 1*. It streams one line per event (attempt started, case begun, case result, job
-    done), each prefixed by a random nonce that it received on its stdin and that no
-    process running the submission ever holds.
+    is also the judge: the instrumented ``check`` runs in it, never beside the submission.
+    The submission runs in a separate test process (``python3 -I``, stdout/stderr and stdin
+    on ``/dev/null``, its own process group, an address-space limit) that executes the task
+    prompt and the submission and then answers calls: ``candidate`` in the test code is a
+    proxy that sends the call's arguments over a pipe and rebuilds the reply from a tagged
+    JSON form that only plain builtin values can take (``harness/codec.py``: None, bool,
+    int, float, complex, str, bytes, and lists, tuples, dicts, sets and frozensets of them;
+    exact types, not subclasses). So every ``==``, ``abs``, ``bool`` or ``sorted`` in the
+    test is the builtins' own, on new objects the submission never touched. The test code's
+    namespace is the prompt (its helpers, e.g. ``poly``, as the dataset wrote them, not as
+    the submission may redefine them) plus the entry point bound to the proxy. A result that
+    is not a plain value fails its case. The supervisor gives each phase
+    ``assertion_timeout_s`` (loading the solution, each test case, the setup between cases);
+    on a timeout or crash inside case *k* it kills the test process's group, records *k* as
+    ``timeout``/``crash`` and starts a new test process for the next call. It streams one
+    line per event (attempt started, case begun, case result, refused tamper attempt, job
+    done), each prefixed by a random nonce that it received on its stdin and that no process
+    running the submission ever holds.
 
-    What this defends against: a submission that prints a fake result, writes to the
-    supervisor's stdout via ``/proc``, exits (``sys.exit``, ``os._exit``), raises
-    ``SystemExit``/``KeyboardInterrupt``, loops forever, crashes the interpreter, exhausts
-    memory, leaves threads or ``setsid`` processes running, or kills the supervisor (the
-    events streamed so far show what was running: that case is a ``crash``, later ones
-    ``not_run``). What it does not defend against (documented limits): a submission that
-    deliberately introspects the test process to write well-formed harness messages (the
-    verdict of a case is computed in the process that runs the candidate, as in the
-    original HumanEval harness), or returns objects whose ``__eq__`` lies (the original
-    harness accepts those too).
+    What this defends against: a result whose ``__eq__``/``__ne__``/``__bool__``/``__hash__``
+    lies, subclasses of ``int``/``str``/``list``/... (both fail their case and count as
+    ``override`` in ``ScoreReport.tamper``); redefining the prompt's helpers or patching
+    ``builtins``, modules, tracing hooks or the test's frames (they live in the submission's
+    own process, not the judge's); exiting (``sys.exit``, ``os._exit(0)``, raising
+    ``SystemExit``/``KeyboardInterrupt``; counted as ``exit``); printing fake results,
+    writing to the supervisor's stdout via ``/proc``, forging protocol messages (a forged
+    reply is just another returned value), looping forever, crashing the interpreter,
+    exhausting memory, leaving threads or ``setsid`` processes running, or killing the
+    supervisor (the events streamed so far show what was running: that case is a
+    ``crash``, later ones ``not_run``). Limits: results must be plain values (a generator
+    or an object of the submission's own class fails even where the original harness would
+    have accepted it; no HumanEval reference solution returns one), integers of more than
+    4,300 digits do not cross, and arguments are copies (a test that looked at how the
+    candidate mutated its arguments would not see it; none of HumanEval's does).
 
 Training reward and judge (``reward_tests``)
     By default the reward is the pass fraction of the hidden ``check`` above, the
@@ -79,7 +91,7 @@ The sandbox is injected and owned by the caller: ``close()`` does not close it.
 
 Modules: ``tasks`` (the dataset and split), ``check_split`` (``check`` into test cases),
 ``visible`` (the prompt's examples as tests), ``scoring`` (the host side of grading),
-``harness/`` (the two in-sandbox scripts, standard library only, shipped as package data),
+``harness/`` (the in-sandbox scripts: supervisor and judge, test process, value codec; standard library only, shipped as package data),
 ``env`` (``HumanEvalEnv``).
 """
 

@@ -230,7 +230,9 @@ class HumanEvalEnv(TextEnv):
             ``num_invalid_actions``; tool steps add ``tool_outputs`` (one formatted string
             per call run; ``observation`` joins them); invalid steps add ``error``;
             submissions add ``tests_passed``, ``tests_total``, ``test_results``,
-            ``load_error``, ``solution``, ``reward_tests`` (what was graded).
+            ``load_error``, ``judge_tamper`` (test cases where the submission tried to get
+            past the judge, ``ScoreReport.tamper``; they score as failures), ``solution``,
+            ``reward_tests`` (what was graded).
 
         Raises:
             EnvError: no episode is running (before ``reset``, after it ended, after
@@ -388,12 +390,16 @@ class HumanEvalEnv(TextEnv):
         for o in report.outcomes:
             if not o.passed and o.detail and not report.load_error:
                 lines.append(f"- test {o.index + 1}: {o.status}: {o.detail}")
+        if report.judge_tamper:
+            lines.append(f"The judge refused {report.judge_tamper} attempt(s) to get past the tests "
+                         f"(first: {report.tamper[0]}); those tests count as failed.")
         info = self._info(success=report.total > 0 and report.passed == report.total)
         info.update(
             tests_passed=report.passed,
             tests_total=report.total,
             test_results=[o.status for o in report.outcomes],
             load_error=report.load_error,
+            judge_tamper=report.judge_tamper,
             solution=code,
             reward_tests=self.reward_tests,
         )

@@ -10,7 +10,7 @@ import importlib.resources
 import json
 import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
 from agentrl.errors import ConfigError, RewardError
@@ -25,18 +25,21 @@ __all__ = ["CaseStatus", "AssertionOutcome", "ScoreReport", "score_solutions", "
 
 @functools.lru_cache(maxsize=1)
 def harness_scripts() -> tuple[str, str]:
-    """``(supervisor source, child source)``: the two harness scripts, read from this
-    package's data (``environments/humaneval/harness/``) with ``importlib.resources``.
+    """``(supervisor source, child source)``: the harness scripts, read from this package's
+    data (``environments/humaneval/harness/``) with ``importlib.resources``, each after the
+    value codec both sides share (``codec.py``).
 
     Raises:
         RewardError: a script is missing from the installed package.
     """
     root = importlib.resources.files("environments.humaneval").joinpath("harness")
     try:
-        return tuple(root.joinpath(name).read_text(encoding="utf-8") for name in ("supervisor.py", "child.py"))  # type: ignore[return-value]
+        codec, supervisor, child = (root.joinpath(name).read_text(encoding="utf-8")
+                                    for name in ("codec.py", "supervisor.py", "child.py"))
     except OSError as exc:
         raise RewardError(f"the HumanEval grading harness is missing from the package ({exc}); "
-                          "expected environments/humaneval/harness/supervisor.py and child.py") from exc
+                          "expected environments/humaneval/harness/codec.py, supervisor.py and child.py") from exc
+    return codec + "\n\n" + supervisor, codec + "\n\n" + child
 
 
 CaseStatus = Literal["pass", "fail", "timeout", "crash", "error", "not_run"]
@@ -79,6 +82,12 @@ class ScoreReport:
             function missing, timeout), else ``None``.
         attempts: test processes started (1 unless a case timed out or crashed).
         duration_s: wall seconds the harness spent on this submission.
+        tamper: one ``"kind: detail"`` line per attempt to get past the judge that the
+            harness refused: ``override`` (a result whose type subclasses a builtin value
+            type or defines its own comparison, truth or conversion methods, e.g. an
+            ``__eq__`` that always returns True), ``exit`` (the solution ended its test
+            process with code 0, or raised ``SystemExit``/``KeyboardInterrupt``). Such cases
+            score as failures either way; this says why.
     """
 
     task_id: str
@@ -86,6 +95,12 @@ class ScoreReport:
     load_error: str | None
     attempts: int
     duration_s: float
+    tamper: tuple[str, ...] = ()
+
+    @property
+    def judge_tamper(self) -> int:
+        """Attempts to get past the judge that were refused (``len(tamper)``)."""
+        return len(self.tamper)
 
     @property
     def passed(self) -> int:
@@ -194,6 +209,7 @@ class _JobEvents:
     """What the supervisor's event lines said about one job."""
 
     outcomes: dict[int, tuple[str, str]]
+    tamper: list[str] = field(default_factory=list)
     begun: int | None = None
     attempted: bool = False
     load_error: str | None = None
@@ -279,8 +295,8 @@ def _parse_events(
     """Read the supervisor's event lines (those starting with ``nonce``).
 
     Events: ``["attempt", j, start]`` (a test process for job ``j`` starts at case
-    ``start``), ``["begin", j, k]``, ``["case", j, k, status, detail]``, ``["load_error", j,
-    detail]``, ``["job_done", j, attempts, duration_s]``, ``["done"]``,
+    ``start``), ``["begin", j, k]``, ``["case", j, k, status, detail]``, ``["tamper", j, k,
+    kind, detail]``, ``["load_error", j, detail]``, ``["job_done", j, attempts, duration_s]``, ``["done"]``,
     ``["harness_error", traceback]``.
 
     Raises:
@@ -313,6 +329,8 @@ def _parse_events(
                 st.outcomes[k] = (status, detail)
                 if st.begun == k:
                     st.begun = None
+            elif kind == "tamper":
+                st.tamper.append(f"{ev[3]}: {ev[4]}")
             elif kind == "load_error":
                 st.load_error = str(ev[2])
             elif kind == "job_done":
@@ -360,4 +378,5 @@ def _report(job: _Job, ev: _JobEvents, outcomes: dict[int, tuple[str, str]]) -> 
         load_error=ev.load_error,
         attempts=ev.attempts,
         duration_s=ev.duration_s,
+        tamper=tuple(ev.tamper),
     )

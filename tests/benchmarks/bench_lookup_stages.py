@@ -1,4 +1,4 @@
-"""Benchmark: what SmolLM2-135M-Instruct does at each stage of an ``agentrl/ShellLookup-v0``
+"""Benchmark: what SmolLM2-135M-Instruct does at each stage of an ``agentrl/ShellLookup-v1``
 episode, from hand-built correct histories, under the env's own prompts.
 
 Run on demand (pytest does not collect this file)::

@@ -1,10 +1,16 @@
-"""HumanEval test process. Runs INSIDE the sandbox as ``python3 -I -c <this file>``, started
-by ``supervisor.py``; standard library only.
+"""HumanEval test process: runs the candidate, and nothing else. Runs INSIDE the sandbox as
+``python3 -I -c <codec.py + this file>``, started by ``supervisor.py``; standard library only.
 
-Reads one job as JSON on stdin (``prompt``, ``solution``, ``test_program``, ``entry_point``,
-``memory_mb``, ``start``, ``token``, ``report_fd``), loads prompt + solution + the
-instrumented test module, runs the test cases from ``start`` on, and reports over the pipe
-``report_fd``: one JSON list per line, ``[token, kind, *args]`` (see ``supervisor.py``).
+Reads one job as JSON on stdin (``prompt``, ``solution``, ``entry_point``, ``memory_mb``,
+``token``, ``report_fd``, ``request_fd``), loads prompt + solution, then answers calls until
+``request_fd`` ends: each request is one line ``[call_id, args, kwargs]`` (values in the
+tagged form of ``codec.py``). It writes one JSON list per line on ``report_fd``, each
+``[token, kind, *args]``: ``hello``; then ``ready`` or ``loaderr detail exited``; then per
+call ``result call_id value``, ``raise call_id detail exited`` (``exited``: the candidate
+raised ``SystemExit``, ``KeyboardInterrupt`` or another non-``Exception``), ``foreign
+call_id type_name judge_override`` (the result is not a plain builtin value) or
+``unsendable call_id detail``; ``internal detail`` when this process itself broke. It never
+sees the test code: the test's assertions run in the supervisor, on values rebuilt there.
 Its own stdout and stderr go to ``/dev/null``.
 """
 
@@ -17,8 +23,11 @@ import traceback
 def main():
     job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     _fd = int(job["report_fd"])
+    _request_fd = int(job["request_fd"])
     _token = job["token"]
-    _dumps, _write, _isinstance, _str, _type = json.dumps, os.write, isinstance, str, type
+    _dumps, _loads, _write, _read = json.dumps, json.loads, os.write, os.read
+    _isinstance, _str, _type, _exc_base = isinstance, str, type, Exception
+    _to_tagged, _from_tagged, _foreign = to_tagged, from_tagged, ForeignValue  # noqa: F821 (codec.py)
 
     def describe(exc):
         try:
@@ -28,13 +37,8 @@ def main():
         except BaseException:
             return "an exception that cannot be printed"
 
-    def report(kind, index=None, detail=None):
-        msg = [_token, kind]
-        if index is not None:
-            msg.append(index)
-        if detail is not None:
-            msg.append(describe(detail) if _isinstance(detail, BaseException) else _str(detail))
-        data = (_dumps(msg) + "\n").encode("utf-8")
+    def send(*msg):
+        data = (_dumps([_token, *msg]) + "\n").encode("utf-8")
         while data:
             data = data[_write(_fd, data):]
 
@@ -42,7 +46,7 @@ def main():
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
-        report("hello")
+        send("hello")
         memory_mb = job.get("memory_mb")
         if memory_mb:
             import resource
@@ -57,9 +61,8 @@ def main():
         entry = job["entry_point"]
         ns = {"__name__": "__solution__"}
         prompt_code = compile(job["prompt"], "<prompt>", "exec")
-        test_code = compile(job["test_program"], "<test>", "exec")
     except BaseException:
-        report("internal", None, traceback.format_exc()[-2000:])
+        send("internal", traceback.format_exc()[-2000:])
         return
     try:
         exec(prompt_code, ns)
@@ -67,22 +70,36 @@ def main():
         exec(compile(job["solution"], "<solution>", "exec"), ns)
         candidate = ns.get(entry)
         if candidate is None or candidate is stub:
-            report("loaderr", None, f"the solution does not define the function {entry}()")
+            send("loaderr", f"the solution does not define the function {entry}()", False)
             return
         if not callable(candidate):
-            report("loaderr", None, f"{entry} is not a function")
+            send("loaderr", f"{entry} is not a function", False)
             return
-        exec(test_code, ns)
     except BaseException as exc:
-        report("loaderr", None, exc)
+        send("loaderr", describe(exc), not _isinstance(exc, _exc_base))
         return
-    report("ready")
-    try:
-        ns["__agentrl_check__"](candidate, report, int(job["start"]))
-    except BaseException as exc:
-        report("checkerr", None, exc)
-        return
-    report("done")
+    send("ready")
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            chunk = _read(_request_fd, 1 << 16)
+            if not chunk:
+                return
+            buf += chunk
+        line, buf = buf.split(b"\n", 1)
+        call_id, args, kwargs = _loads(line.decode("utf-8"))
+        args, kwargs = _from_tagged(args), _from_tagged(kwargs)
+        try:
+            value = candidate(*args, **kwargs)
+        except BaseException as exc:
+            send("raise", call_id, describe(exc), not _isinstance(exc, _exc_base))
+            continue
+        try:
+            send("result", call_id, _to_tagged(value))
+        except _foreign as exc:
+            send("foreign", call_id, exc.type_name, exc.judge_override)
+        except BaseException as exc:
+            send("unsendable", call_id, describe(exc))
 
 
 if __name__ == "__main__":

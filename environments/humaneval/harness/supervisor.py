@@ -1,19 +1,22 @@
-"""HumanEval grading supervisor. Runs INSIDE the sandbox as ``python3 -I -c <this file>``;
-standard library only (it must not import anything of agentrl).
+"""HumanEval grading supervisor and judge. Runs INSIDE the sandbox as ``python3 -I -c
+<codec.py + this file>``; standard library only (it must not import anything of agentrl).
 
 Reads ``{"nonce", "child_source", "startup_timeout_s", "max_failure_details",
-"detail_chars", "jobs": [...]}`` as JSON on stdin, grades every job with fresh child
-interpreters (``child.py``, passed in as ``child_source``) and streams one line per event
-on stdout: ``nonce + " " + json.dumps(event)``. Events (read by
-``environments.humaneval.scoring``): ``["attempt", j, start]``, ``["begin", j, k]``,
-``["case", j, k, status, detail]``, ``["load_error", j, detail]``, ``["job_done", j,
-attempts, duration_s]``, ``["done"]``, ``["harness_error", traceback]``.
+"detail_chars", "jobs": [...]}`` as JSON on stdin and grades every job. The job's test code
+(the instrumented ``check``) runs HERE, in this process, which never runs submitted code;
+``candidate`` in it is a proxy that sends each call's arguments to a test process
+(``child.py``, passed in as ``child_source``) running the submission, and rebuilds the
+reply from the tagged form of ``codec.py``: only plain builtin values come back, as new
+objects, so the test's ``==`` (and ``abs``, ``bool``, ...) are the builtins' own. The
+namespace of the test code is the task's prompt (its helpers, e.g. ``poly``, as the dataset
+wrote them), the entry point bound to the proxy, and the test module.
 
-A child reports over a private pipe, one JSON list per line, each starting with its
-per-child token: ``hello``, then ``ready`` (or ``loaderr``), then ``begin k`` / ``pass k``
-/ ``fail k detail`` per test case, then ``done`` (or ``checkerr``); ``internal`` when the
-child itself broke. ``ChildMessages`` judges that stream; anything out of order is a
-protocol violation.
+It streams one line per event on stdout: ``nonce + " " + json.dumps(event)``. Events (read
+by ``environments.humaneval.scoring``): ``["attempt", j, start]`` (a test process starts;
+``start``: the first case not yet judged), ``["begin", j, k]``, ``["case", j, k, status,
+detail]``, ``["tamper", j, k, kind, detail]`` (``k`` may be null), ``["load_error", j,
+detail]``, ``["job_done", j, attempts, duration_s]``, ``["done"]``, ``["harness_error",
+traceback]``.
 """
 
 import ctypes
@@ -27,111 +30,39 @@ import sys
 import time
 import traceback
 
-MAX_BUFFERED_BYTES = 1 << 20
-"""A child that sends more than this without a newline breaks the protocol."""
+MAX_BUFFERED_BYTES = 8 << 20
+"""A test process that sends more than this without a newline breaks the protocol."""
 
 
-class ChildMessages:
-    """What one test process said so far, and whether it keeps the protocol.
+class Violation(Exception):
+    """The test process broke the message protocol."""
 
-    Args:
-        token: the child's random token; every message must start with it.
-        n_cases: test cases of the job.
-        start: the first case this child may begin (earlier ones are done).
-        results: the job's per-case status list (None: not yet known); read to refuse a
-            case twice, written through ``record``.
-        emit: ``emit(*event)`` streams an event line (called for ``begin``).
-        record: ``record(k, status, detail)`` stores a case's result.
-        clip: shortens a detail text for the event stream.
 
-    ``feed(chunk)`` returns None while the child may go on, else the verdict that ends
-    reading: ``"violation"``, ``"internal"``, ``"loaderr"``, ``"checkerr"`` or ``"done"``.
-    After it, ``hello``, ``ready``, ``current`` (the case begun and not finished, or None)
-    and ``detail`` (text of the last loaderr / checkerr / done / internal) say where the
-    child was.
-    """
+class LineReader:
+    """Splits what a test process writes into messages: one JSON list per line, each
+    starting with the process's token. ``feed(chunk)`` returns the complete messages as
+    ``[kind, *args]`` lists and raises ``Violation`` for a line that is not one, or for more
+    than ``MAX_BUFFERED_BYTES`` without a newline."""
 
-    def __init__(self, token, n_cases, start, results, emit, record, clip):
+    def __init__(self, token):
         self.token = token
-        self.n_cases = n_cases
-        self.results = results
-        self.emit = emit
-        self.record = record
-        self.clip = clip
-        self.hello = False
-        self.ready = False
-        self.current = None
-        self.next_min = start
-        self.detail = ""
         self._buf = b""
 
     def feed(self, chunk):
-        """Take bytes read from the pipe; handle every complete line."""
         self._buf += chunk
-        if len(self._buf) > MAX_BUFFERED_BYTES:
-            return "violation"
+        messages = []
         while b"\n" in self._buf:
             line, self._buf = self._buf.split(b"\n", 1)
-            verdict = self.handle(line)
-            if verdict is not None:
-                return verdict
-        return None
-
-    def handle(self, line):
-        """One message line; returns a verdict as ``feed`` does."""
-        try:
-            msg = json.loads(line.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return "violation"
-        if not isinstance(msg, list) or len(msg) < 2 or msg[0] != self.token:
-            return "violation"
-        kind, args = msg[1], msg[2:]
-        if kind == "internal":
-            self.detail = str(args[0]) if args else ""
-            return "internal"
-        if kind == "hello":
-            if self.hello:
-                return "violation"
-            self.hello = True
-            return None
-        if not self.hello:
-            return "violation"
-        if kind == "loaderr":
-            if self.ready:
-                return "violation"
-            self.detail = self.clip(args[0] if args else "")
-            return "loaderr"
-        if kind == "ready":
-            if self.ready:
-                return "violation"
-            self.ready = True
-            return None
-        if not self.ready:
-            return "violation"
-        if kind == "begin":
-            return self._begin(args[0] if args else None)
-        if kind in ("pass", "fail"):
-            k = args[0] if args else None
-            if type(k) is not int or self.current != k:
-                return "violation"
-            self.record(k, kind, args[1] if kind == "fail" and len(args) > 1 else "")
-            self.current = None
-            self.next_min = k + 1
-            return None
-        if kind in ("checkerr", "done"):
-            if self.current is not None:
-                return "violation"
-            self.detail = self.clip(args[0]) if args else ""
-            return kind
-        return "violation"
-
-    def _begin(self, k):
-        if (self.current is not None or type(k) is not int
-                or not self.next_min <= k < self.n_cases or self.results[k] is not None):
-            return "violation"
-        self.current = k
-        self.emit("begin", k)
-        return None
+            try:
+                msg = json.loads(line.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+                raise Violation("a line that is not JSON") from exc
+            if type(msg) is not list or len(msg) < 2 or msg[0] != self.token or type(msg[1]) is not str:
+                raise Violation("a message without the process's token")
+            messages.append(msg[1:])
+        if len(self._buf) > MAX_BUFFERED_BYTES:
+            raise Violation(f"more than {MAX_BUFFERED_BYTES} bytes without a newline")
+        return messages
 
 
 def describe_exit(rc):
@@ -142,6 +73,320 @@ def describe_exit(rc):
         except ValueError:
             return f"killed by signal {-rc}"
     return f"exit code {rc}"
+
+
+def describe(exc):
+    """``"Name: message"`` of an exception raised by the test code (at most 500 chars)."""
+    name, text = type(exc).__name__, str(exc)
+    return f"{name}: {text}"[:500] if text else name[:500]
+
+
+class CandidateProcess:
+    """One test process running the submission (``child.py``), started by ``start``; read
+    with ``next_message``, written with ``send``, ended with ``kill``."""
+
+    def __init__(self, child_source, job):
+        self.child_source = child_source
+        self.job = job
+        self.token = secrets.token_hex(16)
+        self.reader = LineReader(self.token)
+        self.pending = []
+        self.proc = None
+        self.rc = None
+
+    def start(self):
+        r_report, w_report = os.pipe()
+        r_request, w_request = os.pipe()
+        child_job = {
+            "prompt": self.job["prompt"],
+            "solution": self.job["solution"],
+            "entry_point": self.job["entry_point"],
+            "memory_mb": self.job["memory_mb"],
+            "token": self.token,
+            "report_fd": w_report,
+            "request_fd": r_request,
+        }
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", self.child_source],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(w_report, r_request),
+                start_new_session=True,
+            )
+        finally:
+            os.close(w_report)
+            os.close(r_request)
+        self.r_report, self.w_request = r_report, w_request
+        os.set_blocking(w_request, False)
+        try:
+            self.proc.stdin.write(json.dumps(child_job).encode("utf-8"))
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+
+    def next_message(self, deadline):
+        """The next message as ``[kind, *args]``, or ``"timeout"`` (``deadline``, a
+        ``time.monotonic`` value, passed), ``"exit"`` (the process ended; ``self.rc`` is
+        set by ``kill``) or ``"violation"``."""
+        while not self.pending:
+            now = time.monotonic()
+            if now >= deadline:
+                return "timeout"
+            ready, _, _ = select.select([self.r_report], [], [], min(deadline - now, 0.05))
+            try:
+                if ready:
+                    chunk = os.read(self.r_report, 1 << 16)
+                    if not chunk:
+                        return "exit"
+                    self.pending.extend(self.reader.feed(chunk))
+                elif self.proc.poll() is not None:
+                    # Exited, but a forked descendant may hold the pipe open: drain.
+                    while select.select([self.r_report], [], [], 0)[0]:
+                        chunk = os.read(self.r_report, 1 << 16)
+                        if not chunk:
+                            break
+                        self.pending.extend(self.reader.feed(chunk))
+                    if not self.pending:
+                        return "exit"
+            except Violation:
+                return "violation"
+        return self.pending.pop(0)
+
+    def send(self, line, deadline):
+        """Write ``line`` (bytes) to the request pipe. Returns ``"ok"``, ``"timeout"`` or
+        ``"exit"`` (the process no longer reads)."""
+        data = line
+        while data:
+            now = time.monotonic()
+            if now >= deadline:
+                return "timeout"
+            _, writable, _ = select.select([], [self.w_request], [], min(deadline - now, 0.05))
+            if writable:
+                try:
+                    data = data[os.write(self.w_request, data):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return "exit"
+            elif self.proc.poll() is not None:
+                return "exit"
+        return "ok"
+
+    def kill(self):
+        """Kill the process group, reap the process, close the pipes; returns its exit
+        status."""
+        if self.proc is None or self.rc is not None:
+            return self.rc
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.rc = self.proc.wait()
+        os.close(self.r_report)
+        os.close(self.w_request)
+        return self.rc
+
+
+class CandidateError(Exception):
+    """The candidate raised; the message is its ``"Name: message"``."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
+class _CaseEnded(BaseException):
+    """Ends a test case with ``status`` and ``detail`` (a ``BaseException``, so test code
+    that catches ``Exception`` cannot swallow it)."""
+
+    def __init__(self, status, detail):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class _LoadFailed(BaseException):
+    """The submission did not load in a test process: the job's remaining cases are not run."""
+
+
+class _HarnessBroken(BaseException):
+    """The harness cannot grade this job for a reason that is not the submission's."""
+
+
+class JobJudge:
+    """Grades one job: starts test processes as needed and runs the instrumented ``check``
+    with the candidate proxy. ``sup`` is the ``Supervisor`` (events, limits)."""
+
+    def __init__(self, sup, j, job):
+        self.sup, self.j, self.job = sup, j, job
+        self.n = int(job["n_tests"])
+        self.timeout_s = float(job["timeout_s"])
+        self.results = [None] * self.n
+        self.shown = 0
+        self.attempts = 0
+        self.load_error = None
+        self.proc = None
+        self.calls = 0
+        self.current = None
+        self.deadline = 0.0
+
+    def emit(self, kind, *args):
+        self.sup.emit(kind, self.j, *args)
+
+    def record(self, k, status, detail):
+        if status != "pass":
+            self.shown += 1
+            if self.shown > self.sup.max_details:
+                detail = ""
+        self.results[k] = status
+        self.emit("case", k, status, self.sup.clip(detail))
+
+    def tamper(self, kind, detail):
+        self.emit("tamper", self.current, kind, self.sup.clip(detail))
+
+    def restart_deadline(self):
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def run(self):
+        t_job = time.monotonic()
+        why_rest = None
+        try:
+            self.start_process()
+            ns = {"__name__": "__test__"}
+            exec(compile(self.job["prompt"], "<prompt>", "exec"), ns)
+            ns[self.job["entry_point"]] = self.candidate
+            exec(compile(self.job["test_program"], "<test>", "exec"), ns)
+            self.restart_deadline()
+            ns["__agentrl_check__"](self.candidate, self.report, 0)
+        except _LoadFailed:
+            pass
+        except _HarnessBroken as exc:
+            raise RuntimeError(str(exc)) from None
+        except _CaseEnded as exc:
+            why_rest = f"test code outside the assertions: {exc.detail}"
+        except BaseException as exc:
+            why_rest = f"test code outside the assertions raised {self.sup.clip(describe(exc))}"
+        finally:
+            if self.proc is not None:
+                self.proc.kill()
+        if self.load_error is not None:
+            self.emit("load_error", self.sup.clip(self.load_error))
+        for k in range(self.n):
+            if self.results[k] is None:
+                if self.load_error is None and why_rest is not None:
+                    self.record(k, "fail", why_rest)
+                else:
+                    self.record(k, "not_run", self.load_error or "not run")
+        self.emit("job_done", self.attempts, time.monotonic() - t_job)
+
+    def report(self, kind, k, exc=None):
+        """Called by the instrumented ``check``: ``begin``, ``pass`` or ``fail`` of case ``k``."""
+        if kind == "begin":
+            self.current = k
+            self.emit("begin", k)
+            self.restart_deadline()
+            return
+        self.current = None
+        if kind == "pass":
+            self.record(k, "pass", "")
+        elif isinstance(exc, (_LoadFailed, _HarnessBroken)):
+            raise exc
+        elif isinstance(exc, _CaseEnded):
+            self.record(k, exc.status, exc.detail)
+        elif isinstance(exc, CandidateError):
+            self.record(k, "fail", str(exc))
+        else:
+            self.record(k, "fail", describe(exc))
+        self.restart_deadline()
+
+    def start_process(self):
+        """Start a test process and wait until it loaded the submission (raises
+        ``_LoadFailed`` with ``self.load_error`` set when it did not)."""
+        self.attempts += 1
+        start = next((k for k in range(self.n) if self.results[k] is None), self.n)
+        self.emit("attempt", start)
+        proc = CandidateProcess(self.sup.child_source, self.job)
+        proc.start()
+        self.proc = proc
+        msg = proc.next_message(time.monotonic() + self.sup.startup_timeout_s)
+        if msg == "violation" or (type(msg) is list and msg[0] != "hello"):
+            self.drop_process()
+            raise _HarnessBroken(f"test process broke the protocol before it started: {msg!r}"[:500])
+        if type(msg) is not list:
+            rc = self.drop_process()
+            raise _HarnessBroken(
+                f"test process never started ({'timed out' if msg == 'timeout' else describe_exit(rc)})")
+        msg = proc.next_message(time.monotonic() + self.timeout_s)
+        if type(msg) is list and msg[0] == "ready":
+            self.restart_deadline()
+            return
+        if type(msg) is list and msg[0] == "internal":
+            self.drop_process()
+            raise _HarnessBroken(f"test process reported an internal error: {msg[1:]}"[:3000])
+        if type(msg) is list and msg[0] == "loaderr":
+            self.load_error = str(msg[1]) if len(msg) > 1 else "the solution did not load"
+            if len(msg) > 2 and msg[2] is True:
+                self.tamper("exit", f"the solution raised {self.load_error} while loading")
+        elif msg == "timeout":
+            self.load_error = f"loading the solution took more than {self.timeout_s:g} s"
+        elif msg == "exit":
+            rc = proc.kill()
+            self.load_error = f"the process exited while loading the solution ({describe_exit(rc)})"
+            if rc == 0:
+                self.tamper("exit", "the process exited with code 0 while loading the solution")
+        else:
+            self.load_error = "the test process broke the harness protocol while loading the solution"
+        self.drop_process()
+        raise _LoadFailed()
+
+    def drop_process(self):
+        proc, self.proc = self.proc, None
+        return proc.kill() if proc is not None else None
+
+    def candidate(self, *args, **kwargs):
+        """The proxy the test code calls: the submission's answer, rebuilt from plain
+        builtin values; raises ``CandidateError`` when the submission raised."""
+        if self.proc is None:
+            self.start_process()
+        try:
+            request = json.dumps([self.calls, to_tagged(list(args)), to_tagged(kwargs)])  # noqa: F821
+        except BaseException as exc:
+            raise _HarnessBroken(f"the test passes a value the harness cannot send ({describe(exc)})") from None
+        call_id, self.calls = self.calls, self.calls + 1
+        sent = self.proc.send((request + "\n").encode("utf-8"), self.deadline)
+        msg = self.proc.next_message(self.deadline) if sent == "ok" else sent
+        if msg == "timeout":
+            self.drop_process()
+            raise _CaseEnded("timeout", f"took more than {self.timeout_s:g} s")
+        if msg == "exit":
+            rc = self.drop_process()
+            if rc == 0:
+                self.tamper("exit", "the process exited with code 0 inside a call of the solution")
+            raise _CaseEnded("crash", f"the test process died ({describe_exit(rc)})")
+        if msg == "violation" or msg[0] not in ("result", "raise", "foreign", "unsendable") \
+                or len(msg) < 3 or msg[1] != call_id:
+            self.drop_process()
+            raise _CaseEnded("error", "invalid message from the test process")
+        kind, payload = msg[0], msg[2]
+        if kind == "result":
+            try:
+                return from_tagged(payload)  # noqa: F821
+            except (ValueError, TypeError, RecursionError) as exc:
+                self.drop_process()
+                raise _CaseEnded("error", f"invalid result from the test process ({describe(exc)})") from None
+        if kind == "raise":
+            if len(msg) > 3 and msg[3] is True:
+                self.tamper("exit", f"the solution raised {payload}")
+            raise CandidateError(str(payload))
+        if kind == "foreign":
+            override = len(msg) > 3 and msg[3] is True
+            if override:
+                self.tamper("override", f"the solution returned an object of type {payload}, which "
+                            "subclasses a builtin value type or defines its own comparisons")
+            raise _CaseEnded("fail", f"the solution returned an object of type {payload}, not a plain "
+                             "builtin value (None, bool, int, float, complex, str, bytes, or a "
+                             "list/tuple/dict/set/frozenset of them)")
+        raise _CaseEnded("fail", f"the solution's result cannot be sent to the judge: {payload}")
 
 
 class Supervisor:
@@ -165,154 +410,20 @@ class Supervisor:
         return text if len(text) <= self.detail_chars else text[: self.detail_chars - 3] + "..."
 
     def run(self):
-        try:
-            for j, job in enumerate(self.jobs):
-                self.run_job(j, job)
-        except BaseException:
-            self.emit("harness_error", traceback.format_exc()[-3000:])
-        else:
-            self.emit("done")
-
-    def run_job(self, j, job):
-        n = int(job["n_tests"])
-        timeout_s = float(job["timeout_s"])
-        results = [None] * n
-        shown = [0]
-
-        def record(k, status, detail):
-            if status != "pass":
-                shown[0] += 1
-                if shown[0] > self.max_details:
-                    detail = ""
-            results[k] = status
-            self.emit("case", j, k, status, self.clip(detail))
-
-        start = 0
-        attempts = 0
-        load_error = None
-        t_job = time.monotonic()
-        while True:
-            attempts += 1
-            self.emit("attempt", j, start)
-            msgs, ended, rc = self.run_child(job, start, n, results, timeout_s,
-                                             lambda *ev: self.emit(ev[0], j, *ev[1:]), record)
-            if ended == "internal":
-                raise RuntimeError(f"test process reported an internal error: {msgs.detail}")
-            if not msgs.hello:
-                raise RuntimeError(
-                    "test process never started "
-                    f"({'timed out' if ended == 'timeout' else describe_exit(rc)})"
-                )
-            if ended == "done":
-                break
-            if ended == "violation":
-                for k in range(n):
-                    if results[k] is None:
-                        record(k, "error", "invalid message from the test process")
-                break
-            if not msgs.ready:
-                if ended == "loaderr":
-                    load_error = msgs.detail
-                elif ended == "timeout":
-                    load_error = f"loading the solution took more than {timeout_s:g} s"
-                else:
-                    load_error = f"the process exited while loading the solution ({describe_exit(rc)})"
-                self.emit("load_error", j, self.clip(load_error))
-                break
-            if msgs.current is not None:
-                k = msgs.current
-                if ended == "timeout":
-                    record(k, "timeout", f"took more than {timeout_s:g} s")
-                else:
-                    record(k, "crash", f"the test process died ({describe_exit(rc)})")
-                start = k + 1
-                if start >= n:
-                    break
-                continue
-            if ended == "checkerr":
-                why = f"test code outside the assertions raised {msgs.detail}"
-            elif ended == "timeout":
-                why = f"test code outside the assertions took more than {timeout_s:g} s"
-            else:
-                why = f"the process exited between test cases ({describe_exit(rc)})"
-            for k in range(n):
-                if results[k] is None:
-                    record(k, "fail", why)
-            break
-        for k in range(n):
-            if results[k] is None:
-                record(k, "not_run", load_error or "not run")
-        self.emit("job_done", j, attempts, time.monotonic() - t_job)
-
-    def run_child(self, job, start, n, results, timeout_s, emit, record):
-        """Start one test process at case ``start`` and read its messages until a verdict,
-        EOF, its exit or a timeout. Its process group is killed afterwards.
-
-        Returns:
-            ``(messages, ended, rc)``: the ``ChildMessages``, the verdict (or ``"exit"`` /
-            ``"timeout"``) and the child's return code.
-        """
-        token = secrets.token_hex(16)
-        r, w = os.pipe()
-        child_job = {
-            "prompt": job["prompt"],
-            "solution": job["solution"],
-            "test_program": job["test_program"],
-            "entry_point": job["entry_point"],
-            "memory_mb": job["memory_mb"],
-            "start": start,
-            "token": token,
-            "report_fd": w,
-        }
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", self.child_source],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(w,),
-                start_new_session=True,
-            )
-        finally:
-            os.close(w)
-        try:
-            proc.stdin.write(json.dumps(child_job).encode("utf-8"))
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        msgs = ChildMessages(token, n, start, results, emit, record, self.clip)
-        ended = None
-        deadline = time.monotonic() + self.startup_timeout_s
-        try:
-            while ended is None:
-                now = time.monotonic()
-                if now >= deadline:
-                    ended = "timeout"
-                    break
-                ready, _, _ = select.select([r], [], [], min(deadline - now, 0.05))
-                if ready:
-                    chunk = os.read(r, 65536)
-                    if not chunk:
-                        ended = "exit"
-                        break
-                    ended = msgs.feed(chunk)
-                    deadline = time.monotonic() + timeout_s
-                elif proc.poll() is not None:
-                    # Exited, but a forked descendant may hold the pipe open: drain.
-                    while ended is None and select.select([r], [], [], 0)[0]:
-                        chunk = os.read(r, 65536)
-                        if not chunk:
-                            break
-                        ended = msgs.feed(chunk)
-                    ended = ended or "exit"
-        finally:
+        # The test code runs in this process: whatever it prints must not reach the event
+        # stream (self.out was taken before).
+        saved = sys.stdout, sys.stderr
+        with open(os.devnull, "w") as sink:
+            sys.stdout = sys.stderr = sink
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            rc = proc.wait()
-            os.close(r)
-        return msgs, ended, rc
+                for j, job in enumerate(self.jobs):
+                    JobJudge(self, j, job).run()
+            except BaseException:
+                self.emit("harness_error", traceback.format_exc()[-3000:])
+            else:
+                self.emit("done")
+            finally:
+                sys.stdout, sys.stderr = saved
 
 
 def main():

@@ -51,7 +51,8 @@ def test_auto_is_resolved_once_per_run(monkeypatch):
         calls.append(1)
         return False
 
-    monkeypatch.setattr(sandboxes, "docker_daemon_answers", no_daemon)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(sandboxes.docker.daemon, "docker_daemon_answers", no_daemon)
     factory = make_env_factory(_cfg("agentrl/ShellTasks-v0", "auto"), "run-factory-test")
     made = [factory(_req("agentrl/ShellTasks-v0", "shell/rename_ext")) for _ in range(3)]
     try:
@@ -64,8 +65,10 @@ def test_auto_is_resolved_once_per_run(monkeypatch):
 
 
 def test_choose_backend_names_its_reason(monkeypatch):
-    assert sandboxes.choose_backend("bwrap", "any") == ("bwrap", "named in the config")
-    monkeypatch.setattr(sandboxes, "docker_daemon_answers", lambda *a, **k: False)
-    assert sandboxes.choose_backend("auto", "any") == ("bwrap", "no Docker daemon answers")
+    assert sandboxes.choose_backend("bwrap", "any") == ("bwrap", "bwrap: named in the config (sandbox.backend)")
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(sandboxes.docker.daemon, "docker_daemon_answers", lambda *a, **k: False)
+    backend, why = sandboxes.choose_backend("auto", "any")
+    assert (backend, why.split(" (")[0]) == ("bwrap", "bwrap: no docker daemon of ours")
     with pytest.raises(ConfigError, match="'podman'"):
         sandboxes.choose_backend("podman", "any")

@@ -190,6 +190,29 @@ def test_hostile_solutions_are_scored_as_failures_not_errors(sandbox, execs):
     assert "killed" in (by_name["kill_grader"].load_error or by_name["kill_grader"].outcomes[0].detail)
 
 
+def test_judge_tampering_scores_0_and_is_counted_in_the_sandbox_and_the_episode(sandbox):
+    header = "def below_zero(operations):\n"
+    tampering = {
+        "eq_always_true": "class Anything:\n    def __eq__(self, other):\n        return True\n"
+        + header + "    return Anything()\n",
+        "int_subclass": "class Yes(int):\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\n" + header + "    return Yes(0)\n",
+        "os_exit_0": "import os\n" + header + "    os._exit(0)\n",
+    }
+    reports = score_solutions(sandbox, [("HumanEval/3", code) for code in tampering.values()],
+                              assertion_timeout_s=2.0)
+    for name, report in zip(tampering, reports, strict=True):
+        assert (report.reward, report.judge_tamper) == (0.0, 6), (name, report.tamper)
+    env = make_env(sandbox)
+    env.reset(options={"task_id": "HumanEval/3"})
+    obs, reward, terminated, _, info = env.step(answer(tampering["eq_always_true"]))
+    assert (reward, terminated, info["judge_tamper"], info["tests_passed"]) == (0.0, True, 6, 0)
+    assert "The judge refused 6 attempt(s)" in obs
+    env.reset(options={"task_id": "HumanEval/3"})
+    _, reward, _, _, info = env.step(answer(get_task("HumanEval/3").canonical_program))
+    assert (reward, info["judge_tamper"]) == (1.0, 0)
+
+
 def test_lingering_threads_and_escaped_processes_do_not_block_grading(sandbox):
     canonical_body = get_task("HumanEval/3").canonical_solution
     lingering = (

@@ -1,4 +1,4 @@
-"""``agentrl/ShellLookup-v0`` in the real bubblewrap sandbox: each family's reference
+"""``agentrl/ShellLookup-v1`` in the real bubblewrap sandbox: each family's reference
 solution scores 1.0, doing nothing and a wrong answer score 0 (the checks are exact and read
 the sandbox), and a look-up followed by acting on its output solves a task over three turns."""
 
@@ -17,7 +17,7 @@ from sandboxes import SandboxSpec, make_sandbox
 @pytest.fixture(scope="module")
 def env():
     sb = make_sandbox("bwrap", SandboxSpec(run_id="test-env-shell-lookup", memory_mb=1024))
-    env = environments.make_env("agentrl/ShellLookup-v0", sandbox=sb)
+    env = environments.make_env("agentrl/ShellLookup-v1", sandbox=sb)
     yield env
     env.close()
     sb.close()

@@ -4,7 +4,9 @@
     python tests/integration/sandboxes/dockerd_ctl.py stop     # stop it if `start` started it
 
 A daemon started here is *owned* by the test run: its pid and command line are kept in
-``$AGENTRL_TEST_DOCKERD_STATE`` (default ``/tmp/agentrl-test-dockerd/state.json``). Only an
+``$AGENTRL_TEST_DOCKERD_STATE`` (default ``/tmp/agentrl-test-dockerd/state.json``;
+``sandboxes.docker.daemon.which_daemon`` reads it to announce the daemon as "started by
+agentrl"). Only an
 owned daemon may be restarted by a test (``restart()``, the daemon-restart abuse case); a
 daemon someone else runs is never touched.
 """
@@ -22,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from sandboxes.docker.daemon import docker_daemon_answers  # noqa: E402
+from sandboxes.docker.daemon import DOCKERD_STATE_DEFAULT, DOCKERD_STATE_VAR, docker_daemon_answers  # noqa: E402
 
-STATE = Path(os.environ.get("AGENTRL_TEST_DOCKERD_STATE", "/tmp/agentrl-test-dockerd/state.json"))
+STATE = Path(os.environ.get(DOCKERD_STATE_VAR) or DOCKERD_STATE_DEFAULT)
 
 
 def _read_state() -> dict | None:

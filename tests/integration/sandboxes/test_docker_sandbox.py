@@ -109,7 +109,7 @@ def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog)
         sb = make_sandbox("auto", SandboxSpec(run_id=run_id))
     try:
         assert isinstance(sb, DockerSandbox)
-        assert "chose 'docker' (a Docker daemon answers and has the image)" in caplog.text
+        assert "sandboxes: docker at unix:///var/run/docker.sock (" in caplog.text
         assert sb.exec("echo ok").stdout == "ok\n"
     finally:
         sb.close()
@@ -117,7 +117,7 @@ def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog)
         sb = make_sandbox("auto", SandboxSpec(run_id=run_id, image="agentrl-no-such-image:v0"))
     try:
         assert isinstance(sb, BwrapSandbox)
-        assert "image 'agentrl-no-such-image:v0' is missing" in caplog.text
+        assert "lacks image 'agentrl-no-such-image:v0'" in caplog.text
     finally:
         sb.close()
     with pytest.raises(ConfigError, match="backend='podman' is unknown"):

@@ -1,8 +1,10 @@
 """The in-sandbox grading supervisor (environments/humaneval/harness/supervisor.py), loaded
-from the package data exactly as ``score_solutions`` ships it. ``ChildMessages`` (the
-protocol a test process must keep) is driven directly, message by message; ``Supervisor``
-runs here on the host with the real child script on trusted code (the dataset's
-canonical solutions), so what it streams can be read back by the host-side parser."""
+from the package data exactly as ``score_solutions`` ships it. ``LineReader`` (how a test
+process's messages are read) and the value codec are driven directly; ``Supervisor`` runs
+here on the host with the real child script, so what it streams can be read back by the
+host-side parser. Hostile submissions run here too: the judge's verdict must not depend
+on anything the submission's process does (the same cases run in the real sandbox in
+tests/integration/environments)."""
 
 from __future__ import annotations
 
@@ -37,94 +39,46 @@ def test_the_harness_scripts_import_only_the_standard_library():
                 assert top in sys.stdlib_module_names, line
 
 
-class Session:
-    """A ChildMessages for 3 cases from ``start``, recording what it emits and records."""
-
-    def __init__(self, start: int = 0, results=None) -> None:
-        self.events: list[tuple] = []
-        self.recorded: list[tuple] = []
-        self.results = results if results is not None else [None, None, None]
-        self.msgs = SUPERVISOR.ChildMessages(TOKEN, 3, start, self.results, self.emit, self.record, lambda t: str(t)[:20])
-
-    def emit(self, *event):
-        self.events.append(event)
-
-    def record(self, k, status, detail):
-        self.results[k] = status
-        self.recorded.append((k, status, detail))
-
-    def send(self, *msg, token: str = TOKEN):
-        return self.msgs.feed((json.dumps([token, *msg]) + "\n").encode())
+def feed(*lines: str, token: str = TOKEN) -> list:
+    reader = SUPERVISOR.LineReader(token)
+    return reader.feed("".join(lines).encode())
 
 
-def test_a_well_behaved_child_reports_every_case_then_done():
-    s = Session()
-    for msg in (("hello",), ("ready",), ("begin", 0), ("pass", 0), ("begin", 1), ("fail", 1, "AssertionError"),
-                ("begin", 2), ("pass", 2)):
-        assert s.send(*msg) is None
-    assert s.send("done") == "done"
-    assert s.events == [("begin", 0), ("begin", 1), ("begin", 2)]
-    assert s.recorded == [(0, "pass", ""), (1, "fail", "AssertionError"), (2, "pass", "")]
-    assert s.msgs.hello and s.msgs.ready and s.msgs.current is None
+def msg(*parts, token: str = TOKEN) -> str:
+    return json.dumps([token, *parts]) + "\n"
+
+
+def test_the_line_reader_returns_each_message_without_its_token():
+    assert feed(msg("hello"), msg("ready"), msg("result", 0, {"l": [1, 2]})) == [
+        ["hello"], ["ready"], ["result", 0, {"l": [1, 2]}]]
 
 
 def test_messages_split_across_reads_are_joined_at_newlines():
-    s = Session()
-    data = "".join(json.dumps([TOKEN, *m]) + "\n" for m in (("hello",), ("ready",), ("begin", 0)))
+    reader = SUPERVISOR.LineReader(TOKEN)
+    data = (msg("hello") + msg("ready") + msg("raise", 0, "ValueError: x", False)).encode()
+    got = []
     for i in range(0, len(data), 7):
-        assert s.msgs.feed(data[i:i + 7].encode()) is None
-    assert s.msgs.current == 0  # begun, not finished: a timeout now blames case 0
+        got += reader.feed(data[i:i + 7])
+    assert got == [["hello"], ["ready"], ["raise", 0, "ValueError: x", False]]
 
 
-@pytest.mark.parametrize("script, why", [
-    ([("ready",)], "ready before hello"),
-    ([("hello",), ("hello",)], "hello twice"),
-    ([("hello",), ("begin", 0)], "a case before ready"),
-    ([("hello",), ("ready",), ("ready",)], "ready twice"),
-    ([("hello",), ("ready",), ("loaderr", "x")], "loaderr after ready"),
-    ([("hello",), ("ready",), ("begin", 0), ("begin", 1)], "two cases at once"),
-    ([("hello",), ("ready",), ("begin", 3)], "a case out of range"),
-    ([("hello",), ("ready",), ("begin", True)], "a bool is not a case index"),
-    ([("hello",), ("ready",), ("begin", 0), ("pass", 1)], "a result for a case not begun"),
-    ([("hello",), ("ready",), ("begin", 0), ("pass", 0), ("begin", 0)], "a case twice"),
-    ([("hello",), ("ready",), ("begin", 0), ("done",)], "done inside a case"),
-    ([("hello",), ("ready",), ("cheer",)], "an unknown kind"),
+@pytest.mark.parametrize("data, why", [
+    (msg("hello", token="forged"), "a wrong token"),
+    ("not json\n", "garbage"),
+    ('"a string"\n', "not a list"),
+    (json.dumps([TOKEN]) + "\n", "no kind"),
+    (json.dumps([TOKEN, 3]) + "\n", "a kind that is not a string"),
 ])
-def test_a_child_that_breaks_the_protocol_is_a_violation(script, why):
-    s = Session()
-    verdicts = [s.send(*m) for m in script]
-    assert verdicts[-1] == "violation" and all(v is None for v in verdicts[:-1]), why
+def test_a_line_that_is_not_a_message_is_a_violation(data, why):
+    with pytest.raises(SUPERVISOR.Violation):
+        feed(data)
 
 
-def test_a_wrong_token_garbage_or_an_endless_line_is_a_violation():
-    assert Session().send("hello", token="forged") == "violation"
-    assert Session().msgs.feed(b"not json\n") == "violation"
-    assert Session().msgs.feed(b"\xff\xfe\n") == "violation"
-    assert Session().msgs.feed(b"x" * (SUPERVISOR.MAX_BUFFERED_BYTES + 1)) == "violation"
-
-
-def test_a_restarted_child_may_begin_only_after_the_cases_already_judged():
-    s = Session(start=2, results=["pass", "crash", None])
-    s.send("hello")
-    s.send("ready")
-    assert s.send("begin", 1) == "violation"
-    s = Session(start=2, results=["pass", "crash", None])
-    s.send("hello")
-    s.send("ready")
-    assert s.send("begin", 2) is None
-
-
-def test_load_and_check_errors_and_internal_failures_end_reading_with_their_detail():
-    s = Session()
-    s.send("hello")
-    assert s.send("loaderr", "SyntaxError: invalid syntax (line 3)") == "loaderr"
-    assert s.msgs.detail == "SyntaxError: invalid" and not s.msgs.ready  # clipped
-    s = Session()
-    s.send("hello")
-    s.send("ready")
-    assert s.send("checkerr", "NameError: x") == "checkerr" and s.msgs.detail == "NameError: x"
-    s = Session()
-    assert s.send("internal", "Traceback ...") == "internal" and s.msgs.detail == "Traceback ..."
+def test_invalid_utf8_or_an_endless_line_is_a_violation():
+    with pytest.raises(SUPERVISOR.Violation):
+        SUPERVISOR.LineReader(TOKEN).feed(b"\xff\xfe\n")
+    with pytest.raises(SUPERVISOR.Violation):
+        SUPERVISOR.LineReader(TOKEN).feed(b"x" * (SUPERVISOR.MAX_BUFFERED_BYTES + 1))
 
 
 def test_describe_exit_names_the_signal():

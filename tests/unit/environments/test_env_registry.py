@@ -30,10 +30,22 @@ def envpkg_on_path(monkeypatch):
 
 def test_builtin_ids_are_registered():
     assert set(environments.registered_env_ids()) == {
-        "agentrl/GuessNumber-v0", "agentrl/HumanEval-v0", "agentrl/ShellLookup-v0", "agentrl/ShellTasks-v0",
+        "agentrl/GuessNumber-v0", "agentrl/HumanEval-v0", "agentrl/ShellLookup-v1", "agentrl/ShellTasks-v0",
         "agentrl/Sokoban-v0", "agentrl/TextWorld-v0",
     }
     assert environments.register_envs() == []  # idempotent
+
+
+def test_a_retired_id_names_its_successor_and_what_changed():
+    # ShellLookup's tasks changed under the id v0; the current behaviour is v1
+    for call in (environments.make_env, environments.env_class):
+        with pytest.raises(ConfigError, match=r"'agentrl/ShellLookup-v0' is retired: use agentrl/ShellLookup-v1: "
+                                              r"its tasks changed"):
+            call("agentrl/ShellLookup-v0")
+    # Gymnasium's own make says the same kind of thing (a later version is registered)
+    with pytest.raises(gymnasium.error.DeprecatedEnv, match="ShellLookup-v1"):
+        gymnasium.make("agentrl/ShellLookup-v0")
+    assert environments.env_class("agentrl/ShellLookup-v1").__name__ == "ShellLookupEnv"
 
 
 def test_entry_point_package_registers_its_env(envpkg_on_path):

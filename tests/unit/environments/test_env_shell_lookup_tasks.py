@@ -1,4 +1,4 @@
-"""The generated tasks of ``agentrl/ShellLookup-v0``: ids, disjoint fixed splits, one task per
+"""The generated tasks of ``agentrl/ShellLookup-v1``: ids, disjoint fixed splits, one task per
 seed (the same every time), every family in both splits, answers that differ by seed (no
 sandbox here; the solutions and checks run in tests/integration/environments)."""
 
