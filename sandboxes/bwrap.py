@@ -25,8 +25,9 @@ test_bwrap_sandbox.py for what only bubblewrap does):
 * The environment is cleared: ``PATH`` (system directories only, so ``python3`` is the
   system ``/usr/bin/python3``), ``HOME=spec.workdir``, ``LANG=C.UTF-8``, ``TMPDIR=/tmp``,
   then ``spec.env``, then the exec's ``env``, then the run label (``AGENTRL_RUN_ID``,
-  ``AGENTRL_SANDBOX_ID``, ``AGENTRL_OWNER_PID``, ``AGENTRL_OWNER_START``; see
-  ``sandboxes.labels``), which the outer ``bwrap`` process carries too.
+  ``AGENTRL_SANDBOX_ID``, ``AGENTRL_OWNER_PID``, ``AGENTRL_OWNER_START``,
+  ``AGENTRL_OWNER_PIDNS``; see ``sandboxes.labels``), which the outer ``bwrap`` process
+  carries too.
 
 Lifetime: pid 1 of each exec's new pid namespace is a small ``/bin/sh`` init (``bwrap
 --as-pid-1``) that runs the command as pid 2 and waits for it. When the command exits, or
@@ -107,7 +108,7 @@ _PROBED: set[tuple[str, str, str]] = set()
 _reap_orphans_once = OncePerProcess("reaping orphaned sandboxes")
 """The first sandbox of a process removes what crashed processes left (case C10: "at the
 latest after the next start of the program"). Only sandboxes whose owner is dead are
-touched."""
+touched (an owner of another pid namespace is never judged dead)."""
 
 
 def _cleanup(owner_pid: int, sandbox_dir: Path, limits: LimitGroup) -> None:
@@ -203,7 +204,7 @@ class BwrapSandbox:
     # ------------------------------------------------------------------ setup
 
     def _make_dirs(self) -> Path:
-        """``<root>/<run_id>/<pid>-<start>-<id>/{work,etc}``. The directories above ``work``
+        """``<root>/<run_id>/<pid>-<start>-<pidns>-<id>/{work,etc}``. The directories above ``work``
         are root's (mode 0711: the sandbox's uid may pass through, not list); ``work`` is
         the sandbox uid's."""
         root = sandbox_root()

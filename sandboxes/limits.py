@@ -5,10 +5,11 @@ Two mechanisms, chosen once per sandbox at construction (``BwrapSandbox.limits``
 ``cgroup-v1`` (preferred; needs write access to the v1 ``memory`` and ``pids`` hierarchies
 under ``/sys/fs/cgroup``, i.e. root outside a locked-down container)
     One cgroup per sandbox in each of the ``memory``, ``pids`` and (when mounted) ``cpu``
-    hierarchies, at ``<mount>/agentrl/<run_id>/<pid>-<start>-<sandbox_id>``. Limits hold for
-    everything running in the sandbox together, concurrent execs included:
-    ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``, so swap does not extend
-    it; the kernel's OOM killer kills inside the sandbox only), ``pids.max``, and
+    hierarchies, at ``<mount>/agentrl/<run_id>/<pid>-<start>-<pidns>-<sandbox_id>`` (the
+    owner's identity, ``sandboxes.labels``; a reaper judges only owners of its own pid
+    namespace). Limits hold for everything running in the sandbox together, concurrent
+    execs included: ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``, so swap
+    does not extend it; the kernel's OOM killer kills inside the sandbox only), ``pids.max``, and
     ``cpu.cfs_quota_us`` for ``cpus``. Each exec enters the cgroups through a ``/bin/sh``
     launcher that writes its own pid to ``cgroup.procs`` and then ``exec``\\ s bwrap, so no
     process of the sandbox ever runs outside them. The launcher already runs as the

@@ -7,6 +7,12 @@ signal. ``reap_orphans`` finds them by their run label (``sandboxes.labels``) an
 them; the first ``BwrapSandbox`` of every process calls it, and the CLI may call it at start
 (design.md invariant 8, case C10). When a Docker daemon answers, it also removes the
 containers of dead owners (``sandboxes.docker.reaper``).
+
+Only owners the reaper can look up are judged (``sandboxes.labels.OwnerJudge``): those of
+its own pid namespace, and from the initial namespace (as root) those of the namespaces below
+it. A reaper in a container or under ``unshare --pid`` that shares the cgroup file system or
+the sandbox root with the host cannot look up the host's owners, so their sandboxes are left
+alone (logged at debug level), however dead their owner pid looks there.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from pathlib import Path
 from agentrl.errors import ConfigError
 from sandboxes.docker.daemon import docker_daemon_answers
 from sandboxes.hostfs import force_rmtree
-from sandboxes.labels import SandboxLabel, read_environ, sandbox_root, validate_run_id
+from sandboxes.labels import OwnerJudge, SandboxLabel, pid_namespace, read_environ, sandbox_root, validate_run_id
 from sandboxes.limits import iter_cgroup_v1_sandboxes
 
 logger = logging.getLogger(__name__)
@@ -53,14 +59,17 @@ def reap_orphans(
 ) -> int:
     """Kill orphaned sandbox processes and delete their cgroups and working directories.
 
-    A sandbox is orphaned when the process that created it (pid and start time in its
-    label) no longer runs.
+    A sandbox is orphaned when the process that created it (pid, start time and pid
+    namespace in its label) no longer runs. Sandboxes whose owner cannot be looked up from
+    this process (another pid namespace than this one or one below it, ``OwnerJudge``) are
+    never judged and only removed with ``include_live_owners``; older labels without a
+    namespace are judged as this namespace's (``sandboxes.labels``).
 
     Args:
         run_id: only sandboxes of this run; ``None``: every run.
         include_live_owners: with ``run_id``, also remove sandboxes whose owner still runs
-            (every sandbox of that run, the caller's own included); for cleaning up after
-            a run known to be over.
+            or is of another pid namespace (every sandbox of that run, the caller's own
+            included); for cleaning up after a run known to be over.
         root: the sandboxes' host directory (default ``sandboxes.labels.sandbox_root()``).
 
     Returns:
@@ -75,10 +84,18 @@ def reap_orphans(
     if include_live_owners and run_id is None:
         raise ConfigError("include_live_owners=True needs a run_id (it removes live sandboxes)")
 
+    foreign: set[tuple[str, str, int | None]] = set()
+    judge = OwnerJudge()
+
     def wanted(label: SandboxLabel) -> bool:
         if run_id is not None and label.run_id != run_id:
             return False
-        return include_live_owners or not label.owner.is_alive()
+        if include_live_owners:
+            return True
+        gone = judge.is_gone(label.owner)
+        if gone is None:
+            foreign.add((label.run_id, label.sandbox_id, label.owner.pid_ns))
+        return bool(gone)
 
     killed: set[int] = set()
     my_pgid = os.getpgrp()
@@ -128,6 +145,13 @@ def reap_orphans(
             removed_containers = reap_containers(run_id, include_live_owners=include_live_owners)
         except Exception:  # noqa: BLE001 - a daemon hiccup must not stop the process reaper
             logger.exception("reaping sandbox containers failed")
+    if foreign:
+        shown = sorted(foreign, key=str)[:10]
+        logger.debug(
+            "left alone %d sandboxes whose owner is of a pid namespace this one (%s) cannot look "
+            "into: %s%s", len(foreign), pid_namespace(),
+            ", ".join(f"{r}/{sid} (pid ns {ns})" for r, sid, ns in shown), " ..." if len(foreign) > len(shown) else "",
+        )
     if killed or removed_cgroups or removed_dirs:
         logger.info(
             "reaped orphaned sandboxes%s: %d processes killed, %d cgroups and %d working "

@@ -15,7 +15,7 @@ import docker.errors
 from agentrl.errors import SandboxError
 from sandboxes.docker.daemon import daemon_is_remote, docker_client, infra_errors
 from sandboxes.front import OncePerProcess
-from sandboxes.labels import Owner
+from sandboxes.labels import Owner, OwnerJudge, SandboxLabel
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +23,9 @@ LABEL_RUN_ID = "agentrl.run_id"
 LABEL_SANDBOX_ID = "agentrl.sandbox_id"
 LABEL_OWNER_PID = "agentrl.owner_pid"
 LABEL_OWNER_START = "agentrl.owner_start"
+LABEL_OWNER_PIDNS = "agentrl.owner_pidns"
+"""Inode of the owner's pid namespace (``sandboxes.labels.Owner.pid_ns``): the owner's
+liveness is only judged from that pid namespace."""
 LABEL_OWNER_BOOT = "agentrl.owner_boot"
 """``/proc/sys/kernel/random/boot_id`` of the owner's machine: the owner's liveness is only
 judged on that machine (and boot)."""
@@ -37,6 +40,31 @@ def boot_id() -> str:
             return f.read().strip()
     except OSError:
         return "unknown"
+
+
+def container_labels(label: SandboxLabel) -> dict[str, str]:
+    """The ``agentrl.*`` labels of the container of the sandbox labelled ``label``."""
+    labels = {
+        LABEL_RUN_ID: label.run_id,
+        LABEL_SANDBOX_ID: label.sandbox_id,
+        LABEL_OWNER_PID: str(label.owner.pid),
+        LABEL_OWNER_START: str(label.owner.start_ticks),
+        LABEL_OWNER_BOOT: boot_id(),
+    }
+    if label.owner.pid_ns is not None:
+        labels[LABEL_OWNER_PIDNS] = str(label.owner.pid_ns)
+    return labels
+
+
+def owner_of(labels: dict[str, str]) -> Owner:
+    """The owner named by a container's labels; without ``agentrl.owner_pidns`` (a container
+    of an earlier version) its ``pid_ns`` is ``None``; malformed: pid 0 (never alive)."""
+    try:
+        ns = labels.get(LABEL_OWNER_PIDNS)
+        return Owner(int(labels.get(LABEL_OWNER_PID, "0")), int(labels.get(LABEL_OWNER_START, "-1")),
+                     None if ns is None else int(ns))
+    except ValueError:
+        return Owner(0, -1)
 
 
 def remove_container(client: docker.DockerClient, container_id: str) -> None:
@@ -57,9 +85,12 @@ def reap_containers(
 ) -> int:
     """Force-remove sandbox containers (label ``agentrl.run_id``) whose owner is gone.
 
-    The owner is gone when its boot id is this machine's and its pid / start time no
-    longer runs; containers of owners on other machines are only removed with
-    ``include_live_owners`` (and a ``run_id``).
+    The owner is gone when its boot id is this machine's and it no longer runs, judged only
+    where it can be looked up (``sandboxes.labels.OwnerJudge``: from its own pid namespace,
+    or from the initial one as root; a container without the namespace label counts as this
+    namespace's). Containers of owners on other machines, or in pid namespaces this process
+    cannot look into (a run in a container or under ``unshare --pid`` that shares the
+    daemon), are only removed with ``include_live_owners`` (and a ``run_id``).
 
     Returns:
         Number of containers removed.
@@ -74,6 +105,7 @@ def reap_containers(
     except _INFRA_ERRORS as exc:
         raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
     boot = boot_id()
+    judge = OwnerJudge()
     removed = 0
     for c in containers:
         labels = c.get("Labels") or {}
@@ -84,11 +116,12 @@ def reap_containers(
                 if daemon_is_remote():
                     continue
             else:
-                try:
-                    owner = Owner(int(labels.get(LABEL_OWNER_PID, "0")), int(labels.get(LABEL_OWNER_START, "-1")))
-                except ValueError:
-                    owner = Owner(0, -1)
-                if owner.is_alive():
+                owner = owner_of(labels)
+                gone = judge.is_gone(owner)
+                if gone is None:
+                    logger.debug("left sandbox container %s alone: its owner is of pid namespace %s, "
+                                 "which this process cannot look into", c["Id"][:12], owner.pid_ns)
+                if not gone:
                     continue
         remove_container(client, c["Id"])
         removed += 1

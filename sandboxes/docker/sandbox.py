@@ -10,9 +10,10 @@ Container (checked by the contract and abuse suites in tests/integration/sandbox
   ``spec.workdir`` (owned by the sandbox user, sized to ``memory_mb``), so the only
   writable places are the working directory and ``/tmp``.
 * Labels: ``agentrl.run_id``, ``agentrl.sandbox_id``, ``agentrl.owner_pid``,
-  ``agentrl.owner_start``, ``agentrl.owner_boot`` (``LABEL_*``): the reaper
-  (``sandboxes.docker.reaper``, called by ``sandboxes.reaper.reap_orphans``) removes
-  containers whose owner process is gone (design.md invariant 8, case C10). The first
+  ``agentrl.owner_start``, ``agentrl.owner_pidns``, ``agentrl.owner_boot``
+  (``sandboxes.docker.reaper.container_labels``): the reaper (``sandboxes.docker.reaper``,
+  called by ``sandboxes.reaper.reap_orphans``) removes containers whose owner process is
+  gone, judged from the owner's pid namespace only (design.md invariant 8, case C10). The first
   sandbox of a process reaps once; a finalizer removes the container when the sandbox is
   closed, collected, or at interpreter exit. Constructing a sandbox installs no signal
   handler: a program that wants SIGTERM to remove its containers turns SIGTERM into an
@@ -59,10 +60,7 @@ from sandboxes import front
 from sandboxes.base import SandboxSpec
 from sandboxes.docker.daemon import daemon_is_remote, docker_client, infra_errors
 from sandboxes.docker.exec_io import KILL_ONLY, RUN_AND_SCAN, launch, pump
-from sandboxes.docker.reaper import (
-    LABEL_OWNER_BOOT, LABEL_OWNER_PID, LABEL_OWNER_START, LABEL_RUN_ID, LABEL_SANDBOX_ID, boot_id,
-    reap_containers, reap_containers_once, remove_container,
-)
+from sandboxes.docker.reaper import container_labels, reap_containers, reap_containers_once, remove_container
 from sandboxes.front import HOSTNAME, TIMEOUT_EXIT_CODE, SandboxFront
 from sandboxes.hostfs import workdir_components
 from sandboxes.labels import process_start_ticks
@@ -117,13 +115,7 @@ class DockerSandbox:
         self._client = client if client is not None else docker_client()
         reap_containers_once(reap_containers, client=self._client)
         t0 = time.monotonic()
-        labels = {
-            LABEL_RUN_ID: spec.run_id,
-            LABEL_SANDBOX_ID: self.label.sandbox_id,
-            LABEL_OWNER_PID: str(self.label.owner.pid),
-            LABEL_OWNER_START: str(self.label.owner.start_ticks),
-            LABEL_OWNER_BOOT: boot_id(),
-        }
+        labels = container_labels(self.label)
         tmpfs_mb = max(16, spec.memory_mb)
         try:
             created = self._client.api.create_container(
