@@ -230,11 +230,11 @@ class RolloutActor:
     ``stream_submit`` / ``stream_collect`` at any time, weight loads between engine steps
     while episodes are in flight (``update_weights`` / ``receive_weights`` with
     ``policy_version`` and ``mode``), ``stream_stop``. The actor is threaded: the
-    ``stream_*`` methods and ``last_weight_load`` run in the concurrency group ``stream``
-    (4 threads), everything else in the default group (one thread, in call order), so a
-    weight load and a waiting ``stream_collect`` run side by side. While a stream runs
-    only its loop thread touches the engine: ``rollout``, ``sample`` and
-    ``prompt_log_probs`` raise ``ClusterError`` then.
+    ``stream_*`` methods, ``rollout_progress`` and ``last_weight_load`` run in the
+    concurrency group ``stream`` (4 threads), everything else in the default group (one
+    thread, in call order), so a weight load and a waiting ``stream_collect`` run side by
+    side. While a stream runs only its loop thread touches the engine: ``rollout``,
+    ``sample`` and ``prompt_log_probs`` raise ``ClusterError`` then.
 
     ``engine_index``: this engine's place in the pool (``agentrl.cluster.engine_pool``),
     for logs and error messages only. Every engine starts with the same seed
@@ -309,9 +309,24 @@ class RolloutActor:
         are made with; None: the run's."""
         self._not_streaming("rollout")
         t0 = time.perf_counter()
+        first = requests[0] if requests else None
+        self._rollout_progress = [0, len(requests), f"{first.run_id}/{first.iteration}" if first is not None else ""]
+
+        def finished(_episode: Episode) -> None:
+            self._rollout_progress[0] += 1
+
         with budget_applied(self.worker, budget):
-            episodes = self.worker.run(requests, policy_version)
+            episodes = self.worker.run(requests, policy_version, on_episode=finished)
         return episodes, time.perf_counter() - t0
+
+    @ray.method(concurrency_group="stream")
+    def rollout_progress(self) -> tuple[int, int, str]:
+        """``(finished, requested, "run_id/iteration" of its first request)`` episodes of the
+        ``rollout`` call running now (or the last one; ``(0, 0, "")`` before any): answered
+        while it runs (another concurrency group), for progress bars
+        (``agentrl.cluster.rollout_progress``)."""
+        done, total, key = getattr(self, "_rollout_progress", (0, 0, ""))
+        return int(done), int(total), str(key)
 
     def _not_streaming(self, what: str) -> None:
         if self.stream.running:

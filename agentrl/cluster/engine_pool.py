@@ -266,11 +266,10 @@ class EnginePool:
 
         Raises:
             ClusterError: an engine was not placed in time (naming the engine, what it asks
-                for and the cluster's total and free resources), did not start in time, or
-                its actor died while starting (which engine and why, e.g. the memory
-                monitor's kill).
-            RayActorError: an engine's constructor raised (its cause is that error, e.g. a
-                ``ConfigError`` or ``TemplateError``), as a single actor's did before.
+                for and the cluster's total and free resources), did not start in time, its
+                actor died while starting (which engine and why, e.g. the memory monitor's
+                kill), or its constructor raised (the error it raised, e.g. a ``ConfigError``
+                or ``TemplateError``, on the one line).
         """
         from agentrl.cluster.engine_start import wait_ready
 
@@ -455,7 +454,7 @@ class EnginePool:
         waited = (f"no replacement started within cluster.node_wait_s={wait:g} s" if wait > 0
                   else "cluster.node_wait_s=0, so no replacement was tried")
         return (f"every rollout engine is lost: {'; '.join(self._lost) or 'none started'}; {waited}. "
-                "The run stops here; the last checkpoint is intact (--resume continues from it).")
+                "The run stops here; the last checkpoint is intact (resuming the run continues from it).")
 
     # -- weights, stats, shutdown ------------------------------------------------------
     def update_weights(self, trainer_actors: Sequence[Any], *, policy_version: int | None = None,

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import ray
 from ray.exceptions import RayActorError
 
-from agentrl.cluster.ray_setup import actor_failure_message, as_cluster_error, resources_text
+from agentrl.cluster.ray_setup import actor_failure_message, resources_text
 from agentrl.errors import ClusterError
 
 ENGINE_START_S = 600.0
@@ -87,8 +87,9 @@ def wait_ready(engines: Sequence[tuple[int, Any]], asked: Mapping[str, float], *
 
     Raises:
         ClusterError: an engine was not placed, or did not start, in time, or its actor
-            died while starting (its one-line cause).
-        RayActorError: an engine's constructor raised (that error is its cause).
+            died while starting, or its constructor raised (the error it raised, e.g.
+            ``ConfigError: env.import_modules: module 'calc_env' could not be imported ...``,
+            on the one line; the ``RayActorError`` is its ``__cause__``).
     """
     t0 = time.monotonic()
     refs = {e.ready.remote(): (i, e) for i, e in engines}
@@ -103,10 +104,10 @@ def wait_ready(engines: Sequence[tuple[int, Any]], asked: Mapping[str, float], *
                 start_s = float(ray.get(ref))
                 node = dict(ray.get(actor.node.remote()))
             except RayActorError as exc:
-                if as_cluster_error(exc) is None:
-                    raise  # its constructor raised (e.g. a ConfigError): that error, not the cluster's
+                # Its constructor raised (a ConfigError, an env module the node cannot import) or
+                # Ray killed it: one line with the error it raised, or where it died and why.
                 raise ClusterError(f"rollout engine {i} did not start: "
-                                   f"{actor_failure_message(exc, f'rollout engine {i}')}") from None
+                                   f"{actor_failure_message(exc, f'rollout engine {i}')}") from exc
             out[i] = Started(i, start_s, node)
         now = time.monotonic()
         for ref in pending:

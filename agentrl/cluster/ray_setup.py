@@ -4,7 +4,10 @@
   (``ray.init(address="local")``), whatever ``RAY_ADDRESS`` or the record an earlier
   ``ray start`` left in ``/tmp/ray`` says (also when that record points at a dead cluster);
   ``"auto"``, ``"host:port"`` or ``"ray://host:port"`` join a running cluster, and a join that
-  fails is a ``ClusterError`` naming the address and what Ray said.
+  fails is a ``ClusterError`` naming the address and what Ray said. A join ships the user's
+  modules of ``env.import_modules`` with the job (``runtime_env`` ``py_modules``,
+  ``agentrl.cluster.ray_join``); a local start first ends what the local instances of dead
+  runs left (``agentrl.cluster.ray_local``).
 - ``role_options(cfg, role)``: the ``.options(...)`` of one actor of a role (``trainer`` rank,
   ``rollout`` engine, ``sandbox`` host) from ``cluster.placement``.
 - ``check_placement(cfg)``: at start-up, every role's actors must fit the alive nodes, else a
@@ -76,6 +79,9 @@ def connect(cfg: Any) -> bool:
 
     if ray.is_initialized():
         return False
+    from agentrl.logs import filter_ray_logger, filter_worker_logs
+
+    filter_ray_logger()  # the command's console filter (agentrl.logs) on Ray's logger, before ray.init logs
     num_threads = str(max(1, os.cpu_count() or 1))
     common: dict[str, Any] = dict(
         log_to_driver=True, logging_level="WARNING",
@@ -86,11 +92,16 @@ def connect(cfg: Any) -> bool:
     if address is None:
         # "local", never None: None would follow RAY_ADDRESS or /tmp/ray/ray_current_cluster
         # (an earlier `ray start`, maybe long dead) and then refuse num_cpus.
+        from agentrl.cluster.ray_local import labelled_start, reap_dead_ray_instances
+
+        reap_dead_ray_instances()  # what the local instances of killed runs left (agents ignore SIGTERM)
         try:
-            ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False,
-                     _system_config=LOCAL_SYSTEM_CONFIG, **common)
+            with labelled_start():  # every process of the instance names this driver as its owner
+                ray.init(address="local", num_cpus=_local_num_cpus(cfg), include_dashboard=False,
+                         _system_config=LOCAL_SYSTEM_CONFIG, **common)
         except Exception as exc:  # e.g. "The current node timed out during startup" on a loaded machine
             raise ClusterError(_local_start_failed(exc)) from exc
+        filter_worker_logs()  # the actors' forwarded output through the console filter
         return True
     target = address
     try:
@@ -100,12 +111,38 @@ def connect(cfg: Any) -> bool:
             _probe_gcs(target)
     except (ConnectionError, ValueError) as exc:
         raise ClusterError(_join_failed(address, exc, maybe_auth=False)) from exc
+    _ship_user_modules(cfg, common["runtime_env"])
     try:
         ray.init(address=target, **common)
     except Exception as exc:  # ConnectionError, ValueError, RuntimeError, AuthenticationError
         raise ClusterError(_join_failed(address, exc, maybe_auth=True)) from exc
+    filter_worker_logs()
     log.info("joined the Ray cluster at %s (cluster.address=%r)", ray.get_runtime_context().gcs_address, address)
     return True
+
+
+def _ship_user_modules(cfg: Any, runtime_env: dict[str, Any]) -> None:
+    """Add the user's modules of ``env.import_modules`` to a joined cluster's ``runtime_env``
+    as ``py_modules`` (``agentrl.cluster.ray_join.user_py_modules``): the nodes of a ``ray
+    start`` cluster do not see this driver's ``PYTHONPATH``. Inside a ``ray job submit`` job,
+    modules in the job's ``working_dir`` (this process's current directory) travel with it
+    already; when the job's runtime environment has ``py_modules`` (Ray refuses the field
+    twice), the job's list is used as it is and must hold them."""
+    from agentrl.cluster.ray_join import job_runtime_env, user_py_modules
+
+    modules = user_py_modules(cfg.env.import_modules)
+    job_env = job_runtime_env()
+    if job_env.get("working_dir"):  # the job runs in (a copy of) its working dir, which every worker gets
+        cwd = os.path.realpath(os.getcwd())
+        modules = [m for m in modules if not os.path.realpath(m).startswith(cwd + os.sep)]
+    if not modules:
+        return
+    if "py_modules" in job_env:
+        log.warning("the Ray job's runtime_env has py_modules: not adding %s (env.import_modules) to it; the job's "
+                    "list must make them importable on every node", ", ".join(modules))
+        return
+    runtime_env["py_modules"] = modules
+    log.info("shipping %s (env.import_modules) to the cluster's workers as runtime_env py_modules", ", ".join(modules))
 
 
 def _said(exc: BaseException) -> str:
@@ -138,25 +175,40 @@ def _join_failed(address: str, exc: BaseException, *, maybe_auth: bool) -> str:
 
 
 def _recorded_cluster() -> str:
-    """``auto`` without ``RAY_ADDRESS``: the cluster the last ``ray start`` on this machine
-    recorded (``/tmp/ray/ray_current_cluster``, under ``RAY_TMPDIR`` when set). Ray alone would
-    then join *any* Ray instance it finds running here (another user's, another run's) when
-    that record is missing or stale, so the record is required and named.
+    """``auto`` without ``RAY_ADDRESS``: the cluster a ``ray start`` on this machine recorded
+    (``<temp dir>/ray_current_cluster``: ``/tmp/ray`` or ``$RAY_TMPDIR/ray`` by default, else
+    the ``--temp-dir`` it was given, found through the Ray heads running here;
+    ``agentrl.cluster.ray_join.recorded_cluster_addresses``). Ray alone would read only the
+    default record, and join *any* Ray instance it finds running here (another user's,
+    another run's) when that record is missing or stale, so a record is required and named.
+    With several records, the one whose GCS answers is taken; several that answer are
+    ambiguous.
 
     As Ray does for a cluster it finds recorded on this machine, token authentication is
     turned on when a token is there (``ray start`` clusters use it by default since Ray 2.59).
 
     Raises:
-        ConnectionError: no record.
+        ConnectionError: no record, or several live ones.
     """
     from ray._common.utils import get_ray_address_file
-    from ray._private.utils import read_ray_address
 
-    recorded = read_ray_address()
-    if not recorded:
+    from agentrl.cluster.ray_join import recorded_cluster_addresses
+
+    records = recorded_cluster_addresses()
+    if not records:
         raise ConnectionError(
             f"RAY_ADDRESS is not set and no `ray start` on this machine left a record "
-            f"({get_ray_address_file(None)}); 'auto' needs one of them")
+            f"({get_ray_address_file(None)}, or under the --temp-dir of a Ray head running here); "
+            "'auto' needs one of them")
+    if len(records) > 1:
+        alive = [(a, f) for a, f in records if _answers(a)]
+        if len(alive) > 1:
+            raise ConnectionError(
+                "several Ray clusters recorded on this machine answer: "
+                + "; ".join(f"{a} ({f})" for a, f in alive)
+                + "; 'auto' cannot choose: set cluster.address (or RAY_ADDRESS) to one of them")
+        records = alive or records
+    recorded = records[0][0]
     try:
         from ray._private.authentication.authentication_token_setup import (
             maybe_enable_token_auth_if_token_available,
@@ -165,6 +217,14 @@ def _recorded_cluster() -> str:
         return recorded
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     return recorded
+
+
+def _answers(address: str) -> bool:
+    try:
+        _probe_gcs(address)
+    except (ConnectionError, ValueError):
+        return False
+    return True
 
 
 def _probe_gcs(address: str) -> None:
@@ -494,6 +554,36 @@ def _oom_message(text: str, actor_name: str | None) -> str:
             "RAY_memory_usage_threshold (default 0.95) when starting Ray")
 
 
+_EXC_HEAD = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<msg>.*))?$")
+_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*\]\s*$")
+
+
+def raised_error(text: str) -> str | None:
+    """``Type: message`` of the error a Ray traceback text ends with (a ``RayTaskError``'s,
+    or the creation-task error inside an ``ActorDiedError``), or None when there is none.
+
+    Of chained errors Python prints the cause first and the error raised last, so the last
+    exception line (at column 0, after the traceback's indented frames) is the one raised.
+    The module path of its type is dropped (``ConfigError``). A pydantic ``ValidationError``
+    is given by its errors (``Value error, ...`` without the ``[type=...]`` tail), the
+    ``1 validation error for Config`` header only when nothing follows it.
+    """
+    lines = text.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _EXC_HEAD.match(lines[i])
+        if not m or lines[i].startswith("Traceback"):
+            continue
+        kind = m.group("type").rsplit(".", 1)[-1]
+        msg = (m.group("msg") or "").strip()
+        if kind == "ValidationError":
+            errors = [_PYDANTIC_TAIL.sub("", ln.strip()).removeprefix("Value error, ")
+                      for ln in lines[i + 1:]
+                      if ln.startswith("  ") and ln.strip() and not ln.strip().startswith("For further information")]
+            msg = "; ".join(errors) or msg
+        return f"{kind}: {msg}" if msg else kind
+    return None
+
+
 def actor_failure_message(exc: BaseException, actor_name: str | None = None) -> str:
     """One line saying which actor died where, and why, from a Ray actor/OOM exception.
 
@@ -512,6 +602,12 @@ def actor_failure_message(exc: BaseException, actor_name: str | None = None) -> 
     text = str(exc)
     if _is_memory_monitor_kill(text):
         return _oom_message(text, actor_name)
+    if getattr(exc, "actor_init_failed", False):  # its constructor raised: that error is the cause
+        cls = re.search(r"ray::(\w+)\.__init__\(\)", text)
+        who = actor_name or (cls.group(1) if cls else "?")
+        pid = re.search(r"\(pid=(\d+), ip=([^,)]+)", text)
+        where = f" (pid {pid.group(1)}) on node {pid.group(2)}" if pid else ""
+        return f"actor {who}{where} could not start: {raised_error(text) or _one_line(text)}"
     fields: dict[str, str] = {}
     rest: list[str] = []
     for line in text.splitlines():

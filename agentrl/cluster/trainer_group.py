@@ -55,7 +55,8 @@ def _resources(res: dict[str, float]) -> dict[str, float]:
 
 def _first_line(exc: BaseException) -> str:
     """The first line of what went wrong: the error a rank raised (not Ray's task header), or
-    Ray's one-line account of a dead actor."""
+    Ray's one-line account of a dead actor (for a rank whose constructor raised, the error it
+    raised: ``actor_failure_message``)."""
     from ray.exceptions import OutOfMemoryError, RayActorError, RayTaskError
 
     if isinstance(exc, (RayActorError, OutOfMemoryError)):  # a memory-monitor kill names what it used
@@ -65,6 +66,10 @@ def _first_line(exc: BaseException) -> str:
     if isinstance(exc, RayTaskError) and getattr(exc, "cause", None) is not None:
         exc = exc.cause
     text = str(exc).strip()
+    if type(exc).__name__ == "ValidationError":  # pydantic's header line says nothing: its errors do
+        from agentrl.cluster.ray_setup import raised_error
+
+        return raised_error(f"ValidationError: {text}") or text.splitlines()[0]
     return text.splitlines()[0] if text else type(exc).__name__
 
 
@@ -246,7 +251,7 @@ class TrainerGroup:
         if " on node " not in detail and node:  # Ray's message did not say where: the group knows
             detail += f" (rank {rank} ran on node {node['node_ip']}, node id {node['node_id']})"
         return (f"{detail} (during {method}); the run stops: the last checkpoint is intact and "
-                "--resume continues from it")
+                "resuming the run continues from it")
 
     def step(self, batch: Any) -> dict[str, float]:
         """``PolicyTrainer.step`` on every rank: one update on a ``TokenBatch``; rank 0's
