@@ -37,7 +37,8 @@ Alembic refuses a newer database with a clear error. Databases of schema_version
 Schema 6 (revision ``0006``): ``turns.trainer_log_probs`` and ``turns.entropies`` (NULL on
 turns stored before, or not trained), ``episodes.kind`` (``'train'`` for every older
 episode), the ``reruns`` table, the viewer's indexes and the full-text index over actions
-and observations (``agentrl.replay.search``).
+and observations (``agentrl.replay.search``). Schema 7 (revision ``0007``): the index
+``ix_metrics_key`` (run_id, key, iteration, value), which serves one metric's series of a run.
 """
 
 from __future__ import annotations
@@ -69,11 +70,11 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of the tables below. Bump it with every schema change, together with a new Alembic
 revision (4: the ``iterations`` table of completion marks; 5: ``turns.policy_versions``,
 per-token weight versions; 6: trainer-side log-probs and entropies, ``episodes.kind``,
-``reruns``, the viewer's indexes and full-text search)."""
+``reruns``, the viewer's indexes and full-text search; 7: the index of ``metrics`` by key)."""
 
 EPISODE_KINDS = ("train", "eval", "profile")
 """Values of ``episodes.kind``: training rollouts, evaluation episodes, and a training run's
@@ -425,6 +426,8 @@ class MetricRow(Base):
     """One scalar metric of one iteration. NULL ``value`` stands for NaN."""
 
     __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_key", "run_id", "key", "iteration", "value"),)
+    """One key's series of a run in iteration order, covering (migration ``0007``)."""
 
     run_id: Mapped[str] = mapped_column(_ID, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
     iteration: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, event, exists, func, inspect, or_, select, tuple_
+from sqlalchemy import Table, and_, bindparam, event, exists, func, inspect, or_, select, tuple_
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
@@ -127,7 +127,7 @@ class ReadOnlyDB:
                     raise ContractError(f"{self.url} is at replay schema revision {rev!r}, newer than this "
                                         f"agentrl's {HEAD!r}; view it with a newer agentrl")
                 self.index_prefixes = {t: {tuple(ix["column_names"][:2]) for ix in ins.get_indexes(t)}
-                                       for t in ("episodes",)}
+                                       for t in ("episodes", "metrics")}
                 self.turn_columns = {c["name"] for c in ins.get_columns("turns")}
                 self.episode_columns = {c["name"] for c in ins.get_columns("episodes")}
                 self.tables = tables
@@ -249,8 +249,10 @@ def list_runs(db: ReadOnlyDB, run_id: str | None = None) -> list[RunSummary]:
                 runs[rid].sums[key] = float(total)
             if key in SUMMARY_LAST and last is not None:
                 runs[rid].last[key] = float(last)
-        for rid, n in conn.execute(select(M.c.run_id, func.max(M.c.iteration)).where(M.c.run_id.in_(ids))
-                                   .group_by(M.c.run_id)):
+        # per run, max() over the primary key (run_id, iteration, key): one index seek, where a
+        # GROUP BY run_id reads every metric of the run (about 100 per iteration)
+        last_it = select(func.max(M.c.iteration)).where(M.c.run_id == R.c.run_id).scalar_subquery()
+        for rid, n in conn.execute(select(R.c.run_id, last_it).where(R.c.run_id.in_(ids))):
             runs[rid].iterations = 0 if n is None else int(n) + 1
         for rid, n in conn.execute(select(I.c.run_id, func.count()).where(I.c.run_id.in_(ids)).group_by(I.c.run_id)):
             runs[rid].completed = int(n)
@@ -266,23 +268,78 @@ def model_path(db: ReadOnlyDB, run_id: str) -> str | None:
     """The run's ``model.path`` from its stored config (None if not given)."""
     with db.read() as conn:
         config = conn.scalar(select(R.c.config).where(R.c.run_id == run_id))
+    return _config_model_path(config)
+
+
+def model_paths(db: ReadOnlyDB, limit: int = 4) -> list[str]:
+    """The distinct ``model.path`` of the newest runs, newest first, at most ``limit``
+    (the tokenizers the viewer loads when it starts)."""
+    out: list[str] = []
+    with db.read() as conn:
+        for config in conn.scalars(select(R.c.config).order_by(R.c.created_at.desc(), R.c.run_id).limit(100)):
+            path = _config_model_path(config)
+            if path is not None and path not in out:
+                out.append(path)
+                if len(out) >= limit:
+                    break
+    return out
+
+
+def _config_model_path(config: Any) -> str | None:
     if isinstance(config, dict) and "model" not in config and isinstance(config.get("config"), dict):
         config = config["config"]  # a run that wraps its training config (agentrl eval)
-    path = ((config or {}).get("model") or {}).get("path")
+    path = ((config if isinstance(config, dict) else {}).get("model") or {}).get("path")
     return str(path) if path else None
 
 
-def run_metrics(db: ReadOnlyDB, run_id: str, prefixes: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
-    """``{key: [(iteration, value), ...]}`` ascending, NaN values (NULL) left out; only keys
-    starting with one of ``prefixes`` when given."""
-    q = select(M.c.key, M.c.iteration, M.c.value).where(M.c.run_id == run_id, M.c.value.is_not(None))
-    if prefixes:
-        q = q.where(or_(*[M.c.key.startswith(p, autoescape=True) for p in prefixes]))
-    out: dict[str, list[tuple[int, float]]] = {}
+def run_metrics(db: ReadOnlyDB, run_id: str, keys: Sequence[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+    """``{key: [(iteration, value), ...]}`` ascending, NaN values (NULL) left out; only the
+    metrics named in ``keys`` when given (each one a range of the index ``ix_metrics_key``:
+    the run's other metrics are not read).
+
+    Raises:
+        InfraError: the database cannot be read.
+    """
     with db.read() as conn:
+        if keys is None:
+            keys = list(conn.scalars(select(M.c.key).where(M.c.run_id == run_id).distinct()))
+        keys = sorted(set(keys))
+        if db.has_index("metrics", "key"):
+            return _series(db, conn, run_id, keys)
+        # a database before schema 7 (no ix_metrics_key): one scan of the run's metrics
+        out: dict[str, list[tuple[int, float]]] = {}
+        q = select(M.c.key, M.c.iteration, M.c.value).where(M.c.run_id == run_id, M.c.value.is_not(None),
+                                                             M.c.key.in_(keys))
         for key, it, value in conn.execute(q.order_by(M.c.key, M.c.iteration)):
             if math.isfinite(value):
                 out.setdefault(key, []).append((int(it), float(value)))
+        return out
+
+
+_SERIES = (select(M.c.iteration, M.c.value)
+           .where(M.c.run_id == bindparam("run_id"), M.c.key == bindparam("key"), M.c.value.is_not(None))
+           .order_by(M.c.iteration))
+
+
+def _series(db: ReadOnlyDB, conn: Connection, run_id: str, keys: Sequence[str]) -> dict[str, list[tuple[int, float]]]:
+    """Each metric's finite values of a run in iteration order (one query per key), through
+    the driver's cursor in the caller's transaction: plain tuples, since SQLAlchemy's row
+    objects cost about 3 times what the queries do (26,000 values for the run page at 1,000
+    iterations: 55 ms against 14 ms of CPU on SQLite)."""
+    compiled = _SERIES.compile(dialect=conn.dialect)
+    sql, out = str(compiled), {}
+    cursor = conn.connection.cursor()
+    try:
+        for key in keys:
+            params = {"run_id": run_id, "key": key}
+            cursor.execute(sql, [params[n] for n in compiled.positiontup or ()] if compiled.positional else params)
+            series = [(int(it), float(v)) for it, v in cursor.fetchall() if math.isfinite(v)]
+            if series:
+                out[key] = series
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise InfraError(f"reading {db.url} failed: {exc}") from None
+    finally:
+        cursor.close()
     return out
 
 

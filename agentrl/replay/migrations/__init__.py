@@ -3,7 +3,8 @@ programmatically: no ``alembic.ini`` is needed. ``ReplayStore`` calls ``upgrade`
 a database and ``check_current`` when it opens one read-only.
 
 Revisions (``versions/``): ``0005`` is the baseline, equal to ``schema_version`` 5 (the last
-schema before Alembic); ``0006`` adds what the viewer needs (see ``agentrl.replay.models``).
+schema before Alembic); ``0006`` adds what the viewer needs (see ``agentrl.replay.models``);
+``0007`` the index of ``metrics`` by key (the viewer's run pages).
 A database made before Alembic has a ``schema_version`` table and no ``alembic_version``: of
 schema 3 or 4 it is first brought to 5 by the steps the store always had, then the baseline is
 stamped and the later revisions run. The ``schema_version`` row keeps being updated
@@ -27,7 +28,7 @@ from agentrl.errors import ContractError
 
 BASELINE = "0005"
 """Revision equal to ``schema_version`` 5 (made before Alembic)."""
-HEAD = "0006"
+HEAD = "0007"
 """The newest revision this agentrl knows."""
 LEGACY_VERSIONS = (3, 4, 5)
 """``schema_version`` values of pre-Alembic databases that are upgraded in place."""

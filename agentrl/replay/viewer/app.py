@@ -17,8 +17,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -30,7 +33,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentrl.errors import AgentRLError, InfraError
-from agentrl.replay.queries import ReadOnlyDB
+from agentrl.replay.queries import ReadOnlyDB, model_paths
 from agentrl.replay.viewer.charts import fmt
 
 HERE = Path(__file__).resolve().parent
@@ -45,7 +48,10 @@ SECURITY_HEADERS = {
 TokenText = Callable[[str, Sequence[int]], "list[str] | None"]
 """``token_text(model_path, ids)``: one display string per token id, decoded with the
 tokenizer of the run's ``model.path`` (given by the CLI, which may load a tokenizer; the
-replay room may not); ``None`` when that tokenizer cannot be loaded (the ids are shown)."""
+replay room may not); ``None`` when that tokenizer cannot be loaded (the ids are shown).
+It keeps what it loads: the viewer calls ``token_text(model_path, [])`` for the newest runs'
+models in a background thread when it starts (``Viewer.warm_up``), so the first token view
+does not wait for a tokenizer."""
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +95,30 @@ class Viewer:
         ctx.setdefault("db_url", self.db.url)
         return HTMLResponse(self.env.get_template(name).render(**ctx), status_code=status_code)
 
+    def warm_up(self) -> threading.Thread:
+        """Start (and return) a daemon thread that compiles the templates and loads the token
+        decoders of the newest runs' models (``queries.model_paths``), so that the first
+        request of each page costs what later ones do. A failure there is logged; the page
+        that needs the piece then loads it itself."""
+        def work() -> None:
+            try:
+                for name in self.env.list_templates(extensions=["html"]):
+                    self.env.get_template(name)
+                if self.token_text is not None:
+                    for path in model_paths(self.db):
+                        self.token_text(path, [])
+            except Exception as exc:  # noqa: BLE001 - warming up is an optimisation only
+                log.warning("viewer warm-up: %s", exc)
+
+        thread = threading.Thread(target=work, name="viewer-warm-up", daemon=True)
+        thread.start()
+        return thread
+
+
+WARM_UP_WAIT_S = 3.0
+"""How long the server waits for ``Viewer.warm_up`` before it takes requests (loading
+SmolLM2's tokenizer and compiling the templates takes about 0.3 s; a slower tokenizer goes on
+loading in the background)."""
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 """Host headers the viewer always answers (its loopback names)."""
@@ -106,12 +136,19 @@ def create_app(db: ReadOnlyDB, token_text: TokenText | None = None, *, host: str
 
     from agentrl.replay.viewer.routes import router
 
-    app = FastAPI(title="agentrl view", docs_url=None, redoc_url=None, openapi_url=None)
+    viewer = Viewer(db, token_text)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        warm_up = viewer.warm_up()
+        await asyncio.to_thread(warm_up.join, WARM_UP_WAIT_S)  # uvicorn listens after this
+        yield
+
+    app = FastAPI(title="agentrl view", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     hosts = list(LOCAL_HOSTS) + list(allowed_hosts)
     if host:
         hosts += [host, f"[{host}]"] if ":" in host and not host.startswith("[") else [host]
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=hosts)
-    viewer = Viewer(db, token_text)
     app.state.viewer = viewer
 
     @app.middleware("http")

@@ -135,10 +135,11 @@ def line_chart(chart_id: str, title: str, x_label: str, y_label: str,
     """A line chart of ``series``: ``(name, [(x, y, href), ...])``; non-finite points are
     left out. ``y_range`` fixes the y axis (e.g. ``(0, 1)`` for a rate)."""
     chart = Chart(chart_id, title, x_label, y_label)
-    pts = [(x, y) for _, s in series for x, y, _ in s if math.isfinite(x) and math.isfinite(y)]
-    if not pts:
+    isfinite = math.isfinite
+    finite = [(name, [p for p in s if isfinite(p[0]) and isfinite(p[1])]) for name, s in series]
+    if not any(s for _, s in finite):
         return chart
-    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    xs, ys = [p[0] for _, s in finite for p in s], [p[1] for _, s in finite for p in s]
     x_lo, x_hi = min(xs), max(xs)
     y_lo, y_hi = y_range if y_range else (min(ys), max(ys))
     if y_range is None:
@@ -152,10 +153,10 @@ def line_chart(chart_id: str, title: str, x_label: str, y_label: str,
     sx, sy = _scale(x_lo, x_hi, l, r), _scale(y_lo, y_hi, b, t)
     chart.x_ticks = [Tick(sx(v), fmt(v)) for v in nice_ticks(x_lo, x_hi) if x_lo <= v <= x_hi]
     chart.y_ticks = [Tick(sy(v), fmt(v)) for v in nice_ticks(y_lo, y_hi) if y_lo <= v <= y_hi]
-    for k, (name, s) in enumerate(series):
+    for k, (name, s) in enumerate(finite):
         color = COLORS[k % len(COLORS)]
         points = [Point(x, y, sx(x), sy(y), f"{name}: {fmt(y)} at {x_label} {fmt(x)}{x_unit}", href)
-                  for x, y, href in thin([p for p in s if math.isfinite(p[0]) and math.isfinite(p[1])])]
+                  for x, y, href in thin(s)]
         chart.lines.append(Line(name, color, points))
         chart.legend.append((name, color))
     return chart

@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse
 from agentrl.replay import episode_queries as eq
 from agentrl.replay import queries as q
 from agentrl.replay.viewer.app import Viewer
-from agentrl.replay.viewer.run_charts import METRIC_PREFIXES, run_charts, token_table
+from agentrl.replay.viewer.run_charts import METRIC_KEYS, SPLIT_KEYS, run_charts, token_table
 from agentrl.types import TerminationReason
 
 router = APIRouter()
@@ -92,18 +92,20 @@ def run_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
     run_id = _need(request, "id")
     run = _run_or_404(v, run_id)
-    metrics = q.run_metrics(v.db, run_id, METRIC_PREFIXES)
+    metrics = q.run_metrics(v.db, run_id, METRIC_KEYS)
     done = q.completed_iterations(v.db, run_id)
 
     # A run that evaluates (eval.every) stores its eval episodes at the iteration they follow:
     # train points then link to kind=train, eval points to kind=eval, so neither mixes in the other.
     # So do a difficulty profile's episodes (kind=profile, time/profile_s) and an eval before
     # training's (kind=eval at iteration 0, time/eval_before_s), stored beside the training rows.
-    split = v.db.has_kind and any(k.startswith("eval/") or k in ("time/profile_s", "time/eval_before_s")
-                                  for k in metrics)
+    split = v.db.has_kind and any(k.startswith("eval/") or k in SPLIT_KEYS for k in metrics)
 
-    def link(it: int, kind: str | None = None) -> str:
-        return "/episodes?" + v.env.globals["qs"](run=run_id, iteration=it, kind=kind)
+    qs = v.env.globals["qs"]
+    prefix, suffix = "/episodes?" + qs(run=run_id) + "&iteration=", {k: "&" + qs(kind=k) for k in ("train", "eval")}
+
+    def link(it: int, kind: str | None = None) -> str:  # = "/episodes?" + qs(run=..., iteration=it, kind=kind)
+        return f"{prefix}{it}{suffix[kind] if kind else ''}"
 
     charts = run_charts(metrics, lambda it: link(it, "train" if split else None), run.is_async,
                         eval_link=lambda it: link(it, "eval" if v.db.has_kind else None))

@@ -10,6 +10,7 @@ Iterations are 0-based, as stored.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -19,13 +20,22 @@ Series = dict[str, list[tuple[int, float]]]
 PHASES = ("rollout", "credit", "update", "sync", "replay", "checkpoint")
 """Phases of one iteration, in the order they run."""
 TOKEN_KEYS = ("tokens/generated", "tokens/trained", "tokens/discarded")
-METRIC_PREFIXES = ("rollout/reward_mean", "rollout/success_rate", "rollout/generated_tokens", "tokens/", "time/",
-                   "timeline/", "rollout_corr/gap_abs_", "async/staleness_", "eval/pass@1")
-"""The metrics the charts read (``queries.run_metrics(..., prefixes=METRIC_PREFIXES)``)."""
 EVAL_KEYS = (("eval pass@1", "eval/pass@1"), ("eval pass@1 95% low", "eval/pass@1_low"),
              ("eval pass@1 95% high", "eval/pass@1_high"))
 """The held-out evaluation drawn beside the train reward (``agentrl.cluster.evaluate``: the
 eval after an iteration is stored at that iteration, its episodes ``kind='eval'``)."""
+GAP_KEYS = (("mean |gap|", "rollout_corr/gap_abs_mean"), ("p99 |gap|", "rollout_corr/gap_abs_p99"),
+            ("max |gap|", "rollout_corr/gap_abs_max"))
+STALENESS_KEYS = (("mean", "async/staleness_mean"), ("max", "async/staleness_max"))
+SPLIT_KEYS = ("time/profile_s", "time/eval_before_s")
+"""Metrics of a run that stores other episodes beside its training rows (a difficulty
+profile, an eval before training): the run page then links to training episodes only."""
+METRIC_KEYS = tuple(dict.fromkeys((
+    "rollout/reward_mean", "rollout/success_rate", "rollout/generated_tokens", *TOKEN_KEYS, "time/iteration_s",
+    *(f"time/{ph}_s" for ph in PHASES), *(f"timeline/{ph}_{end}_s" for ph in PHASES for end in ("start", "end")),
+    *(k for _, k in EVAL_KEYS + GAP_KEYS + STALENESS_KEYS), *SPLIT_KEYS)))
+"""Every metric the run page reads (``queries.run_metrics(..., keys=METRIC_KEYS)``): about 35
+of the 100 or so keys a training iteration writes."""
 
 
 def _by_it(metrics: Series, key: str) -> dict[int, float]:
@@ -67,11 +77,14 @@ def phase_seconds(metrics: Series, its: list[int]) -> dict[str, list[float]]:
 
 def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool,
                eval_link: Callable[[int], str] | None = None) -> list[Chart]:
-    """Every chart of the run page; ``link(iteration)`` is the URL of that iteration's (train)
+    """Every chart of the run page from ``metrics`` (each series ascending by iteration, as
+    ``queries.run_metrics`` returns it); ``link(iteration)`` is the URL of that iteration's (train)
     episodes, ``eval_link(iteration)`` that of its eval episodes (the eval pass@1 points;
-    ``link`` when not given)."""
+    ``link`` when not given). Each link is made once per iteration (a run of 1,000
+    iterations draws about 120 points per series but has a link for every iteration)."""
+    link = functools.cache(link)
+    eval_link = functools.cache(eval_link) if eval_link is not None else None
     its = sorted({it for s in metrics.values() for it, _ in s})
-    reward, success = _by_it(metrics, "rollout/reward_mean"), _by_it(metrics, "rollout/success_rate")
     gen = _by_it(metrics, "tokens/generated") or _by_it(metrics, "rollout/generated_tokens")
     wall = _by_it(metrics, "time/iteration_s")
     if not wall:
@@ -80,12 +93,12 @@ def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool,
     cum_tokens, cum_wall = _cumulative(its, gen), _cumulative(its, wall)
 
     def quality(x_of: dict[int, float] | None) -> list[tuple[str, list[tuple[float, float, str]]]]:
-        def pts(values: dict[int, float], to: Callable[[int], str] = link):
-            return [(float(it) if x_of is None else x_of[it], v, to(it)) for it, v in sorted(values.items())
-                    if x_of is None or it in x_of]
-        out = [("reward", pts(reward)), ("success rate", pts(success))]
-        return out + [(name, pts(_by_it(metrics, key), eval_link or link)) for name, key in EVAL_KEYS
-                      if key in metrics]
+        def pts(key: str, to: Callable[[int], str] = link):  # a series is in iteration order
+            if x_of is None:
+                return [(float(it), v, to(it)) for it, v in metrics.get(key, ())]
+            return [(x_of[it], v, to(it)) for it, v in metrics.get(key, ()) if it in x_of]
+        out = [("reward", pts("rollout/reward_mean")), ("success rate", pts("rollout/success_rate"))]
+        return out + [(name, pts(key, eval_link or link)) for name, key in EVAL_KEYS if key in metrics]
 
     charts = [
         line_chart("reward-iteration", "Reward and success rate / iteration", "iteration", "", quality(None)),
@@ -94,21 +107,20 @@ def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool,
         line_chart("reward-wallclock", "Reward and success rate / wall-clock", "seconds", "", quality(cum_wall),
                    x_unit=" s"),
     ]
-    tok = [(k.split("/")[1], [_by_it(metrics, k).get(it, math.nan) for it in its]) for k in TOKEN_KEYS]
+    tok = [(k.split("/")[1], [by_it.get(it, math.nan) for it in its])
+           for k, by_it in ((k, _by_it(metrics, k)) for k in TOKEN_KEYS)]
     charts.append(line_chart("tokens", "Token accounting / iteration", "iteration", "tokens",
                              [(name, [(float(it), v[i], link(it)) for i, it in enumerate(its)]) for name, v in tok]))
     phases = phase_seconds(metrics, its)
     charts.append(stacked_bars("phases", "Time of each phase / iteration (stacked)", "s", its,
                                list(phases.items()), [link(it) for it in its]))
-    gap_keys = [("mean |gap|", "rollout_corr/gap_abs_mean"), ("p99 |gap|", "rollout_corr/gap_abs_p99"),
-                ("max |gap|", "rollout_corr/gap_abs_max")]
     charts.append(line_chart("logprob-gap", "Engine ↔ trainer log-prob gap (nats) / iteration", "iteration",
                              "nats", [(n, [(float(it), v, link(it)) for it, v in metrics.get(k, ())])
-                                      for n, k in gap_keys]))
-    stale = [("mean", "async/staleness_mean"), ("max", "async/staleness_max")]
-    if is_async or any(k in metrics for _, k in stale):
+                                      for n, k in GAP_KEYS]))
+    if is_async or any(k in metrics for _, k in STALENESS_KEYS):
         charts.append(line_chart("staleness", "Staleness (policy versions) / update", "iteration", "versions",
-                                 [(n, [(float(it), v, link(it)) for it, v in metrics.get(k, ())]) for n, k in stale]))
+                                 [(n, [(float(it), v, link(it)) for it, v in metrics.get(k, ())])
+                                  for n, k in STALENESS_KEYS]))
     return charts
 
 

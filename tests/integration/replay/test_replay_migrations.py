@@ -1,4 +1,4 @@
-"""Replay schema through Alembic (schema 6): a schema-5 file made by the store before
+"""Replay schema through Alembic (schema 7): a schema-5 file made by the store before
 Alembic is upgraded in place; the revisions build exactly the tables of ``models``; the
 new columns and tables round-trip (episode ``kind``, trainer-side log-probs and entropies,
 ``reruns``); full-text search over actions and observations; read-only opening. Real
@@ -29,7 +29,7 @@ SCHEMA5_DB = Path(__file__).parent / "data" / "replay_schema5.db"
 def test_head_is_the_script_directorys_head() -> None:
     script = ScriptDirectory(str(Path(migrations.__file__).parent))
     assert script.get_current_head() == migrations.HEAD
-    assert migrations.known_revisions() == [migrations.BASELINE, migrations.HEAD]
+    assert migrations.known_revisions() == [migrations.BASELINE, "0006", migrations.HEAD]
 
 
 def _not_ours(obj, name, type_, reflected, compare_to) -> bool:
@@ -57,7 +57,7 @@ def test_a_schema_5_file_of_the_store_before_alembic_is_upgraded_in_place(tmp_pa
     with ReplayStore(f"sqlite:///{path}") as store:
         with store.engine.connect() as conn:
             assert migrations.current_revision(conn) == migrations.HEAD
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 6
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 7
         assert [r.run_id for r in store.runs()] == ["run-schema5"]
         assert store.completed_iterations("run-schema5") == [0]
         for it, eps in expected_schema5_episodes().items():
