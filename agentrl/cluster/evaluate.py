@@ -19,6 +19,8 @@ or, for a bare model, the packaged default (on another env than the packaged def
 built-in defaults, since its settings are tuned for its env), with the ``eval`` section's fixed budget put in
 place of the rollout's (``eval.temperature`` with top_p 1 / top_k off, ``eval.max_turns``,
 ``eval.max_new_tokens``, ``eval.max_context_tokens``) and ``env.group_size = eval.samples``.
+``budget_source`` says in words which config's section that was; ``evaluate`` reports it
+with the settings before any export or rollout.
 The env is made with its declared judge kwargs over ``env.kwargs`` (``agentrl.cluster.judge``:
 e.g. HumanEval trained on the visible examples is judged on the full hidden check), in
 ``agentrl eval`` and ``eval.every`` alike; the report names the judge.
@@ -52,6 +54,7 @@ import logging
 import os
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -65,8 +68,16 @@ from agentrl.types import Episode, EpisodeRequest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "check_replaceable", "eval_budget", "eval_config", "eval_report",
-           "eval_identity", "eval_requests", "eval_run_id", "evaluate", "held_out_task_ids", "resolve_target"]
+__all__ = ["EvalResult", "EvalTarget", "TrainingEval", "budget_source", "check_replaceable", "eval_budget", "eval_config",
+           "eval_report", "eval_identity", "eval_requests", "eval_run_id", "evaluate", "held_out_task_ids",
+           "resolve_target"]
+
+BUDGET_KEYS = {"eval": ("eval.temperature", "eval.max_turns", "eval.max_new_tokens", "eval.max_context_tokens",
+                        "rollout.max_context_tokens"),
+               "rollout": ("rollout.temperature", "rollout.max_turns", "rollout.max_new_tokens",
+                           "rollout.max_context_tokens")}
+"""Per section, the overrides that change its sampling budget (``budget_source`` names them;
+``eval.max_context_tokens`` None follows ``rollout.max_context_tokens``)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +207,29 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     from agentrl.config import config_from_dict
 
     return config_from_dict(data), train_cfg
+
+
+def budget_source(target: EvalTarget, cfg: Config, overrides: Sequence[str] = (), *, section: str = "eval") -> str:
+    """Where the sampling budget of ``eval_config(target, overrides)`` (``cfg``) comes from,
+    in words (printed by ``agentrl eval`` before it rolls out): the ``section`` (``eval``, or
+    ``rollout`` for ``agentrl tasks profile``) of the run's stored config for a run or
+    checkpoint; of the packaged default config (``agentrl/defaults/shell_lookup.yaml``) for
+    an exported folder or a bare model on the packaged default's env; else the built-in
+    defaults of ``agentrl.config`` (e.g. eval: temperature 1.0, max_turns 3, max_new_tokens
+    256); then the ``overrides`` that change it (``BUDGET_KEYS``)."""
+    from agentrl.config import DEFAULT_CONFIG_RESOURCE
+
+    if target.run_dir is not None:
+        where = f"the {section} section of the run's stored config ({Path(target.run_dir) / 'config.yaml'})"
+    else:
+        default_env = load_default_config().env.id
+        if cfg.env.id == default_env:
+            where = f"the {section} section of the packaged default config (agentrl/{DEFAULT_CONFIG_RESOURCE})"
+        else:
+            where = (f"the built-in {section} defaults (agentrl.config), not the packaged default config's, which are "
+                     f"tuned for {default_env}")
+    changed = [o for o in overrides if o.split("=", 1)[0].strip() in BUDGET_KEYS.get(section, ())]
+    return where + (f"; overridden: {', '.join(changed)}" if changed else "")
 
 
 def held_out_task_ids(cfg: Config, train_cfg: Config | None, *, allow_overlap: bool = False) -> list[str]:
@@ -360,9 +394,23 @@ def _store_episodes(store: Any, run_id: str, episodes: list[Episode], iteration:
 
 def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = None, allow_overlap: bool = False,
              replay_url: str | None = None, progress: Callable[[str], None] | None = None,
-             judge: bool = True) -> EvalResult:
+             judge: bool = True, on_settings: Callable[[dict[str, Any]], None] | None = None,
+             on_episodes: Callable[[int, int], None] | None = None, budget_from: str | None = None) -> EvalResult:
     """Evaluate ``given`` (module docstring); starts (or joins) Ray and stops what it started.
     ``judge=False``: score with the training reward, not the env's judge (``eval_config``).
+
+    Args:
+        progress: called with each phase's name (exporting, starting the engines, ...).
+        on_settings: called once, before any export or rollout, with the settings the eval
+            will use (``EvalResult.settings``: sampling, budget, ``budget_source``, judge).
+        on_episodes: called with ``(episodes finished, episodes requested)`` while the
+            episodes roll out (``agentrl.cluster.rollout_progress``): ``(0, n)`` first,
+            ``(n, n)`` last.
+        budget_from: ``settings["budget_source"]`` in place of ``budget_source``'s words
+            (``agentrl tasks profile``, whose budget is the rollout section's).
+
+    The console log of a command (``agentrl.logs``) goes to ``RUN/eval/console.log`` for a
+    run or checkpoint, else ``<run.output_dir>/eval/console.log``.
 
     Raises:
         ConfigError: a bad target, override, env, split, or an overlapping split.
@@ -373,7 +421,9 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
 
     from agentrl.cluster.engine_pool import EnginePool
     from agentrl.cluster.ray_setup import as_cluster_error, connect
+    from agentrl.cluster.rollout_progress import EpisodeProgress
     from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
+    from agentrl.logs import LOG_FILE_NAME, attach_log_file
     from agentrl.model_zoo import resolve_model_path
     from agentrl.replay import ReplayStore
     from sandboxes import reap_orphans
@@ -382,6 +432,15 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     target = resolve_target(given)
     cfg, train_cfg = eval_config(target, overrides, env_id=env_id, judge=judge)  # overrides checked before any export
     task_ids = held_out_task_ids(cfg, train_cfg, allow_overlap=allow_overlap or cfg.eval.allow_overlap)
+    eval_dir = (Path(target.run_dir) if target.run_dir is not None else Path(cfg.run.output_dir)) / "eval"
+    attach_log_file(eval_dir / LOG_FILE_NAME)  # a command's console log (agentrl.logs); nothing otherwise
+    settings = settings_of(cfg, len(task_ids))
+    settings["budget_source"] = budget_from or budget_source(target, cfg, overrides)
+    trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else None
+    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules) if judge  # printed, stored
+                         else "judge: the training reward (the env's judge not applied)")
+    if on_settings is not None:
+        on_settings(dict(settings))
     if target.model is None:
         say(f"exporting {target.checkpoint.name}")
         target = materialize(target, progress=say)
@@ -396,11 +455,6 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
         replay_url = f"sqlite:///{(out / 'replay.db').absolute()}"
     requests = eval_requests(cfg, task_ids, run_id)
     cfg_dict = cfg.model_dump(mode="json")
-
-    settings = settings_of(cfg, len(task_ids))
-    trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else None
-    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules) if judge  # printed, stored
-                         else "judge: the training reward (the env's judge not applied)")
     identity = eval_identity(target, cfg)
     store = ReplayStore(replay_url)  # opened first: a bad store fails before any rollout
     try:
@@ -421,7 +475,8 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
             pool.ready()
             say(f"rolling out {len(requests)} episodes")
             t0 = time.perf_counter()
-            episodes, _, _ = pool.rollout(requests, target.policy_version, eval_budget(cfg, judge=judge))
+            with EpisodeProgress(lambda: pool.actors, requests, on_episodes) if on_episodes else nullcontext():
+                episodes, _, _ = pool.rollout(requests, target.policy_version, eval_budget(cfg, judge=judge))
             rollout_s = time.perf_counter() - t0
         except Exception as exc:
             cluster_error = as_cluster_error(exc)

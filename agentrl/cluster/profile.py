@@ -214,9 +214,14 @@ def profile_eval_overrides(target: Any, overrides: Sequence[str] = (), *, env_id
 
 def profile_tasks(given: str, overrides: Sequence[str] = (), *, env_id: str | None = None, split: str = "train",
                   samples: int = 4, seed: int | None = None, num_tasks: int | None = None, out: str | Path | None = None,
-                  replay_url: str | None = None, progress: Callable[[str], None] | None = None) -> ProfileResult:
+                  replay_url: str | None = None, progress: Callable[[str], None] | None = None,
+                  on_settings: Callable[[dict[str, Any]], None] | None = None,
+                  on_episodes: Callable[[int, int], None] | None = None) -> ProfileResult:
     """``agentrl tasks profile`` (module docstring): per-task pass rates of ``given`` on
     ``split`` with ``samples`` samples each; ``seed`` None: the config's ``run.seed``.
+    ``progress``, ``on_settings`` (the budget and its source: the rollout section of the
+    run's stored config or of the packaged default) and ``on_episodes`` (episodes finished,
+    requested) are ``evaluate``'s.
 
     Raises:
         ConfigError: a bad target, override, env or split (as ``agentrl eval``).
@@ -224,14 +229,18 @@ def profile_tasks(given: str, overrides: Sequence[str] = (), *, env_id: str | No
         ClusterError: engines that could not start or were all lost.
     """
     from agentrl.cluster.actors import env_task_ids
-    from agentrl.cluster.evaluate import evaluate, resolve_target
+    from agentrl.cluster.evaluate import budget_source, evaluate, resolve_target
 
     target = resolve_target(given)
+    # the budget: the rollout section of the run's stored config, or of the packaged default
+    # config for a bare model whatever its env (profile_eval_overrides)
     ov, base = profile_eval_overrides(target, overrides, env_id=env_id, split=split, samples=samples, seed=seed,
                                       num_tasks=num_tasks)
     # judge=False: the reward training sees (the env's declared eval judge, e.g. HumanEval's hidden check, is not applied)
     result = evaluate(given, ov, env_id=env_id, allow_overlap=True, replay_url=replay_url, progress=progress,
-                      judge=False)
+                      judge=False, on_settings=on_settings, on_episodes=on_episodes,
+                      budget_from=budget_source(target, base if target.run_dir is not None else load_default_config(),
+                                                overrides, section="rollout"))
     s = result.settings
     listed = env_task_ids(s["env"], s["split"], base.env.import_modules)
     prof = profile_from_outcomes(result.report.per_task, listed, env_id=s["env"], split=s["split"],

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from agentrl.eval.passk import Estimate, EvalReport
 
-__all__ = ["format_settings", "report_table", "training_eval_lines"]
+__all__ = ["EpisodeBar", "episode_progress", "format_budget", "format_settings", "report_table",
+           "training_eval_lines"]
 
 
 def format_settings(settings: Mapping[str, Any], policy_version: int) -> str:
@@ -21,6 +26,18 @@ def format_settings(settings: Mapping[str, Any], policy_version: int) -> str:
             f"{s['top_p']:g}, top_k {s['top_k']}; budget max_turns {s['max_turns']}, max_new_tokens "
             f"{s['max_new_tokens']}, max_context_tokens {s['max_context_tokens']}; intervals: "
             f"{s['confidence']:.0%} bootstrap over tasks ({s['num_resamples']} resamples){judge}")
+
+
+def format_budget(settings: Mapping[str, Any]) -> str:
+    """One line, printed before an evaluation rolls out: its sampling budget and where it
+    comes from (``settings["budget_source"]``, ``agentrl.cluster.evaluate.budget_source``),
+    with the tasks and samples it will roll out."""
+    s = settings
+    top_k = "off" if s["top_k"] in (-1, 0, None) else s["top_k"]
+    source = f"; from {s['budget_source']}" if s.get("budget_source") else ""
+    return (f"budget: temperature {s['temperature']:g} (top_p {s['top_p']:g}, top_k {top_k}), max_turns "
+            f"{s['max_turns']}, max_new_tokens {s['max_new_tokens']}, max_context_tokens {s['max_context_tokens']}"
+            f"{source}; {s['tasks']} tasks x {s['samples']} samples of {s['env']} split {s['split']}, seed {s['seed']}")
 
 
 def _cell(e: Estimate, fmt: str = "{:.3f}") -> tuple[str, str, str]:
@@ -77,3 +94,32 @@ def training_eval_lines(history: list[Mapping[str, Any]], judge: str | None = No
         when = "after training" if last else f"after iteration {it:.0f}" if it is not None else "during training"
         lines.append(_eval_line(after, "eval", when))
     return [f"{line}; {judge}" for line in lines] if judge else lines
+
+
+class EpisodeBar:
+    """``agentrl eval`` / ``agentrl tasks profile``'s progress bar: the phase (exporting,
+    starting the engines, ...), the budget line (``format_budget``) when the settings are
+    known, then episodes finished / requested with the time left (rich's estimate from the
+    rate so far). Its methods are ``agentrl.cluster.evaluate.evaluate``'s ``progress``,
+    ``on_settings`` and ``on_episodes``."""
+
+    def __init__(self, progress: Progress, what: str) -> None:
+        self.p = progress
+        self.task = progress.add_task(what, total=None)
+
+    def phase(self, name: str) -> None:
+        self.p.update(self.task, description=name)
+
+    def settings(self, settings: Mapping[str, Any]) -> None:
+        self.p.console.print(Text(format_budget(settings)), soft_wrap=True, highlight=False)
+
+    def episodes(self, done: int, total: int) -> None:
+        self.p.update(self.task, description="episodes", total=total, completed=done)
+
+
+@contextmanager
+def episode_progress(console: Console, what: str) -> Iterator[EpisodeBar]:
+    """An ``EpisodeBar`` on ``console`` (kept on screen when done), ``what`` its first phase."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                  TimeRemainingColumn(), TimeElapsedColumn(), console=console, transient=False) as p:
+        yield EpisodeBar(p, what)

@@ -10,15 +10,23 @@ Run on demand (pytest does not collect this file)::
 Rows (the batch of one iteration; the script says which source it used):
 
 * ``--replay-db PATH``: a real run's replay database (``runs/<run.name>/replay.db``, where
-  ``agentrl train`` writes it): the episodes of one iteration (``--iteration``, default the
-  first) turned into trainer rows with ``Episode.training_sequences``, so the token ids, row
-  lengths and loss masks are the run's own.
+  ``agentrl train`` writes it): the *training* episodes of one iteration (``--iteration``,
+  default the first; ``kind='train'``, without errors: not the held-out eval episodes of
+  ``eval.before_training`` / ``after_training`` nor a difficulty profile's, which the store
+  keeps beside them) turned into trainer rows with ``Episode.training_sequences``, so the
+  token ids, row lengths and loss masks are the run's own. The run (``--run-id``; default
+  the newest training run in the store, not an ``agentrl eval`` run) is read with its
+  stored config.
 * default (no ``--replay-db``, no ``--synthetic``): such a database made first by a short
   real run, ``agentrl train run.iterations=1 model.path=tiny-random-smollm2`` (the embedded
-  default job, 16 HumanEval episodes, with the tiny random model sampling), in a temporary
-  run directory.
+  default job with the tiny random model sampling), in a temporary run directory.
 * ``--synthetic``: 16 rows with the default job's lengths from issue 10 (563 to 1,036
   tokens, 10,915 tokens, 2,560 loss tokens: each row a prompt and 160 sampled tokens).
+
+Micro-batches: those of the run's own config (``trainer.row_layout``,
+``trainer.micro_batch_tokens``, ``trainer.micro_batch_size``; the replay database's stored
+config, or the embedded default's with ``--synthetic``), unless ``--micro-batch-tokens`` /
+``--micro-batch-size`` say otherwise; the first lines say which and from where.
 
 Advantages are +1 / -1 per episode (alternating), so the gradient is not zero (a run whose
 rewards are all 0 stores advantages 0); they do not change the work done.
@@ -103,24 +111,59 @@ def synthetic_rows(seed: int = 0) -> list:
     return rows
 
 
-def replay_rows(db: Path, run_id: str | None, iteration: int | None) -> tuple[list, object, str]:
-    """Rows of one iteration of a stored run, and its sampling record; raises SystemExit
-    with a message when the database has no usable episodes."""
+def training_run(runs: list, run_id: str | None, db: Path):
+    """The stored run whose rows are benchmarked: ``run_id``, else the newest training run
+    (``RunInfo.config`` without ``kind: eval``: ``agentrl eval`` stores its runs in the same
+    database); raises SystemExit naming the runs when there is none."""
+    if not runs:
+        raise SystemExit(f"{db}: no runs stored")
+    if run_id:
+        run = next((r for r in runs if r.run_id == run_id), None)
+    else:
+        train = [r for r in runs if (r.config or {}).get("kind") != "eval"]
+        run = max(train, key=lambda r: r.created_at) if train else None
+    if run is None:
+        raise SystemExit(f"{db}: no {'run ' + repr(run_id) if run_id else 'training run'} "
+                         f"(runs: {[r.run_id for r in runs]})")
+    return run
+
+
+def run_config(stored: dict | None):
+    """The run's own ``Config`` from its stored config dict (the replay store's run row),
+    or the embedded default's when the store holds none."""
+    from agentrl.config import config_from_dict, load_default_config
+
+    return config_from_dict(stored) if stored else load_default_config()
+
+
+def micro_batches(cfg, micro_batch_size: int | None, micro_batch_tokens: int | None) -> tuple[int, int, str]:
+    """``(rows per padded micro-batch, token budget of a packed one, where they came from)``:
+    the command line's values where given, else the run config's ``trainer`` section (a
+    packed budget of None there is 8192, as in the trainer's packed layout)."""
+    t = cfg.trainer
+    size = micro_batch_size if micro_batch_size is not None else t.micro_batch_size
+    tokens = micro_batch_tokens if micro_batch_tokens is not None else t.micro_batch_tokens
+    given = [f"--{n}" for n, v in (("micro-batch-size", micro_batch_size), ("micro-batch-tokens", micro_batch_tokens))
+             if v is not None]
+    where = ("the command line (" + ", ".join(given) + ")" + (", the rest from the run's config" if len(given) < 2 else "")
+             if given else f"the run's config (trainer.row_layout={t.row_layout})")
+    return size, tokens if tokens is not None else 8192, where
+
+
+def replay_rows(db: Path, run_id: str | None, iteration: int | None) -> tuple[list, object, str, dict | None]:
+    """Rows of the training episodes of one iteration of a stored run (module docstring),
+    its sampling record, a description, and the run's stored config; raises SystemExit with
+    a message when the database has no usable episodes."""
     from agentrl.replay import ReplayStore
 
     store = ReplayStore(f"sqlite:///{db}")
     try:
-        runs = store.runs()
-        if not runs:
-            raise SystemExit(f"{db}: no runs stored")
-        run = next((r for r in runs if r.run_id == run_id), None) if run_id else runs[-1]
-        if run is None:
-            raise SystemExit(f"{db}: no run {run_id!r} (runs: {[r.run_id for r in runs]})")
+        run = training_run(store.runs(), run_id, db)
         its = store.iterations(run.run_id)
         it = iteration if iteration is not None else (its[0] if its else None)
-        summaries = [s for s in store.list_episodes(run.run_id, it, limit=100000) if not s.is_error]
+        summaries = [s for s in store.list_episodes(run.run_id, it, limit=100000, kind="train") if not s.is_error]
         if not summaries:
-            raise SystemExit(f"{db}: run {run.run_id} iteration {it} has no episodes without errors")
+            raise SystemExit(f"{db}: run {run.run_id} iteration {it} has no training episodes without errors")
         rows, sampling = [], None
         for k, s in enumerate(summaries):
             ep = store.get_episode(s.episode_id)
@@ -131,14 +174,15 @@ def replay_rows(db: Path, run_id: str | None, iteration: int | None) -> tuple[li
             rows.extend(ep.training_sequences([adv] * len(ep.turns)))
     finally:
         store.close()
-    return rows, sampling, f"replay database {db} (run {run.run_id}, iteration {it}, {len(summaries)} episodes)"
+    return (rows, sampling, f"replay database {db} (run {run.run_id}, iteration {it}, {len(summaries)} training "
+            "episodes)", run.config)
 
 
 def generate_replay(workdir: Path) -> Path:
     """A short real run of the embedded default job with the tiny model; its replay.db."""
     run_dir = workdir / "gen-run"
     cmd = [str(ROOT / ".venv" / "bin" / "agentrl"), "train", "run.iterations=1", "model.path=tiny-random-smollm2",
-           f"run.dir={run_dir}"]
+           f"run.dir={run_dir}", "eval.before_training=false", "eval.after_training=false"]  # rows: training only
     print(f"generating rows: {' '.join(cmd)}", flush=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -349,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=1, help="timed steps per variant and round (best reported)")
     p.add_argument("--rounds", type=int, default=1,
                    help="measure all variants this many times, interleaved (best time kept; on a shared machine)")
-    p.add_argument("--micro-batch-size", type=int, default=4, help="rows per padded micro-batch")
-    p.add_argument("--micro-batch-tokens", type=int, default=8192, help="token budget of a packed micro-batch")
+    p.add_argument("--micro-batch-size", type=int, help="rows per padded micro-batch (default: the run's config)")
+    p.add_argument("--micro-batch-tokens", type=int,
+                   help="token budget of a packed micro-batch (default: the run's config, trainer.micro_batch_tokens)")
     p.add_argument("--only", nargs="+", choices=VARIANTS, help="measure only these variants")
     p.add_argument("--baseline-commit",
                    help="also time PolicyTrainer.step as of this git commit on the same rows (its own scoring, "
@@ -383,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         tmp_path = Path(tmp)
         if args.synthetic:
-            rows, sampling = synthetic_rows(), None
+            rows, sampling, stored = synthetic_rows(), None, None
             source = "synthetic rows with the default job's lengths (issue 10)"
         else:
             db = args.replay_db or generate_replay(tmp_path)
-            rows, sampling, source = replay_rows(db, args.run_id, args.iteration)
+            rows, sampling, source, stored = replay_rows(db, args.run_id, args.iteration)
+        args.micro_batch_size, args.micro_batch_tokens, mb_from = micro_batches(
+            run_config(stored), args.micro_batch_size, args.micro_batch_tokens)
         rows_file = tmp_path / "rows.pt"
         torch.save({"rows": rows, "sampling": sampling}, rows_file)
         n_tok = sum(len(r.input_ids) for r in rows)
@@ -402,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  padded layout: {all_pos:,} positions, {pad_pos / all_pos:.1%} padding; packed / padded can reach "
               f"about {all_pos / n_tok:.2f}x on these rows (the 1.3x target needs >= 23% padding)")
         print(f"model: {model}; fp32, CPU, {torch.get_num_threads()} threads; padded micro-batches of "
-              f"{args.micro_batch_size} rows, packed budget {args.micro_batch_tokens} tokens; best of {args.steps} step(s)")
+              f"{args.micro_batch_size} rows, packed budget {args.micro_batch_tokens} tokens (from {mb_from}); "
+              f"best of {args.steps} step(s)")
         variants = list(args.only or VARIANTS)
         baseline_dir = tmp_path / "baseline"
         if args.baseline_commit:
