@@ -120,7 +120,11 @@ class HermesToolParser:
     the string state is known: a ``</tool_call>`` (or ``<tool_call>``) inside a JSON string,
     as in ``{"name": "bash", "arguments": {"command": "grep -n '</tool_call>' notes.md"}}``,
     is part of the argument, and the call ends at the first closing tag after its object.
-    The rollout's stop strings follow the same rule (``agentrl.rollout.stop_strings``).
+    A ``</tool_call>`` outside any call, in prose or reasoning before a call ("I'll grep for
+    the literal `</tool_call>` tag."), is text: the call after it is read as usual, and text
+    with no call and such a tag is no call (a closing tag right after a JSON object with no
+    opening tag is a call that lost its tag: an error). The rollout's stop strings follow the
+    same rules (``agentrl.rollout.stop_strings``).
 
     Args:
         tools: OpenAI-style tool schemas (``{"type": "function", "function": {...}}``).
@@ -213,12 +217,24 @@ class HermesToolParser:
                 f"tool call {index} is not one JSON object followed by </tool_call>: "
                 f"{_snippet(text[body_start:])}"
             )
-        if not calls and self.close_tag in text:
+        if not calls and self._headless_call(text):
             raise ToolParseError(
                 "found </tool_call> without an opening <tool_call>; write each call as "
                 '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
             )
         return calls
+
+    def _headless_call(self, text: str) -> bool:
+        """Whether ``text`` (which has no ``<tool_call>``) holds a call that lost its opening
+        tag: a ``</tool_call>`` right after a ``}`` (whitespace between allowed). A closing
+        tag elsewhere, in prose or reasoning (``search for '</tool_call>' in notes``), is
+        text, as it is for the rollout's stop strings."""
+        end = text.find(self.close_tag)
+        while end >= 0:
+            if text[:end].rstrip().endswith("}"):
+                return True
+            end = text.find(self.close_tag, end + 1)
+        return False
 
     def _parse_body(self, body: str, index: int, *, unclosed: bool) -> ToolCall:
         """The call whose text between the tags is ``body`` (the error paths of ``parse``)."""

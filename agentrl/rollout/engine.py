@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from agentrl.errors import EngineError
-from agentrl.rollout.stop_strings import cut_at_stop, tail_holds_stop
+from agentrl.rollout.stop_strings import StopCheck, cut_at_stop
 from agentrl.types import FinishReason, SamplingRecord
 
 log = logging.getLogger(__name__)
@@ -189,16 +189,16 @@ class VLLMEngine:
         self._partial: dict[str, Any] = {}  # request id -> its latest cumulative CompletionOutput (None: none yet)
         self._reload_reason: str | None = None  # why update_weights last fell back to reload_weights
         self.decode = decode  # the policy tokenizer's decode: needed for requests with stop strings
-        # request id -> (stop strings, tokens checked, the turn's ids sampled before this request)
-        self._stops: dict[str, tuple[tuple[str, ...], int, tuple[int, ...]]] = {}
+        self._stops: dict[str, StopCheck] = {}  # request id -> its stop-string check
 
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
             stop_token_ids: Sequence[int], seed: int | None = None, stop_strings: Sequence[str] = (),
             stop_context_ids: Sequence[int] = ()) -> None:
         """Queue one request. ``prompt_ids`` ``[P]`` with ``P + max_tokens <= max_model_len``.
         ``stop_strings``: the request ends (``finish_reason="stop"``, ``stop_token_id`` None)
-        with the token that completes the first of them in its text that ends a turn (not
-        one inside a tool call's JSON string: ``agentrl.rollout.stop_strings``); needs the
+        with the token that completes the first of them in its text that ends a turn (the
+        closing tag where it closes an open tool call, another stop string outside a call's
+        JSON strings: ``agentrl.rollout.stop_strings``); needs the
         engine's ``decode``. ``stop_context_ids``: the turn's ids sampled before this
         request (the end of ``prompt_ids``, for a request that continues a preempted turn),
         read before the request's own ids when stop strings are looked for, so a tool call
@@ -233,7 +233,13 @@ class VLLMEngine:
         self.engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
         self._partial[request_id] = None
         if stop_strings:
-            self._stops[request_id] = (tuple(stop_strings), 0, tuple(int(t) for t in stop_context_ids))
+            self._watch_stops(request_id, stop_strings, stop_context_ids)
+
+    def _watch_stops(self, request_id: str, stop_strings: Sequence[str], context_ids: Sequence[int]) -> None:
+        """Start the stop-string check of a request; the turn's earlier ids are read at once."""
+        check = StopCheck(stop_strings, [int(t) for t in context_ids])
+        check.advance(self.decode, (), finished=False)
+        self._stops[request_id] = check
 
     def has_unfinished(self) -> bool:
         return self.engine.has_unfinished_requests()
@@ -267,22 +273,19 @@ class VLLMEngine:
 
     def _stopped(self, request_id: str, o: Any, *, finished: bool = False) -> Completion | None:
         """The request's completion cut at its first stop string that ends the turn, if its
-        newest tokens hold a stop string (None otherwise, for one inside a tool call's JSON
-        string, or for a request without stop strings). The turn's ids from before a
-        preemption (``stop_context_ids``) are read first."""
-        entry = self._stops.pop(request_id, None) if finished else self._stops.get(request_id)
-        if entry is None:
+        newest text completes one (None otherwise, or for a request without stop strings).
+        The turn's ids from before a preemption (``stop_context_ids``) are read first. Each
+        step reads only the newest text (``StopWatch``); the cut itself is exact
+        (``cut_at_stop`` over the whole turn)."""
+        check = self._stops.pop(request_id, None) if finished else self._stops.get(request_id)
+        if check is None:
             return None
-        stops, checked, context = entry
         n = len(o.token_ids)
-        c = len(context)
-        whole = context + tuple(o.token_ids) if c else o.token_ids
-        k = None
-        if tail_holds_stop(whole, self.decode, stops, c + checked):
-            k = cut_at_stop(whole, self.decode, stops)  # None: only inside a tool call's JSON string
-        if k is None:
-            if not finished:
-                self._stops[request_id] = (stops, n, context)
+        c = len(check.context)
+        if not check.advance(self.decode, o.token_ids, finished=finished):
+            return None
+        k = cut_at_stop(check.context + tuple(o.token_ids), self.decode, check.stops)
+        if k is None:  # the tokenizer's text of the pieces differed from the whole's
             return None
         k = max(0, k - c)  # of this request's own ids
         if finished and o.finish_reason == "stop" and k == n - 1:

@@ -29,6 +29,9 @@ with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool
 * a completion stopped by the context budget (its ``max_tokens`` was the room left in
   ``max_context_tokens``, less than ``max_new_tokens``) → truncated, ``context_limit``; that
   turn's ``finish_reason`` is ``length``, as for ``max_new_tokens``: both are cut replies;
+  except that a completion that reached its limit holding a stop string inside a JSON string
+  of an open tool call (a missing closing quote) is cut at that string and ends as stopped,
+  and its malformed call is scored as an invalid action (``agentrl.rollout.stop_strings``);
 * the next observation leaves no room for a turn in ``max_context_tokens`` → truncated,
   ``context_limit``, and no engine call is made (case C08b); every turn recorded was
   complete (none has ``finish_reason`` ``length``);
@@ -50,7 +53,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 from agentrl.errors import ConfigError, EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
-from agentrl.rollout.stop_strings import cut_at_stop
+from agentrl.rollout.stop_strings import cut_at_stop, cut_at_stop_in_string
 from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, StepInfo, TerminationReason, Turn
 
 log = logging.getLogger(__name__)
@@ -388,8 +391,13 @@ class RolloutWorker:
         if self.limits.stop_strings and comp.finish_reason != "abort":
             # the engine stops at a stop string within its steps; here the whole turn is cut
             # again (an engine that ignores stop strings, one spanning a preemption), by the
-            # same rule: not at one inside a tool call's JSON string
+            # same rule (agentrl.rollout.stop_strings: the closing tag where it closes a call)
             k = cut_at_stop(ids, self.tokenizer.decode, self.limits.stop_strings)
+            if k is None and comp.finish_reason == "length":
+                # ran to its token limit with a stop string inside a call's JSON string: most
+                # likely a call with a missing closing quote; it ends there as stopped, so the
+                # call is parsed and scored invalid instead of running into imagined output
+                k = cut_at_stop_in_string(ids, self.tokenizer.decode, self.limits.stop_strings)
             if k is not None and not (k == len(ids) - 1 and ids[-1] in self.chat.stop_token_ids):
                 ids, lps, versions = ids[:k], lps[:k], versions[:k]
                 comp = Completion(comp.request_id, tuple(ids), tuple(lps), "stop", None)

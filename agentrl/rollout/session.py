@@ -4,7 +4,8 @@ time, taking requests at any time and loading weights between engine steps.
 ``RolloutWorker.run`` (``agentrl.rollout.loop``) is a thin loop over it: submit the batch,
 ``step_once`` until nothing is in flight. The streaming actor (``agentrl.rollout.stream``)
 keeps one session open, submits as requests arrive and loads new weights while episodes
-are in flight, in one of three modes (issue 12, items 2 and 4):
+are in flight, in one of three modes (``controller.partial_rollout``: what in-flight episodes do
+at a weight load):
 
 * ``continue`` (partial rollout across the update): every in-flight engine request is
   preempted (``VLLMEngine.preempt``: aborted, its sampled ids and behavior log-probs kept),

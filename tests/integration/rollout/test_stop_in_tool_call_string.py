@@ -7,8 +7,11 @@ samples exactly ``<tool_call>{"name": "bash", "arguments": {"command": "grep -n
 stop string ``</tool_call>`` the turn goes on past the closing tag inside the JSON string
 and ends at the real one: in the engine's own check, and in a turn preempted and continued
 across a weight load with the split inside the string. The real Hermes parser reads the one
-valid call. Then a reply cut by the context budget (termination ``context_limit``) is left
-out of the loss by overlong filtering, the complete turn before it is not."""
+valid call. A closing tag in prose before the call does not end the turn either. A call
+whose closing quote is missing runs to ``max_new_tokens`` in the engine and is cut at its
+tag by the agent loop, then scored as an invalid call. Then a reply cut by the context
+budget (termination ``context_limit``) is left out of the loss by overlong filtering, the
+complete turn before it is not."""
 
 from __future__ import annotations
 
@@ -200,3 +203,49 @@ def test_a_reply_cut_by_the_context_budget_leaves_the_loss_and_the_complete_turn
     assert res.turn_advantages[roomy.episode_id] == plain.turn_advantages[roomy.episode_id]
     assert res.batch.num_loss_tokens == plain.batch.num_loss_tokens - 5
     assert res.metrics["filter/overlong_filtered_turns_context_limit"] == 1.0
+
+
+def _scripted_run(tokenizer, engine, text, max_new_tokens):
+    """One turn of ``BashEnv`` on the engine scripted to sample ``text`` (then the stop token)."""
+    saved = ScriptedTokens.script
+    ScriptedTokens.script = tuple(tokenizer.encode(text, add_special_tokens=False))
+    try:
+        env = BashEnv()
+        limits = RolloutLimits(1, max_new_tokens, 1024, stop_strings=("</tool_call>",))
+        worker, spy = _worker(engine, tokenizer, [env], limits)
+        (ep,) = worker.run([_req()], policy_version=0)
+    finally:
+        ScriptedTokens.script = saved
+    ep.validate()
+    assert sum(ep.loss_mask()) == len(ep.behavior_log_probs())
+    return ep, env, spy
+
+
+def test_a_closing_tag_in_prose_before_the_call_does_not_end_the_turn(engine, tokenizer):
+    prose = "I'll grep for the literal `</tool_call>` tag.\n"
+    ep, env, spy = _scripted_run(tokenizer, engine, prose + SCRIPT_TEXT, 96)
+    (turn,) = ep.turns
+    assert turn.finish_reason == "stop" and tokenizer.decode(turn.completion_ids) == prose + CALL
+    assert [c.arguments for c in env.parsed[0]] == [{"command": COMMAND}] and not turn.invalid_action
+    (comp,) = spy.completions  # the engine itself went on past the tag in the prose
+    assert comp.finish_reason == "stop" and list(comp.token_ids) == turn.completion_ids
+
+
+def test_a_call_with_a_missing_quote_that_runs_to_the_limit_is_cut_at_its_tag_and_scored_invalid(engine, tokenizer):
+    """The closing quote of the command is missing, so the call's ``</tool_call>`` lies in the
+    open string: the engine does not stop there and runs into the imagined response until
+    ``max_new_tokens``; the agent loop cuts the turn at that tag and ends it as stopped, and
+    the environment's parser scores the call as invalid (not a cut reply earning 0)."""
+    unterminated = '<tool_call>\n{"name": "bash", "arguments": {"command": "cat notes.md}}\n</tool_call>'
+    text = unterminated + "\n<tool_response>\n3: the imagined output, on and on and on</tool_response>"
+    n = len(tokenizer.encode(text, add_special_tokens=False))
+    ep, env, spy = _scripted_run(tokenizer, engine, text, n - 2)
+    (comp,) = spy.completions
+    assert comp.finish_reason == "length" and len(comp.token_ids) == n - 2  # the engine ran to the limit
+    (turn,) = ep.turns
+    kept = tokenizer.decode(turn.completion_ids)
+    assert turn.finish_reason == "stop" and kept.startswith(unterminated) and len(kept) < len(unterminated) + 4
+    assert list(comp.token_ids[:len(turn.completion_ids)]) == turn.completion_ids  # a prefix of the sampled ids
+    assert turn.behavior_log_probs == list(comp.log_probs[:len(turn.completion_ids)])
+    assert isinstance(env.parsed[0], Exception) and "not valid JSON" in str(env.parsed[0])
+    assert turn.invalid_action and ep.termination_reason == TerminationReason.ENV_TERMINATED

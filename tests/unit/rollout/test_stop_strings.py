@@ -1,13 +1,13 @@
 """Stop strings (agentrl/rollout/stop_strings.py) on a byte-level tokenizer stand-in: the cut is
-the shortest prefix whose text holds the string, the engine's incremental tail check finds a
-string that began before the tokens it had checked, and an empty stop string is refused."""
+the shortest prefix whose text holds the string, the engine's incremental check finds a
+string that began before the tokens it had read, and an empty stop string is refused."""
 
 from __future__ import annotations
 
 import pytest
 
 from agentrl.config import load_default_config
-from agentrl.rollout.stop_strings import cut_at_stop, tail_holds_stop
+from agentrl.rollout.stop_strings import StopCheck, cut_at_stop
 
 # each id is one chunk of text, as a tokenizer's pieces are
 PIECES = ["Let", " me", " look", ".", "<tool", "_call", ">{", "}</", "tool", "_call", ">\n", "The", " output"]
@@ -25,12 +25,14 @@ def test_the_cut_keeps_the_token_that_completes_the_stop_string():
     assert cut_at_stop([], decode, ["x"]) is None and cut_at_stop(ids, decode, []) is None
 
 
-def test_the_tail_check_sees_a_stop_string_that_began_before_the_checked_tokens():
+def test_the_incremental_check_sees_a_stop_string_that_began_before_the_ids_it_had_read():
     ids = list(range(len(PIECES)))
-    # checked up to 9 tokens: "}</" "tool" (before) and "_call" ">\n" (new) together complete it
-    assert tail_holds_stop(ids[:11], decode, ["</tool_call>"], checked=9)
-    assert not tail_holds_stop(ids[:10], decode, ["</tool_call>"], checked=9)
-    assert not tail_holds_stop(ids[:11], decode, ["</tool_call>"], checked=11)  # nothing new
+    check = StopCheck(["</tool_call>"])
+    # read up to 9 ids: "}</" "tool" (before) and "_call" ">\n" (new) together complete it
+    assert not check.advance(decode, ids[:9], finished=False) and check.read == 9
+    assert not check.advance(decode, ids[:10], finished=False)
+    assert check.advance(decode, ids[:11], finished=False)
+    assert not check.advance(decode, ids[:11], finished=False)  # nothing new
 
 
 def test_an_empty_stop_string_is_a_config_error_naming_it():
@@ -61,6 +63,10 @@ def _engine():
     return eng
 
 
+def _watch(eng, rid, stops=("</tool_call>",), context=()):
+    eng._watch_stops(rid, stops, context)
+
+
 def test_the_engine_cuts_a_finished_completion_at_its_stop_string_but_keeps_a_stop_token_right_after_it():
     eos = len(PIECES)
     pieces = PIECES + ["<|im_end|>"]
@@ -70,11 +76,11 @@ def test_the_engine_cuts_a_finished_completion_at_its_stop_string_but_keeps_a_st
 
     eng = _engine()
     eng.decode = dec
-    eng._stops["a"] = (("</tool_call>",), 0, ())
+    _watch(eng, "a")
     cut = eng._stopped("a", _Output(range(13), "length"), finished=True)
     assert cut.token_ids == tuple(range(11)) and cut.finish_reason == "stop" and cut.stop_token_id is None
-    eng._stops["b"] = (("</tool_call>",), 0, ())  # "...</tool_call>" then the stop token: as vLLM ended it
+    _watch(eng, "b")  # "...</tool_call>" then the stop token: as vLLM ended it
     assert eng._stopped("b", _Output([*range(11), eos], "stop"), finished=True) is None
-    eng._stops["c"] = (("</tool_call>",), 0, ())  # unfinished: nothing yet, then the tokens that complete it
-    assert eng._stopped("c", _Output(range(9))) is None and eng._stops["c"][1] == 9
+    _watch(eng, "c")  # unfinished: nothing yet, then the tokens that complete it
+    assert eng._stopped("c", _Output(range(9))) is None and eng._stops["c"].read == 9
     assert eng._stopped("c", _Output(range(12))).token_ids == tuple(range(11))  # step() then aborts it

@@ -52,8 +52,6 @@ GREP = call("grep -n '</tool_call>' notes.md")
     ('He said "hi". ' + GREP + "!", 'He said "hi". ' + GREP),
     # unbalanced braces: the closing tag outside a string still ends the call
     ('<tool_call>{"name": "bash", "arguments": {"command": "ls"}</tool_call> then', '<tool_call>{"name": "bash", "arguments": {"command": "ls"}</tool_call>'),
-    # a closing tag outside any call (a stray one) ends the turn as before
-    ('answer </tool_call> more', 'answer </tool_call>'),
 ])
 def test_the_turn_ends_at_the_first_closing_tag_outside_a_json_string(turn, kept):
     assert cut_text(turn) == kept
@@ -115,9 +113,9 @@ def test_the_engine_goes_on_past_a_closing_tag_inside_a_string_and_stops_at_the_
     ids = ids_of(text)
     first = text.index("</tool_call>") + len("</tool_call>")
     eng = _engine()
-    eng._stops["r"] = (tuple(STOP), 0, ())
+    eng._watch_stops("r", STOP, ())
     assert eng._stopped("r", _Output(ids[:first])) is None  # the in-string tag: the request goes on
-    assert eng._stops["r"][1] == first
+    assert eng._stops["r"].read == first
     got = eng._stopped("r", _Output(ids))
     assert decode(got.token_ids) == GREP and got.finish_reason == "stop" and len(got.log_probs) == len(GREP)
 
@@ -128,7 +126,7 @@ def test_a_continued_request_reads_the_turn_before_its_preemption():
     split = GREP.index("</tool_call>")
     before, after = ids_of(GREP[:split]), ids_of(GREP[split:] + "\nimagined")
     eng = _engine()
-    eng._stops["r.1"] = (tuple(STOP), 0, tuple(before))
+    eng._watch_stops("r.1", STOP, before)
     assert eng._stopped("r.1", _Output(after[:len("</tool_call>") + 2])) is None
     got = eng._stopped("r.1", _Output(after))
     assert decode(before + list(got.token_ids)) == GREP
