@@ -50,9 +50,15 @@ Grading (one sandbox exec per submission; ``score_solutions`` batches several)
     namespace is the prompt (its helpers, e.g. ``poly``, as the dataset wrote them, not as
     the submission may redefine them) plus the entry point bound to the proxy. A result that
     is not a plain value fails its case. The supervisor gives each phase
-    ``assertion_timeout_s`` (loading the solution, each test case, the setup between cases);
-    on a timeout or crash inside case *k* it kills the test process's group, records *k* as
-    ``timeout``/``crash`` and starts a new test process for the next call. It streams one
+    ``assertion_timeout_s`` of wall time (loading the solution, each test case, the setup
+    between cases); it covers the test process's work, the rebuilding of the reply in the
+    supervisor and the test code's own work on it (SIGALRM in the supervisor, and a CPU-time
+    backstop that ends it by SIGPROF inside a single long builtin operation). On a timeout
+    or crash inside case *k* it kills the test process's group, records *k* as
+    ``timeout``/``crash`` and starts a new test process for the next call; before each test
+    process starts and after each job it kills every process the earlier ones left behind
+    (it is a child subreaper, so ``setsid`` and double ``fork`` do not leave its tree, and
+    it never touches a process outside its tree). It streams one
     line per event (attempt started, case begun, case result, refused tamper attempt, job
     done), each prefixed by a random nonce that it received on its stdin and that no process
     running the submission ever holds.
@@ -64,8 +70,12 @@ Grading (one sandbox exec per submission; ``score_solutions`` batches several)
     own process, not the judge's); exiting (``sys.exit``, ``os._exit(0)``, raising
     ``SystemExit``/``KeyboardInterrupt``; counted as ``exit``); printing fake results,
     writing to the supervisor's stdout via ``/proc``, forging protocol messages (a forged
-    reply is just another returned value), looping forever, crashing the interpreter,
-    exhausting memory, leaving threads or ``setsid`` processes running, or killing the
+    reply is just another returned value, rebuilt on its case's time: one built to be slow
+    to rebuild, such as a set of integers whose hashes all collide, is that case's
+    ``timeout``; a forged or broken message is an ``error`` case or a load error and counts
+    as ``protocol``), looping forever, crashing the interpreter,
+    exhausting memory, leaving threads or ``setsid`` processes running (they are killed
+    before the next test process starts, so they cannot kill it), or killing the
     supervisor (the events streamed so far show what was running: that case is a
     ``crash``, later ones ``not_run``). Limits: results must be plain values (a generator
     or an object of the submission's own class fails even where the original harness would
@@ -84,8 +94,12 @@ Training reward and judge (``reward_tests``)
 Failures that are not the model's fault
     ``SandboxError``/``InfraError`` from the sandbox propagate (the rollout flags the episode
     ``infra_error``). When the harness itself fails (malformed events, cut output, it timed
-    out as a whole, it stopped before running any submission code, a test process could not
-    start) ``RewardError`` is raised; never a reward of 0.
+    out as a whole, it stopped before running any submission code, the first test process
+    of a submission failed before it ran the submission's code) ``RewardError`` is raised;
+    never a reward of 0. Once a submission's code has run (the test process says
+    ``loading`` right before it runs it), nothing its test processes say or fail to say is
+    the harness's fault: a forged ``internal`` report is a load error, a restarted test
+    process that does not start is its case's ``crash``.
 
 The sandbox is injected and owned by the caller: ``close()`` does not close it.
 

@@ -10,6 +10,7 @@ import importlib.resources
 import json
 import math
 import secrets
+import signal
 from dataclasses import dataclass, field
 from typing import Literal, Sequence
 
@@ -27,19 +28,21 @@ __all__ = ["CaseStatus", "AssertionOutcome", "ScoreReport", "score_solutions", "
 def harness_scripts() -> tuple[str, str]:
     """``(supervisor source, child source)``: the harness scripts, read from this package's
     data (``environments/humaneval/harness/``) with ``importlib.resources``, each after the
-    value codec both sides share (``codec.py``).
+    value codec both sides share (``codec.py``); the supervisor's also after its process and
+    time guards (``guard.py``).
 
     Raises:
         RewardError: a script is missing from the installed package.
     """
     root = importlib.resources.files("environments.humaneval").joinpath("harness")
     try:
-        codec, supervisor, child = (root.joinpath(name).read_text(encoding="utf-8")
-                                    for name in ("codec.py", "supervisor.py", "child.py"))
+        codec, guard, supervisor, child = (root.joinpath(name).read_text(encoding="utf-8")
+                                           for name in ("codec.py", "guard.py", "supervisor.py", "child.py"))
     except OSError as exc:
         raise RewardError(f"the HumanEval grading harness is missing from the package ({exc}); "
-                          "expected environments/humaneval/harness/codec.py, supervisor.py and child.py") from exc
-    return codec + "\n\n" + supervisor, codec + "\n\n" + child
+                          "expected environments/humaneval/harness/codec.py, guard.py, supervisor.py "
+                          "and child.py") from exc
+    return "\n\n".join((codec, guard, supervisor)), codec + "\n\n" + child
 
 
 CaseStatus = Literal["pass", "fail", "timeout", "crash", "error", "not_run"]
@@ -86,8 +89,10 @@ class ScoreReport:
             harness refused: ``override`` (a result whose type subclasses a builtin value
             type or defines its own comparison, truth or conversion methods, e.g. an
             ``__eq__`` that always returns True), ``exit`` (the solution ended its test
-            process with code 0, or raised ``SystemExit``/``KeyboardInterrupt``). Such cases
-            score as failures either way; this says why.
+            process with code 0, or raised ``SystemExit``/``KeyboardInterrupt``),
+            ``protocol`` (a message on the harness's pipe that the test process's own code
+            did not send: the solution forged or broke one). Such cases score as failures
+            either way; this says why.
     """
 
     task_id: str
@@ -355,14 +360,23 @@ def _complete_report(job: _Job, ev: _JobEvents, result: ExecResult) -> ScoreRepo
     return _report(job, ev, ev.outcomes)
 
 
+_CPU_LIMIT_EXIT_CODES = frozenset({-signal.SIGPROF, 128 + signal.SIGPROF})
+"""How the sandbox reports a supervisor ended by its per-phase CPU backstop (SIGPROF: the
+test code's work on a result ran past the case's limit inside one builtin operation)."""
+
+
 def _killed_report(job: _Job, ev: _JobEvents, result: ExecResult) -> ScoreReport:
     why = f"the grading process was killed while the solution ran (exit code {result.exit_code})"
+    begun_status = "crash"
+    if result.exit_code in _CPU_LIMIT_EXIT_CODES:
+        why = "the judge's work on the solution's result ran past the case's time limit"
+        begun_status = "timeout"
     outcomes = dict(ev.outcomes)
     if not outcomes and ev.begun is None and ev.load_error is None:
         ev.load_error = why[:_DETAIL_CHARS]
     for k in range(job.program.num_cases):
         if k not in outcomes:
-            status = "crash" if k == ev.begun else "not_run"
+            status = begun_status if k == ev.begun else "not_run"
             outcomes[k] = (status, why[:_DETAIL_CHARS])
     ev.attempts = max(ev.attempts, 1)
     return _report(job, ev, outcomes)

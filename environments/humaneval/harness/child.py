@@ -5,13 +5,17 @@ Reads one job as JSON on stdin (``prompt``, ``solution``, ``entry_point``, ``mem
 ``token``, ``report_fd``, ``request_fd``), loads prompt + solution, then answers calls until
 ``request_fd`` ends: each request is one line ``[call_id, args, kwargs]`` (values in the
 tagged form of ``codec.py``). It writes one JSON list per line on ``report_fd``, each
-``[token, kind, *args]``: ``hello``; then ``ready`` or ``loaderr detail exited``; then per
-call ``result call_id value``, ``raise call_id detail exited`` (``exited``: the candidate
-raised ``SystemExit``, ``KeyboardInterrupt`` or another non-``Exception``), ``foreign
-call_id type_name judge_override`` (the result is not a plain builtin value) or
-``unsendable call_id detail``; ``internal detail`` when this process itself broke. It never
-sees the test code: the test's assertions run in the supervisor, on values rebuilt there.
-Its own stdout and stderr go to ``/dev/null``.
+``[token, kind, *args]``: ``hello``; ``internal detail`` when this process itself broke
+before it ran any submitted code (setting limits, running the task's prompt), else
+``loading`` right before the solution runs; then ``ready`` or ``loaderr detail exited``;
+then per call ``result call_id value``, ``raise call_id detail exited`` (``exited``: the
+candidate raised ``SystemExit``, ``KeyboardInterrupt`` or another non-``Exception``),
+``foreign call_id type_name judge_override`` (the result is not a plain builtin value) or
+``unsendable call_id detail``. From ``loading`` on, the submission's code shares this
+process (it can reach ``send`` on the stack), so the supervisor takes nothing this process
+says or fails to say after ``loading`` as the harness's own fault. It never sees the test
+code: the test's assertions run in the supervisor, on values rebuilt there. Its own stdout
+and stderr go to ``/dev/null``.
 """
 
 import json
@@ -60,13 +64,13 @@ def main():
             pass
         entry = job["entry_point"]
         ns = {"__name__": "__solution__"}
-        prompt_code = compile(job["prompt"], "<prompt>", "exec")
+        exec(compile(job["prompt"], "<prompt>", "exec"), ns)
+        stub = ns.get(entry)
     except BaseException:
         send("internal", traceback.format_exc()[-2000:])
         return
+    send("loading")
     try:
-        exec(prompt_code, ns)
-        stub = ns.get(entry)
         exec(compile(job["solution"], "<solution>", "exec"), ns)
         candidate = ns.get(entry)
         if candidate is None or candidate is stub:

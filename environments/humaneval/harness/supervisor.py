@@ -1,5 +1,7 @@
 """HumanEval grading supervisor and judge. Runs INSIDE the sandbox as ``python3 -I -c
-<codec.py + this file>``; standard library only (it must not import anything of agentrl).
+<codec.py + guard.py + this file>``; standard library only (it must not import anything of
+agentrl). It must be its process's main program: it becomes a child subreaper and takes
+SIGALRM and SIGPROF (``guard.py``).
 
 Reads ``{"nonce", "child_source", "startup_timeout_s", "max_failure_details",
 "detail_chars", "jobs": [...]}`` as JSON on stdin and grades every job. The job's test code
@@ -17,6 +19,19 @@ by ``environments.humaneval.scoring``): ``["attempt", j, start]`` (a test proces
 detail]``, ``["tamper", j, k, kind, detail]`` (``k`` may be null), ``["load_error", j,
 detail]``, ``["job_done", j, attempts, duration_s]``, ``["done"]``, ``["harness_error",
 traceback]``.
+
+Whose fault. A test process says ``hello``, then ``loading`` right before the submission's
+code first runs in it. A failure before that point on a job's first attempt (no hello, an
+``internal`` report, a broken message) is the harness's (``harness_error``). Everything
+after it, and every later attempt of the job (its code has run in this exec by then), is
+the submission's: a broken or forged message is a load error or an ``error`` case and
+counts as a ``protocol`` tamper attempt; a restarted test process that does not start is a
+``crash`` of the case that needed it. Before each test process starts and after each job,
+every process the supervisor's test processes left behind is killed (``ProcessSweeper``),
+so no submission's process can act on a later attempt or job. Each phase (loading, a test
+case, the setup between cases) has ``timeout_s`` of wall time, which covers the test
+process's work, the rebuilding of its results here and the test code's own work on them
+(``CaseClock``); a phase that runs out is a ``timeout``.
 """
 
 import ctypes
@@ -73,6 +88,14 @@ def describe_exit(rc):
         except ValueError:
             return f"killed by signal {-rc}"
     return f"exit code {rc}"
+
+
+def describe_message(msg):
+    """What a test process sent, for a tamper line: a message's kind, or a line that is
+    not a message (``next_message``'s ``"violation"``)."""
+    if type(msg) is list:
+        return f"a {str(msg[0])[:40]!r} message"
+    return "a line that is not a harness message"
 
 
 def describe(exc):
@@ -213,6 +236,23 @@ class _HarnessBroken(BaseException):
     """The harness cannot grade this job for a reason that is not the submission's."""
 
 
+HARD_LIMIT_FACTOR = 2.0
+"""CPU seconds one phase may use in this process, per second of its time limit, before
+SIGPROF ends the supervisor (a builtin operation that no Python handler can interrupt; the
+host scores the running case as a timeout). Plus one second."""
+
+
+def hard_limit_s(seconds):
+    return HARD_LIMIT_FACTOR * seconds + 1.0
+
+
+def rebuild_codes():
+    """Code objects of the result's rebuilding (``from_tagged`` and its generator
+    expressions): they run on the test case's time."""
+    code = from_tagged.__code__  # noqa: F821 (codec.py)
+    return [code] + [c for c in code.co_consts if type(c) is type(code)]
+
+
 class JobJudge:
     """Grades one job: starts test processes as needed and runs the instrumented ``check``
     with the candidate proxy. ``sup`` is the ``Supervisor`` (events, limits)."""
@@ -228,7 +268,9 @@ class JobJudge:
         self.proc = None
         self.calls = 0
         self.current = None
-        self.deadline = 0.0
+        self.code_ran = False
+        self.clock = sup.clock
+        self.clock.timeout_error = self.timeout_error
 
     def emit(self, kind, *args):
         self.sup.emit(kind, self.j, *args)
@@ -244,8 +286,15 @@ class JobJudge:
     def tamper(self, kind, detail):
         self.emit("tamper", self.current, kind, self.sup.clip(detail))
 
+    def timeout_error(self):
+        return _CaseEnded("timeout", f"took more than {self.timeout_s:g} s")
+
     def restart_deadline(self):
-        self.deadline = time.monotonic() + self.timeout_s
+        self.clock.start(self.timeout_s)
+
+    @property
+    def deadline(self):
+        return self.clock.deadline
 
     def run(self):
         t_job = time.monotonic()
@@ -263,12 +312,16 @@ class JobJudge:
         except _HarnessBroken as exc:
             raise RuntimeError(str(exc)) from None
         except _CaseEnded as exc:
+            if self.current is not None and self.results[self.current] is None:
+                self.record(self.current, exc.status, exc.detail)
             why_rest = f"test code outside the assertions: {exc.detail}"
         except BaseException as exc:
             why_rest = f"test code outside the assertions raised {self.sup.clip(describe(exc))}"
         finally:
+            self.clock.stop()
             if self.proc is not None:
                 self.proc.kill()
+            self.sup.sweeper.sweep()
         if self.load_error is not None:
             self.emit("load_error", self.sup.clip(self.load_error))
         for k in range(self.n):
@@ -301,28 +354,47 @@ class JobJudge:
 
     def start_process(self):
         """Start a test process and wait until it loaded the submission (raises
-        ``_LoadFailed`` with ``self.load_error`` set when it did not)."""
+        ``_LoadFailed`` with ``self.load_error`` set when it did not). A process that fails
+        before it runs the submission raises ``_HarnessBroken`` on the job's first attempt
+        and ``_CaseEnded`` (``crash``) on a later one."""
+        self.clock.stop()  # the waits below have their own deadlines
         self.attempts += 1
         start = next((k for k in range(self.n) if self.results[k] is None), self.n)
         self.emit("attempt", start)
+        self.sup.sweeper.sweep()
         proc = CandidateProcess(self.sup.child_source, self.job)
         proc.start()
         self.proc = proc
-        msg = proc.next_message(time.monotonic() + self.sup.startup_timeout_s)
-        if msg == "violation" or (type(msg) is list and msg[0] != "hello"):
-            self.drop_process()
-            raise _HarnessBroken(f"test process broke the protocol before it started: {msg!r}"[:500])
-        if type(msg) is not list:
-            rc = self.drop_process()
-            raise _HarnessBroken(
-                f"test process never started ({'timed out' if msg == 'timeout' else describe_exit(rc)})")
+        startup_deadline = time.monotonic() + self.sup.startup_timeout_s
+        msg = proc.next_message(startup_deadline)
+        if type(msg) is list and msg[0] == "hello":
+            msg = proc.next_message(startup_deadline)
+            if type(msg) is list and msg[0] == "loading":
+                self.code_ran = True
+                return self.wait_loaded(proc)
+            if type(msg) is list and msg[0] == "internal":
+                why = f"reported an internal error: {msg[1:]}"
+            elif msg == "violation" or type(msg) is list:
+                why = f"broke the protocol before it ran the solution: {msg!r}"
+            else:
+                why = None
+        elif msg == "violation" or type(msg) is list:
+            why = f"broke the protocol before it started: {msg!r}"
+        else:
+            why = None
+        rc = self.drop_process()
+        if why is None:
+            why = f"never started ({'timed out' if msg == 'timeout' else describe_exit(rc)})"
+        if not self.code_ran:
+            raise _HarnessBroken(f"test process {why}"[:3000])
+        # This job's code ran in this exec before: what it did (or left) may be the cause.
+        raise _CaseEnded("crash", f"the restarted test process {why}"[:500])
+
+    def wait_loaded(self, proc):
         msg = proc.next_message(time.monotonic() + self.timeout_s)
         if type(msg) is list and msg[0] == "ready":
             self.restart_deadline()
             return
-        if type(msg) is list and msg[0] == "internal":
-            self.drop_process()
-            raise _HarnessBroken(f"test process reported an internal error: {msg[1:]}"[:3000])
         if type(msg) is list and msg[0] == "loaderr":
             self.load_error = str(msg[1]) if len(msg) > 1 else "the solution did not load"
             if len(msg) > 2 and msg[2] is True:
@@ -336,6 +408,7 @@ class JobJudge:
                 self.tamper("exit", "the process exited with code 0 while loading the solution")
         else:
             self.load_error = "the test process broke the harness protocol while loading the solution"
+            self.tamper("protocol", f"the solution sent {describe_message(msg)} while loading")
         self.drop_process()
         raise _LoadFailed()
 
@@ -366,13 +439,18 @@ class JobJudge:
         if msg == "violation" or msg[0] not in ("result", "raise", "foreign", "unsendable") \
                 or len(msg) < 3 or msg[1] != call_id:
             self.drop_process()
+            self.tamper("protocol", f"the solution sent {describe_message(msg)} instead of the reply "
+                        f"to call {call_id}")
             raise _CaseEnded("error", "invalid message from the test process")
         kind, payload = msg[0], msg[2]
         if kind == "result":
+            # Rebuilding runs on the case's time (CaseClock interrupts it): a reply built to
+            # be slow to rebuild (colliding hashes) is the candidate's timeout.
             try:
                 return from_tagged(payload)  # noqa: F821
             except (ValueError, TypeError, RecursionError) as exc:
                 self.drop_process()
+                self.tamper("protocol", f"the test process sent a malformed result ({describe(exc)})")
                 raise _CaseEnded("error", f"invalid result from the test process ({describe(exc)})") from None
         if kind == "raise":
             if len(msg) > 3 and msg[3] is True:
@@ -400,6 +478,8 @@ class Supervisor:
         self.detail_chars = int(payload["detail_chars"])
         self.jobs = payload["jobs"]
         self.out = out if out is not None else sys.stdout
+        self.sweeper = None
+        self.clock = None
 
     def emit(self, *event):
         self.out.write(self.nonce + " " + json.dumps(list(event)) + "\n")
@@ -410,6 +490,11 @@ class Supervisor:
         return text if len(text) <= self.detail_chars else text[: self.detail_chars - 3] + "..."
 
     def run(self):
+        """Grade every job. Makes this process a child subreaper and installs a SIGALRM
+        handler: run it as the process's main program, in the main thread."""
+        self.sweeper = ProcessSweeper()  # noqa: F821 (guard.py)
+        self.clock = CaseClock(rebuild_codes(), hard_limit_s, None)  # noqa: F821 (guard.py)
+        self.clock.install()
         # The test code runs in this process: whatever it prints must not reach the event
         # stream (self.out was taken before).
         saved = sys.stdout, sys.stderr
@@ -423,7 +508,9 @@ class Supervisor:
             else:
                 self.emit("done")
             finally:
+                self.clock.stop()
                 sys.stdout, sys.stderr = saved
+                self.sweeper.sweep()
 
 
 def main():

@@ -190,6 +190,56 @@ def test_hostile_solutions_are_scored_as_failures_not_errors(sandbox, execs):
     assert "killed" in (by_name["kill_grader"].load_error or by_name["kill_grader"].outcomes[0].detail)
 
 
+# A setsid'd grandchild that SIGKILLs every later process its supervisor starts, for 10 s.
+_KILLER = """
+import os, time
+_sup, _first = os.getppid(), os.getpid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        end = time.time() + 10
+        while time.time() < end:
+            for p in os.listdir("/proc"):
+                try:
+                    if p.isdigit() and int(p) not in (os.getpid(), _first):
+                        with open(f"/proc/{p}/stat") as f:
+                            if int(f.read().rsplit(")", 1)[1].split()[1]) == _sup:
+                                os.kill(int(p), 9)
+                except Exception:
+                    pass
+        os._exit(0)
+    os._exit(0)
+os.wait()
+def below_zero(operations):
+    os._exit(1)
+"""
+
+
+def test_a_submission_cannot_turn_its_grade_into_a_harness_error(sandbox, execs):
+    """A forged ``internal`` report at load time, a left-behind process that kills the
+    restarted and the next test processes, and a reply that is slow to rebuild (10,000
+    integers with colliding hashes): each is scored 0 as the submission's own failure, in
+    one exec, and the honest submission graded after them scores 1."""
+    header = "def below_zero(operations):\n"
+    items = {
+        "forged_internal": "import sys\nsys._getframe(1).f_locals['send']('internal', 'x')\n"
+        + header + "    return False\n",
+        "killer": _KILLER,
+        "collide": "import sys\n" + header + "    f = sys._getframe(1)\n"
+        "    f.f_locals['send']('result', f.f_locals['call_id'], {'s': [k * (2 ** 61 - 1) for k in range(10000)]})\n"
+        "    return False\n",
+        "honest": get_task("HumanEval/3").canonical_program,
+    }
+    reports = dict(zip(items, score_solutions(sandbox, [("HumanEval/3", c) for c in items.values()],
+                                              assertion_timeout_s=0.5), strict=True))
+    assert len(execs) == 1
+    assert reports["forged_internal"].load_error == (
+        "the test process broke the harness protocol while loading the solution")
+    assert [o.status for o in reports["killer"].outcomes] == ["crash"] * 6
+    assert reports["collide"].outcomes[0].status == "timeout"
+    assert [r.reward for r in reports.values()] == [0.0, 0.0, 0.0, 1.0]
+
+
 def test_judge_tampering_scores_0_and_is_counted_in_the_sandbox_and_the_episode(sandbox):
     header = "def below_zero(operations):\n"
     tampering = {

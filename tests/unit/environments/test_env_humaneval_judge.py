@@ -1,18 +1,26 @@
 """The HumanEval judge against submissions that try to get past it rather than solve the
 task: results whose comparisons lie, subclasses of builtin types, exits, patched builtins and
-redefined test helpers. The real supervisor and test-process scripts run here on the host
+redefined test helpers; and against submissions that try to turn their grade into a harness
+error (forged ``internal`` reports, processes left behind that kill later test processes,
+replies built to be slow for the judge to rebuild). The real supervisor and test-process scripts run here on the host
 (``run_supervisor``); the same harness runs in the real sandbox in
 tests/integration/environments/test_env_humaneval_sandboxed.py. Each case must score 0 on
 the cases it attacks, and the attempts the harness can recognise must be counted."""
 
 from __future__ import annotations
 
+import importlib.resources
 import math
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from environments.humaneval import get_task
-from environments.humaneval.scoring import _complete_report, harness_scripts
+from agentrl.types import ExecResult
+from environments.humaneval import get_task, split_check
+from environments.humaneval.scoring import _complete_report, _Job, _JobEvents, _killed_report, harness_scripts
 from tests.unit.environments.test_env_humaneval_supervisor import SUPERVISOR, run_supervisor
 
 BELOW_ZERO = "def below_zero(operations):\n"
@@ -164,3 +172,152 @@ def test_every_canonical_solution_scores_1_through_the_judge_proxy():
     assert [r.task_id for r in reports if r.reward != 1.0 or r.tamper] == []
     assert sum(r.total for r in reports) == 1133
     assert harness_scripts()[0].count("def to_tagged") == 1
+
+
+# -- a submission cannot turn its grade into a harness error ------------------------------
+
+HONEST_BELOW_ZERO = get_task("HumanEval/3").canonical_program
+
+
+def grade_with_honest_after(code: str, timeout_s: float = 3.0, **kwargs):
+    """Grade ``code`` and then the canonical HumanEval/3 in the same supervisor."""
+    jobs, (events, harness_error), result = run_supervisor(
+        [("HumanEval/3", code), ("HumanEval/3", HONEST_BELOW_ZERO)], timeout_s=timeout_s, **kwargs)
+    assert harness_error is None, harness_error
+    attacker, honest = (_complete_report(j, ev, result) for j, ev in zip(jobs, events))
+    assert (honest.reward, honest.attempts, honest.tamper) == (1.0, 1, ())
+    return attacker
+
+
+FORGE_INTERNAL = "import sys\nsys._getframe({depth}).f_locals['send']('internal', 'not my fault')\n"
+
+
+def test_a_forged_internal_error_at_load_time_is_the_submissions_load_error():
+    # the test process's own send() is on the stack while the solution loads
+    report = grade_with_honest_after(FORGE_INTERNAL.format(depth=1) + BELOW_ZERO + "    return False\n")
+    assert report.reward == 0.0 and {o.status for o in report.outcomes} == {"not_run"}
+    assert report.load_error == "the test process broke the harness protocol while loading the solution"
+    assert report.tamper == ("protocol: the solution sent a 'internal' message while loading",)
+
+
+def test_a_forged_internal_error_inside_a_call_is_an_error_case_and_counted():
+    report = grade_with_honest_after(BELOW_ZERO + "    " + FORGE_INTERNAL.format(depth=1).replace("\n", "\n    ")
+                                     + "return False\n")
+    assert report.reward == 0.0 and report.load_error is None
+    assert {o.status for o in report.outcomes} == {"error"}
+    assert report.judge_tamper == 6 and all(t.startswith("protocol: ") for t in report.tamper)
+
+
+KILLER = '''
+import os, sys
+_sup, _first = os.getppid(), os.getpid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open({pid_file!r}, "w") as fh:
+            fh.write(str(os.getpid()))
+        end = time.time() + 10
+        me = os.getpid()
+        while time.time() < end:  # SIGKILL every other test process the supervisor starts
+            for p in os.listdir("/proc"):
+                if not p.isdigit() or int(p) in (me, _first):
+                    continue
+                try:
+                    with open(f"/proc/{{p}}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    if ppid == _sup:
+                        os.kill(int(p), 9)
+                except Exception:
+                    pass
+        os._exit(0)
+    os._exit(0)
+os.wait()
+def below_zero(operations):
+    os._exit(1)
+'''
+
+
+def test_a_detached_process_that_kills_new_test_processes_is_swept_before_each_start(tmp_path):
+    """A setsid'd grandchild of the first test process SIGKILLs every later test process
+    before it says hello: the restarts of this job and the next job's process. It is killed
+    before each start (the supervisor is a child subreaper), so every case is the
+    submission's own crash, the next job is graded normally and nothing outlives grading."""
+    pid_file = tmp_path / "killer.pid"
+    report = grade_with_honest_after("import time\n" + KILLER.format(pid_file=str(pid_file)))
+    assert report.reward == 0.0 and report.load_error is None
+    assert [o.status for o in report.outcomes] == ["crash"] * 6
+    assert {o.detail for o in report.outcomes} == {"the test process died (exit code 1)"}
+    killer = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(killer, 0)
+
+
+def test_a_restarted_test_process_that_never_starts_is_that_cases_crash(tmp_path):
+    """Whatever makes a restarted test process die before it says hello (here: every test
+    process after the solution has loaded once kills itself first), it is the job's
+    crash, not a harness error: the job's own code ran in this exec before."""
+    mark = tmp_path / "loaded"
+    die_after_first_load = f"import os\nif os.path.exists({str(mark)!r}):\n    os.kill(os.getpid(), 9)\n"
+    code = f"open({str(mark)!r}, 'w').close()\nimport os\n" + BELOW_ZERO + "    os._exit(1)\n"
+    jobs, (events, harness_error), result = run_supervisor(
+        [("HumanEval/3", code)], timeout_s=3.0, child_prefix=die_after_first_load)
+    assert harness_error is None, harness_error
+    report = _complete_report(jobs[0], events[0], result)
+    assert [o.status for o in report.outcomes] == ["crash"] * 6
+    assert report.outcomes[1].detail == "the restarted test process never started (killed by signal SIGKILL)"
+
+
+def test_a_failure_before_any_submitted_code_ran_stays_a_harness_error():
+    jobs, (events, harness_error), _ = run_supervisor(
+        [("HumanEval/3", HONEST_BELOW_ZERO)], child_prefix="import os\nos.kill(os.getpid(), 9)\n")
+    assert harness_error is not None and "never started (killed by signal SIGKILL)" in harness_error
+    assert not events[0].done
+
+
+# -- the case's time limit covers the judge's own work on a result -------------------------
+
+def test_a_forged_reply_that_is_slow_to_rebuild_is_the_cases_timeout():
+    """A set of 10,000 integers whose hashes all collide (k * (2**61 - 1)) takes seconds to
+    rebuild (quadratic); the case's 0.5 s limit covers the rebuilding."""
+    forge = (
+        "import sys\n" + BELOW_ZERO
+        + "    f = sys._getframe(1)\n"
+        + "    f.f_locals['send']('result', f.f_locals['call_id'], "
+        + "{'s': [k * (2 ** 61 - 1) for k in range(10000)]})\n"
+        + "    return False\n"
+    )
+    report = grade_with_honest_after(forge, timeout_s=0.5)
+    assert report.outcomes[0].status == "timeout", report.outcomes
+    assert report.outcomes[0].detail == "took more than 0.5 s"
+    assert report.reward == 0.0
+
+
+GUARD_SCRIPT = '''
+import sys
+{guard}
+class Late(BaseException):
+    pass
+clock = CaseClock([], lambda s: 2 * s + 1, Late)
+clock.install()
+clock.start(0.2)
+exec(compile({work!r}, "<test>", "exec"))
+print("not interrupted")
+'''
+
+
+def test_the_case_clock_interrupts_test_code_and_ends_a_stuck_builtin_by_sigprof():
+    source = importlib.resources.files("environments.humaneval").joinpath("harness", "guard.py").read_text()
+    # Python-level test code: SIGALRM raises the phase's timeout in it
+    loop = subprocess.run([sys.executable, "-I", "-c", GUARD_SCRIPT.format(guard=source, work="while True:\n    pass\n")],
+                          capture_output=True, text=True, timeout=60)
+    assert loop.returncode == 1 and "Late" in loop.stderr.splitlines()[-1]
+    # one builtin call that runs for minutes: no handler can run; SIGPROF ends the process
+    stuck = subprocess.run([sys.executable, "-I", "-c", GUARD_SCRIPT.format(guard=source, work="sum(range(10 ** 12))\n")],
+                           capture_output=True, text=True, timeout=60)
+    assert stuck.returncode == -signal.SIGPROF
+    # the host scores the case that was running when the sandbox reports that death
+    job = _Job(get_task("HumanEval/3"), split_check(get_task("HumanEval/3").test), HONEST_BELOW_ZERO)
+    for exit_code in (128 + signal.SIGPROF, -signal.SIGPROF):
+        ev = _JobEvents(outcomes={0: ("pass", ""), 1: ("pass", "")}, begun=2, attempted=True)
+        report = _killed_report(job, ev, ExecResult(("python3",), exit_code, "", "", 1.0))
+        assert [o.status for o in report.outcomes] == ["pass", "pass", "timeout", "not_run", "not_run", "not_run"]

@@ -8,9 +8,10 @@ tests/integration/environments)."""
 
 from __future__ import annotations
 
-import io
 import json
+import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -86,9 +87,13 @@ def test_describe_exit_names_the_signal():
     assert SUPERVISOR.describe_exit(-9) == "killed by signal SIGKILL"
 
 
-def run_supervisor(items, timeout_s=5.0):
-    """Supervisor.run on the host; returns what it streamed, as the sandbox's ExecResult."""
+def run_supervisor(items, timeout_s=5.0, child_prefix=""):
+    """The supervisor script on the host, in its own process as in the sandbox (``python3
+    -I -c``: it becomes a child subreaper and takes SIGALRM/SIGPROF, which must not reach
+    pytest's process); returns what it streamed, as the sandbox's ExecResult.
+    ``child_prefix``: code run at the top of every test process (before it says hello)."""
     supervisor, child = harness_scripts()
+    child = child_prefix + child
     jobs = [_Job(get_task(tid), split_check(get_task(tid).test, label=tid), code) for tid, code in items]
     nonce = "n" * 32
     payload = {"nonce": nonce, "child_source": child, "startup_timeout_s": 10.0, "max_failure_details": 20,
@@ -96,9 +101,10 @@ def run_supervisor(items, timeout_s=5.0):
                    {"prompt": j.task.prompt, "solution": j.solution, "test_program": j.program.source,
                     "entry_point": j.task.entry_point, "n_tests": j.program.num_cases, "timeout_s": timeout_s,
                     "memory_mb": None} for j in jobs]}
-    out = io.StringIO()
-    SUPERVISOR.Supervisor(payload, out=out).run()
-    result = ExecResult(("python3",), 0, out.getvalue(), "", 1.0)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-I", "-c", supervisor], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=600)
+    result = ExecResult(("python3",), proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
     return jobs, _parse_events(result, nonce, jobs), result
 
 
