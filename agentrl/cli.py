@@ -10,14 +10,52 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from agentrl.errors import AgentRLError
 
+
+class _OneLineUsageErrors(typer.core.TyperGroup):
+    """typer's command group whose usage errors (a bad option value, an unknown option or
+    command, a missing argument) are this CLI's one ``error:`` line, exit 2: the message, the
+    value given where typer's message leaves it out, and the command's ``--help``. typer would
+    draw them in a box broken at the console's width. ``--help`` is typer's own."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except typer.TyperException as exc:
+            _usage_error(exc)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)  # a subcommand's arguments are parsed in here
+        except typer.TyperException as exc:
+            _usage_error(exc)
+
+
+def _usage_error(exc: typer.TyperException) -> None:
+    """Print a usage error as one ``error:`` line and exit 2; typer's ``NoArgsIsHelpError``
+    (the help of a command given no arguments) goes on to typer."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        raise exc
+    message = exc.format_message().rstrip(".")
+    errors = getattr(exc.__cause__, "errors", None)  # typer checks option values with pydantic
+    given = errors()[0].get("input") if callable(errors) and errors() else None
+    if given is not None and repr(given) not in message:
+        message += f" (got {given!r})"
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        message += f"; see '{ctx.command_path} --help'"
+    _say("error:", message)
+    raise typer.Exit(2) from None
+
+
 app = typer.Typer(help="agentrl: multi-turn agentic RL with vLLM, sandboxes, GRPO/GiGPO and FSDP2 on Ray.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=_OneLineUsageErrors)
 models_app = typer.Typer(help="Prepare models that need no hub.", no_args_is_help=True)
 envs_app = typer.Typer(help="Registered environments.", no_args_is_help=True)
 app.add_typer(models_app, name="models")

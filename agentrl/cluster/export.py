@@ -329,9 +329,10 @@ def check_batch(tokenizer: Any, temperature: float) -> Any:
 def _export_trainer_config(cfg: Any, model_path: str) -> Any:
     """The run's policy ``TrainerConfig`` for scoring on this machine: fp32 (the master
     weights; mixed-precision compute would not be comparable at 1e-6), CPU with ``sdpa``,
-    no gradient checkpointing, no KL reference model (nothing here trains), and one row
-    per micro-batch (``micro_batch_size=1``, ``micro_batch_tokens=1``, in either row
-    layout).
+    no gradient checkpointing, no KL penalty and no reference model (nothing here trains:
+    ``trainer.kl.reference_path`` is dropped, so the run's reference model need not be on
+    this machine), and one row per micro-batch (``micro_batch_size=1``,
+    ``micro_batch_tokens=1``, in either row layout).
 
     Why one row: the check compares weights, not batching. Rows scored together (packed
     or padded) go through matrix products of another shape than a row alone, whose fp32
@@ -342,13 +343,12 @@ def _export_trainer_config(cfg: Any, model_path: str) -> Any:
     padded)."""
     from agentrl.config import trainer_configs
 
+    cfg = cfg.model_copy(deep=True)
+    cfg.trainer.kl.coef = 0.0  # nothing here trains: no KL penalty, so no reference model is read
+    cfg.trainer.kl.reference_path = None  # (trainer_configs would check its vocabulary: it need not be here)
     policy, _ = trainer_configs(cfg, model_path)
-    changes: dict[str, Any] = {"dtype": "float32", "device": "cpu", "gradient_checkpointing": False,
-                               "attn_implementation": "sdpa", "micro_batch_size": 1, "micro_batch_tokens": 1}
-    kl = getattr(policy, "kl", None)
-    if kl is not None and dataclasses.is_dataclass(kl) and hasattr(kl, "coef"):
-        changes["kl"] = dataclasses.replace(kl, coef=0.0)
-    return dataclasses.replace(policy, **changes)
+    return dataclasses.replace(policy, dtype="float32", device="cpu", gradient_checkpointing=False,
+                               attn_implementation="sdpa", micro_batch_size=1, micro_batch_tokens=1)
 
 
 def _stored_tensors(folder: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import os
 import re
 from typing import Any, Sequence
 
+from agentrl.cluster.error_text import raised_error
 from agentrl.errors import ClusterError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ of asynchronous training, ``agentrl.cluster.async_eval``)."""
 _EPS = 1e-6  # Ray keeps resource amounts to 1e-4; never call 0.99999 CPU "less than 1"
 _MAX_SEARCH_STEPS = 200_000  # exact packing search budget (a few hundred ms at most)
 _MAX_SEARCH_DEPTH = 400  # actors; more than that and a packing first-fit misses is left to Ray
-_JOIN_PROBE_TIMEOUT_S = 10.0  # TCP connect to a cluster's GCS before handing the address to Ray
 LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 """Ray's ``_system_config`` for a local instance started here. Ray prestarts a worker per
 logical CPU for the job when the driver connects (``prestart_worker_first_driver``), for
@@ -103,15 +103,17 @@ def connect(cfg: Any) -> bool:
             raise ClusterError(_local_start_failed(exc)) from exc
         filter_worker_logs()  # the actors' forwarded output through the console filter
         return True
+    from agentrl.cluster.ray_join import probe_gcs, recorded_cluster, ship_user_modules
+
     target = address
     try:
         if address == "auto" and not os.environ.get("RAY_ADDRESS"):
-            target = _recorded_cluster()
+            target = recorded_cluster()
         if "://" not in target:
-            _probe_gcs(target)
+            probe_gcs(target)
     except (ConnectionError, ValueError) as exc:
         raise ClusterError(_join_failed(address, exc, maybe_auth=False)) from exc
-    _ship_user_modules(cfg, common["runtime_env"])
+    ship_user_modules(cfg, common["runtime_env"])
     try:
         ray.init(address=target, **common)
     except Exception as exc:  # ConnectionError, ValueError, RuntimeError, AuthenticationError
@@ -119,30 +121,6 @@ def connect(cfg: Any) -> bool:
     filter_worker_logs()
     log.info("joined the Ray cluster at %s (cluster.address=%r)", ray.get_runtime_context().gcs_address, address)
     return True
-
-
-def _ship_user_modules(cfg: Any, runtime_env: dict[str, Any]) -> None:
-    """Add the user's modules of ``env.import_modules`` to a joined cluster's ``runtime_env``
-    as ``py_modules`` (``agentrl.cluster.ray_join.user_py_modules``): the nodes of a ``ray
-    start`` cluster do not see this driver's ``PYTHONPATH``. Inside a ``ray job submit`` job,
-    modules in the job's ``working_dir`` (this process's current directory) travel with it
-    already; when the job's runtime environment has ``py_modules`` (Ray refuses the field
-    twice), the job's list is used as it is and must hold them."""
-    from agentrl.cluster.ray_join import job_runtime_env, user_py_modules
-
-    modules = user_py_modules(cfg.env.import_modules)
-    job_env = job_runtime_env()
-    if job_env.get("working_dir"):  # the job runs in (a copy of) its working dir, which every worker gets
-        cwd = os.path.realpath(os.getcwd())
-        modules = [m for m in modules if not os.path.realpath(m).startswith(cwd + os.sep)]
-    if not modules:
-        return
-    if "py_modules" in job_env:
-        log.warning("the Ray job's runtime_env has py_modules: not adding %s (env.import_modules) to it; the job's "
-                    "list must make them importable on every node", ", ".join(modules))
-        return
-    runtime_env["py_modules"] = modules
-    log.info("shipping %s (env.import_modules) to the cluster's workers as runtime_env py_modules", ", ".join(modules))
 
 
 def _said(exc: BaseException) -> str:
@@ -172,84 +150,6 @@ def _join_failed(address: str, exc: BaseException, *, maybe_auth: bool) -> str:
     return (f"cluster.address={address!r}{via}: could not join the Ray cluster: {type(exc).__name__}: {said}; "
             "start it first (`ray start --head` on the head node), check the address, or leave "
             f"cluster.address unset to start a local instance{auth}")
-
-
-def _recorded_cluster() -> str:
-    """``auto`` without ``RAY_ADDRESS``: the cluster a ``ray start`` on this machine recorded
-    (``<temp dir>/ray_current_cluster``: ``/tmp/ray`` or ``$RAY_TMPDIR/ray`` by default, else
-    the ``--temp-dir`` it was given, found through the Ray heads running here;
-    ``agentrl.cluster.ray_join.recorded_cluster_addresses``). Ray alone would read only the
-    default record, and join *any* Ray instance it finds running here (another user's,
-    another run's) when that record is missing or stale, so a record is required and named.
-    With several records, the one whose GCS answers is taken; several that answer are
-    ambiguous.
-
-    As Ray does for a cluster it finds recorded on this machine, token authentication is
-    turned on when a token is there (``ray start`` clusters use it by default since Ray 2.59).
-
-    Raises:
-        ConnectionError: no record, or several live ones.
-    """
-    from ray._common.utils import get_ray_address_file
-
-    from agentrl.cluster.ray_join import recorded_cluster_addresses
-
-    records = recorded_cluster_addresses()
-    if not records:
-        raise ConnectionError(
-            f"RAY_ADDRESS is not set and no `ray start` on this machine left a record "
-            f"({get_ray_address_file(None)}, or under the --temp-dir of a Ray head running here); "
-            "'auto' needs one of them")
-    if len(records) > 1:
-        alive = [(a, f) for a, f in records if _answers(a)]
-        if len(alive) > 1:
-            raise ConnectionError(
-                "several Ray clusters recorded on this machine answer: "
-                + "; ".join(f"{a} ({f})" for a, f in alive)
-                + "; 'auto' cannot choose: set cluster.address (or RAY_ADDRESS) to one of them")
-        records = alive or records
-    recorded = records[0][0]
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # a Ray without token authentication
-        return recorded
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-    return recorded
-
-
-def _answers(address: str) -> bool:
-    try:
-        _probe_gcs(address)
-    except (ConnectionError, ValueError):
-        return False
-    return True
-
-
-def _probe_gcs(address: str) -> None:
-    """Fail fast when nothing listens at the GCS address ``address`` (``host:port``, or ``auto``
-    with ``RAY_ADDRESS`` set) stands for: Ray itself retries a dead address for many minutes
-    (measured: 13.7 min for ``127.0.0.1:1``). Resolved as Ray resolves it (a loopback host
-    becomes the node's IP).
-
-    Raises:
-        ConnectionError: the TCP connect failed.
-        ValueError: ``address`` is not ``host:port``.
-    """
-    import socket
-
-    from ray._private.services import canonicalize_bootstrap_address
-
-    resolved = canonicalize_bootstrap_address(address)
-    if resolved is None:  # only for "local"/None, which never get here
-        return
-    host, _, port = resolved.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=_JOIN_PROBE_TIMEOUT_S):
-            pass
-    except OSError as exc:
-        raise ConnectionError(f"nothing answers at the Ray GCS address {resolved} ({exc})") from exc
 
 
 def _placement(cfg: Any, role: str) -> Any:
@@ -552,36 +452,6 @@ def _oom_message(text: str, actor_name: str | None) -> str:
     return (f"{who} on {where} was killed by Ray's memory monitor: {had}{node_mem}{others}; give the node more "
             "memory, place fewer actors on it (cluster.placement) or shrink them, or raise "
             "RAY_memory_usage_threshold (default 0.95) when starting Ray")
-
-
-_EXC_HEAD = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?:: (?P<msg>.*))?$")
-_PYDANTIC_TAIL = re.compile(r"\s*\[type=[^\]]*\]\s*$")
-
-
-def raised_error(text: str) -> str | None:
-    """``Type: message`` of the error a Ray traceback text ends with (a ``RayTaskError``'s,
-    or the creation-task error inside an ``ActorDiedError``), or None when there is none.
-
-    Of chained errors Python prints the cause first and the error raised last, so the last
-    exception line (at column 0, after the traceback's indented frames) is the one raised.
-    The module path of its type is dropped (``ConfigError``). A pydantic ``ValidationError``
-    is given by its errors (``Value error, ...`` without the ``[type=...]`` tail), the
-    ``1 validation error for Config`` header only when nothing follows it.
-    """
-    lines = text.splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = _EXC_HEAD.match(lines[i])
-        if not m or lines[i].startswith("Traceback"):
-            continue
-        kind = m.group("type").rsplit(".", 1)[-1]
-        msg = (m.group("msg") or "").strip()
-        if kind == "ValidationError":
-            errors = [_PYDANTIC_TAIL.sub("", ln.strip()).removeprefix("Value error, ")
-                      for ln in lines[i + 1:]
-                      if ln.startswith("  ") and ln.strip() and not ln.strip().startswith("For further information")]
-            msg = "; ".join(errors) or msg
-        return f"{kind}: {msg}" if msg else kind
-    return None
 
 
 def actor_failure_message(exc: BaseException, actor_name: str | None = None) -> str:

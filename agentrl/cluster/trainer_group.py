@@ -67,7 +67,7 @@ def _first_line(exc: BaseException) -> str:
         exc = exc.cause
     text = str(exc).strip()
     if type(exc).__name__ == "ValidationError":  # pydantic's header line says nothing: its errors do
-        from agentrl.cluster.ray_setup import raised_error
+        from agentrl.cluster.error_text import raised_error
 
         return raised_error(f"ValidationError: {text}") or text.splitlines()[0]
     return text.splitlines()[0] if text else type(exc).__name__

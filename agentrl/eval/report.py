@@ -101,25 +101,44 @@ class EpisodeBar:
     starting the engines, ...), the budget line (``format_budget``) when the settings are
     known, then episodes finished / requested with the time left (rich's estimate from the
     rate so far). Its methods are ``agentrl.cluster.evaluate.evaluate``'s ``progress``,
-    ``on_settings`` and ``on_episodes``."""
+    ``on_settings`` and ``on_episodes``. The bar is started by the first phase or episode
+    count: a command that fails before (a missing target, a bad override) prints its error
+    alone, without an empty bar before it."""
 
     def __init__(self, progress: Progress, what: str) -> None:
         self.p = progress
-        self.task = progress.add_task(what, total=None)
+        self.what = what
+        self.task: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self.task is not None
+
+    def _task(self) -> Any:
+        if self.task is None:
+            self.p.start()
+            self.task = self.p.add_task(self.what, total=None)
+        return self.task
 
     def phase(self, name: str) -> None:
-        self.p.update(self.task, description=name)
+        self.p.update(self._task(), description=name)
 
     def settings(self, settings: Mapping[str, Any]) -> None:
         self.p.console.print(Text(format_budget(settings)), soft_wrap=True, highlight=False)
 
     def episodes(self, done: int, total: int) -> None:
-        self.p.update(self.task, description="episodes", total=total, completed=done)
+        self.p.update(self._task(), description="episodes", total=total, completed=done)
 
 
 @contextmanager
 def episode_progress(console: Console, what: str) -> Iterator[EpisodeBar]:
-    """An ``EpisodeBar`` on ``console`` (kept on screen when done), ``what`` its first phase."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), TimeElapsedColumn(), console=console, transient=False) as p:
-        yield EpisodeBar(p, what)
+    """An ``EpisodeBar`` on ``console`` (kept on screen when done, once started), ``what`` its
+    description until the first phase names itself."""
+    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                 TimeRemainingColumn(), TimeElapsedColumn(), console=console, transient=False)
+    bar = EpisodeBar(p, what)
+    try:
+        yield bar
+    finally:
+        if bar.started:
+            p.stop()

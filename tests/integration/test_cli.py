@@ -115,6 +115,8 @@ def _long_path(tmp_path: Path) -> Path:
     (["export", "{path}", "{path}-out"], "is not a run directory"),
     (["view", "{path}"], "does not exist"),
     (["train", "{path}.yaml"], "does not exist"),
+    (["eval", "{path}"], "does not exist"),  # no progress line before it
+    (["tasks", "profile", "{path}"], "does not exist"),
 ])
 def test_an_error_is_one_whole_line_in_a_narrow_pipe(tmp_path, args, needle):
     """Under COLUMNS=40 with stderr a pipe (not a terminal), an error naming a 300-character
@@ -132,3 +134,30 @@ def test_an_error_is_one_whole_line_in_a_narrow_pipe(tmp_path, args, needle):
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("error: ") and needle in lines[0] and str(path) in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["eval", "--samples", "yyyy", "{path}"], "Invalid value for '--samples': Input should be a valid integer, "
+                                             "unable to parse string as an integer (got 'yyyy'); see '"),
+    (["tasks", "profile", "--samples", "0", "{path}"], "Invalid value for '--samples': Input should be greater "
+                                                       "than or equal to 1 (got '0')"),
+    (["eval", "--no-such-option", "{path}"], "No such option: --no-such-option"),
+    (["eval"], "Missing argument 'MODEL_OR_RUN_OR_CHECKPOINT'"),
+    (["no-such-command", "{path}"], "No such command 'no-such-command'"),
+])
+def test_a_usage_error_is_one_plain_line_naming_the_value(tmp_path, args, needle):
+    """typer's own usage errors (a bad option value, an unknown option or command, a missing
+    argument) read like the CLI's other errors: one plain line in a narrow pipe, exit 2, not a
+    box broken at the console's width."""
+    import os
+
+    path = _long_path(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "COLUMNS")}
+    env["COLUMNS"] = "40"
+    r = subprocess.run([sys.executable, "-m", "agentrl.cli", *[a.format(path=path) for a in args]], cwd=REPO,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
+    assert not any(c in r.stderr for c in "╭│╰")
+    assert "--help'" in lines[0]

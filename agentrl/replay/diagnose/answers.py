@@ -1,6 +1,8 @@
 """Final answers as ``agentrl diagnose`` compares them: the content of the last
 ``\\boxed{...}`` read with brace matching, else what follows the last ``answer:``, else the
-last number, else the whole text; lower-cased, whitespace collapsed, numbers in one form.
+last number, else the whole text; lower-cased, whitespace collapsed, numbers in one exact
+form (``2``, ``2.0``, ``+2.00`` and ``2`` agree; ``1,000`` is ``1000``; every digit is kept, so
+``1000001`` and ``1000002`` stay different answers).
 
 Why brace matching: LaTeX answers hold braces (``\\boxed{\\frac{1}{2}}``,
 ``\\boxed{\\sqrt{2}}``, ``\\boxed{\\{1, 2\\}}``); a regular expression that stops at the first
@@ -12,13 +14,16 @@ wrong answers look like agreement. This is the one place in the project that ext
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 BOX_COMMANDS = ("boxed", "fbox")
 """LaTeX commands whose braced argument is a final answer (``\\boxed{}``, ``\\fbox{}``)."""
 
 _BOX_START = re.compile(r"\\(?:%s)(?![A-Za-z])\s*" % "|".join(BOX_COMMANDS))
 _ANSWER = re.compile(r"answer\s*[:=]\s*(.+)", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+"""A decimal number: an optional sign, digits with or without thousands separators
+(``1,000,000``), an optional fraction (``.5``, ``2.50``)."""
 _SPACE = re.compile(r"\s+")
 
 
@@ -83,10 +88,23 @@ def normalize_answer(text: str) -> str:
             numbers = _NUMBER.findall(text)
             if numbers:
                 text = numbers[-1]
-    text = _SPACE.sub(" ", text).strip().strip(".").lower()
+    text = _SPACE.sub(" ", text).strip().rstrip(".").lower()
+    if not _NUMBER.fullmatch(text):
+        text = text.lstrip(".")  # a leading dot is part of a number (.5), else punctuation
     if _NUMBER.fullmatch(text):
-        text = f"{float(text):g}"
+        text = exact_number(text)
     return text
+
+
+def exact_number(text: str) -> str:
+    """One exact form of a decimal number that :data:`_NUMBER` matches: thousands separators
+    and a ``+`` sign dropped, trailing fraction zeros dropped, never an exponent, every
+    significant digit kept (``"1,000"`` -> ``"1000"``, ``"-2.50"`` -> ``"-2.5"``, ``"2.0"`` ->
+    ``"2"``, ``"-0"`` -> ``"0"``, ``"3.14159265"`` -> ``"3.14159265"``)."""
+    value = Decimal(text.replace(",", ""))
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value, "f").rstrip("0")  # exact at any length, unlike Decimal.normalize()
 
 
 __all__ = ["BOX_COMMANDS", "last_boxed", "normalize_answer"]

@@ -4,7 +4,8 @@ actor that cannot import it fails with that cause on the one line.
 The cluster is real and multi-process: a head and a worker node, each its own ``ray start
 --block`` process (own temp dir, its process group SIGKILLed at the end; never ``ray stop``,
 which would end every Ray instance of the machine), started with no ``PYTHONPATH``. The user's
-module lives only in a temp dir on the driver's ``PYTHONPATH``, as a user's does.
+module lives only in a temp dir on the driver's ``PYTHONPATH``, as a user's does, and imports
+a helper module beside it (which travels with it).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 CALC_ENV = '''
 import gymnasium
+import calc_helpers
 gymnasium.register("calcuser/Calc-v0", entry_point="environments.shell_lookup:ShellLookupEnv")
-MARK = "calc_env from the driver's temp dir"
+MARK = "calc_env from the driver's temp dir with " + calc_helpers.MARK
 '''
+CALC_HELPERS = 'MARK = "its helper"\n'
 
 
 def _free_port() -> int:
@@ -55,6 +58,7 @@ def ray_start_cluster():
     tmp = tempfile.mkdtemp(prefix="agentrl-rs-", dir="/tmp")  # short: Ray's socket paths live under it
     user_dir = Path(tempfile.mkdtemp(prefix="agentrl-user-"))
     (user_dir / "calc_env.py").write_text(CALC_ENV)
+    (user_dir / "calc_helpers.py").write_text(CALC_HELPERS)
     port = _free_port()
     procs: list[subprocess.Popen] = []
     try:
@@ -138,7 +142,8 @@ def test_the_users_module_reaches_every_node(ray_start_cluster, tiny_model_path,
         cfg_dict = cfg.model_dump(mode="json")
         on_head = ray.get(_validate.options(resources={"head": 0.01}).remote(cfg_dict), timeout=180)
         on_worker = ray.get(_validate.options(resources={"far": 0.01}).remote(cfg_dict), timeout=180)
-        assert "calc_env from the driver's temp dir" in on_head and "calc_env" in on_worker
+        assert "calc_env from the driver's temp dir with its helper" in on_head
+        assert "calc_env from the driver's temp dir with its helper" in on_worker
         assert on_head.split(" on ")[1] != on_worker.split(" on ")[1]  # two nodes, two processes that import it
     finally:
         ray.shutdown()
@@ -148,12 +153,12 @@ def test_an_actor_that_cannot_import_it_says_so_on_the_one_line(ray_start_cluste
                                                                monkeypatch):
     """Without the modules shipped (as before), the trainer rank's constructor fails on the
     node; the error's one line carries that cause, not Ray's creation-task header."""
-    from agentrl.cluster import ray_setup
+    from agentrl.cluster import ray_join, ray_setup
     from agentrl.cluster.trainer_group import TrainerGroup
 
     address, _ = ray_start_cluster
     cfg = _cfg(address, tiny_model_path, tmp_path)
-    monkeypatch.setattr(ray_setup, "_ship_user_modules", lambda cfg, runtime_env: None)
+    monkeypatch.setattr(ray_join, "ship_user_modules", lambda cfg, runtime_env: None)
     assert ray_setup.connect(cfg)
     try:
         opts = {"num_cpus": 0.5, "resources": {"far": 0.5}}

@@ -14,7 +14,9 @@ import torch
 
 from agentrl.cluster.export import (
     EXPORT_MARKER,
+    _export_trainer_config,
     check_out_dir,
+    export_config,
     is_export,
     prepare_export,
     resolve_checkpoint,
@@ -300,3 +302,23 @@ def test_restore_user_config_gives_back_use_cache_dropout_and_states_the_dtype(t
     restore_user_config(written, tmp_path / "absent.json", torch.float32)  # a hub model: no source file
     assert json.loads(written.read_text())["use_cache"] is True
     assert json.loads(written.read_text())["dtype"] == "float32"
+
+
+def test_the_export_needs_no_kl_reference_model(tmp_path, tiny_model_path):
+    """A run trained with a KL penalty toward a reference model that is not on this machine:
+    the export's scoring config has no penalty and no reference (nothing is trained), so the
+    reference folder is never read (its vocabulary check needed its config.json)."""
+    import yaml
+
+    from agentrl.config import load_default_config
+
+    missing = tmp_path / "reference-model-not-here"
+    data = load_default_config([f"model.path={tiny_model_path}"]).model_dump(mode="json")
+    data["trainer"]["kl"].update(coef=0.05, reference_path=str(missing))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    cfg = export_config(tmp_path)
+    assert cfg.trainer.kl.reference_path == str(missing)  # as the run had it
+    policy = _export_trainer_config(cfg, tiny_model_path)
+    assert policy.kl.coef == 0.0 and policy.kl.reference_path is None
+    assert (policy.dtype, policy.device, policy.micro_batch_size) == ("float32", "cpu", 1)
+    assert cfg.trainer.kl.reference_path == str(missing)  # the caller's config is left as it was

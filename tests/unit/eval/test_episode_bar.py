@@ -31,3 +31,19 @@ def test_the_bar_shows_the_budget_then_episodes_of_the_total():
     assert "budget: temperature 1 (top_p 1, top_k off), max_turns 3, max_new_tokens 256" in text
     assert "from the built-in eval defaults (agentrl.config); 2 tasks x 3 samples" in text
     assert "6/6" in text and "ETA" in text
+
+
+def test_nothing_is_drawn_before_the_first_phase():
+    """A command that fails before its first phase (a missing target) prints its error alone:
+    no empty ``evaluating 0/? ETA`` line is left on a pipe before it."""
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    try:
+        with episode_progress(console, "evaluating") as bar:
+            raise ValueError("the target does not exist")
+    except ValueError:
+        pass
+    assert out.getvalue() == "" and not bar.started
+    with episode_progress(console, "evaluating") as bar:
+        bar.phase("starting the engines")
+    assert "starting the engines" in out.getvalue()

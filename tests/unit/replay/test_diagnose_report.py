@@ -41,6 +41,35 @@ def test_boxed_answers_are_read_with_brace_matching(text, boxed, answer):
     assert normalize_answer(text) == answer
 
 
+@pytest.mark.parametrize("a, b", [
+    ("1000001", "1000002"),  # 6 significant digits ('%g') made both '1e+06'
+    (r"\boxed{1234567}", r"\boxed{1234568}"),
+    ("3.14159265", "3.14159"),
+    ("The total is 1,000", "3,000"),  # the thousands separator split the number: both '0'
+    ("The total is 1,000", "The total is 2,000"),
+    ("$2,500", "$3,500"),
+    ("x = 0.1", "x = 0.10000001"),
+    ("-5", "5"),
+])
+def test_different_numbers_are_different_answers(a, b):
+    assert normalize_answer(a) != normalize_answer(b)
+
+
+@pytest.mark.parametrize("texts, answer", [
+    (["2", "2.0", "2.00", "+2", r"\boxed{2.0}", "answer: 2.", "so it is 2"], "2"),
+    (["The total is 1,000", r"\boxed{1,000}", "1000", "1000.0", "answer: 1,000."], "1000"),
+    (["$2,500", "2500"], "2500"),
+    (["1,234,567.50", r"\boxed{1234567.5}"], "1234567.5"),
+    (["3.14159265", "3.141592650"], "3.14159265"),
+    ([".5", "0.50", "half is 0.5"], "0.5"),
+    (["-12.5.", "x = -12.50"], "-12.5"),
+    (["-0", "0.0", "-0.00"], "0"),
+    (["1000001"], "1000001"),
+])
+def test_equal_numbers_are_one_exact_answer(texts, answer):
+    assert [normalize_answer(t) for t in texts] == [answer] * len(texts)
+
+
 def test_different_fractions_are_different_answers_not_a_wrong_reference(store):
     """Eight samples with eight different wrong fractions: the samples disagree (unsolved);
     a regex that stops at the first ``}`` read every one as "2" and called it a wrong reference.

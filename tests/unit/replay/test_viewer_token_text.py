@@ -104,3 +104,63 @@ def test_viewer_loads_the_runs_tokenizer_before_its_first_request(tmp_path: Path
             assert shown[:2] == ["&lt;|im_start|&gt;", "user"]
     finally:
         db.close()
+
+
+def _transformers_decode(folder: Path, ids: list[int]) -> list[str]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return [tok.decode([i]) for i in ids]
+
+
+def test_token_text_cleans_up_spaces_when_the_tokenizer_config_asks_as_transformers_does(tmp_path: Path,
+                                                                                         tiny_model_path: str) -> None:
+    """A word-level tokenizer whose config sets ``clean_up_tokenization_spaces``: transformers'
+    ``decode([id])`` removes the space before punctuation and contractions; so does the token
+    view. Without the setting, the text stays as the tokenizer decodes it."""
+    import shutil
+
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from agentrl.model_zoo.token_text import TokenTexts
+
+    vocab = {"[UNK]": 0, "it 's": 1, "wait .": 2, "do n't": 3, "a , b": 4, "why ?": 5, "plain": 6, "we 're ' here": 7}
+    ids = list(vocab.values())
+    for clean, folder in ((True, tmp_path / "clean"), (False, tmp_path / "kept")):
+        folder.mkdir()
+        shutil.copy(Path(tiny_model_path) / "config.json", folder / "config.json")  # a model folder
+        Tokenizer(WordLevel(vocab, unk_token="[UNK]")).save(str(folder / "tokenizer.json"))
+        (folder / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": clean}))
+        got = TokenTexts()(str(folder), ids)
+        assert got == _transformers_decode(folder, ids)
+        if clean:
+            assert got[1:6] == ["it's", "wait.", "don't", "a, b", "why?"] and got[7] == "we're'here"
+        else:
+            assert got[1:3] == ["it 's", "wait ."]
+
+
+def test_a_bpe_tokenizer_is_not_cleaned_up_unless_forced_as_in_transformers(tmp_path: Path, tiny_model_path: str) -> None:
+    """SmolLM2's BPE tokenizer with ``clean_up_tokenization_spaces`` asked for: transformers
+    skips the clean-up for BPE (it would eat real spaces) unless forced; the token view too."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from agentrl.model_zoo.token_text import TokenTexts
+
+    tok = Tokenizer.from_file(str(Path(tiny_model_path) / "tokenizer.json"))
+    ids = tok.encode("a . b , it 's ?").ids
+    config = json.loads((Path(tiny_model_path) / "tokenizer_config.json").read_text())
+    for forced in (False, True):
+        folder = tmp_path / f"forced-{forced}"
+        folder.mkdir()
+        for name in ("config.json", "tokenizer.json"):
+            shutil.copy(Path(tiny_model_path) / name, folder / name)
+        (folder / "tokenizer_config.json").write_text(json.dumps(dict(
+            config, clean_up_tokenization_spaces=True,
+            clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output=forced)))
+        got = TokenTexts()(str(folder), ids)
+        assert got == _transformers_decode(folder, ids)
+        assert (" ." in got) is not forced
