@@ -56,6 +56,7 @@ def reap_orphans(
     *,
     include_live_owners: bool = False,
     root: Path | None = None,
+    docker_host: str | None = None,
 ) -> int:
     """Kill orphaned sandbox processes and delete their cgroups and working directories.
 
@@ -71,6 +72,8 @@ def reap_orphans(
             or is of another pid namespace (every sandbox of that run, the caller's own
             included); for cleaning up after a run known to be over.
         root: the sandboxes' host directory (default ``sandboxes.labels.sandbox_root()``).
+        docker_host: the Docker daemon whose containers are reaped: the run's
+            ``sandbox.docker_host`` (``None``: ``DOCKER_HOST``, else the default socket).
 
     Returns:
         Number of processes killed (labelled processes and members of orphaned cgroups)
@@ -138,11 +141,12 @@ def reap_orphans(
         except OSError:
             pass
     removed_containers = 0
-    if docker_daemon_answers():
+    if docker_daemon_answers(host=docker_host):
         try:
             from sandboxes.docker.reaper import reap_containers
 
-            removed_containers = reap_containers(run_id, include_live_owners=include_live_owners)
+            removed_containers = reap_containers(run_id, include_live_owners=include_live_owners,
+                                                 docker_host=docker_host)
         except Exception:  # noqa: BLE001 - a daemon hiccup must not stop the process reaper
             logger.exception("reaping sandbox containers failed")
     if foreign:

@@ -51,11 +51,18 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 echo "[install] preparing smollm2-135m-instruct"
 .venv/bin/agentrl models prepare smollm2-135m-instruct
+# The daemon DOCKER_HOST names, else the default socket's. A run's sandbox.backend: auto uses
+# a daemon only when it is named (sandbox.docker_host or DOCKER_HOST) or agentrl's own
+# scripts started it (README, Sandboxes), so the messages say how to name it.
+docker_at=${DOCKER_HOST:-unix:///var/run/docker.sock}
 if .venv/bin/python -c "import sys; from sandboxes.docker.daemon import docker_daemon_answers; sys.exit(0 if docker_daemon_answers() else 1)"; then
-  echo "[install] building the sandbox base image (cached; first time about a minute)"
+  echo "[install] building the sandbox base image on the Docker daemon at $docker_at (cached; first time about a minute)"
   .venv/bin/python -c "from sandboxes.docker.images import build_image; build_image(progress=print)"
+  echo "[install] runs use that daemon when it is named: set sandbox.docker_host: $docker_at in the" \
+       "run's config (or export DOCKER_HOST=$docker_at); else sandbox.backend: auto uses bubblewrap"
 else
-  echo "[install] no Docker daemon answers: sandboxes will use bubblewrap (start dockerd, then" \
-       "run this again or 'agentrl sandbox build-image', to use Docker)"
+  echo "[install] no Docker daemon answers at $docker_at: sandboxes will use bubblewrap. To use Docker:" \
+       "start dockerd, run this again (or 'agentrl sandbox build-image'), and set" \
+       "sandbox.docker_host: $docker_at in the run's config (or export DOCKER_HOST=$docker_at)"
 fi
 echo "[install] done"

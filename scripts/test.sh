@@ -37,6 +37,10 @@ if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   started=$($PY "$CTL" start) || { echo "scripts/test.sh: could not start dockerd" >&2; exit 1; }
   if [ "$started" = started ]; then
     cleanup+=("$PY $CTL stop")
+  elif ! $PY -c "import sys; from sandboxes.docker.daemon import agentrl_daemon; sys.exit(agentrl_daemon() is None)"; then
+    # A daemon this script did not start answers: name it, so the tests' sandbox.backend: auto
+    # uses it (auto never takes an unnamed daemon it did not start: README, Sandboxes).
+    export DOCKER_HOST=${DOCKER_HOST:-unix:///var/run/docker.sock}
   fi
   $PY -c "from sandboxes.docker.images import build_image; build_image(progress=lambda m: print('[test] ' + m))" \
     || { echo "scripts/test.sh: building the sandbox base image failed" >&2; exit 1; }

@@ -122,8 +122,11 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
     sandbox (the worker closes both), or with none when the environment class says
     ``uses_sandbox = False`` (Sokoban and GuessNumber run in-process; TextWorld in a child process of its own).
 
-    ``sandbox.backend`` is resolved once here (``sandboxes.choose_backend``), logged, and
-    used for every sandbox of the run.
+    ``sandbox.backend`` is resolved once here (``sandboxes.choose_sandboxes`` with
+    ``sandbox.docker_host``), logged as ``sandboxes: ...`` (the driver announced its own
+    choice on the console: ``agentrl.cluster.sandbox_choice``), and used for every sandbox
+    of the run, on the daemon chosen (``sandbox.docker_host``, ``DOCKER_HOST`` or the one
+    agentrl's scripts started).
 
     With ``sandbox_hosts`` (the ``SandboxHostRef`` list of ``start_sandbox_hosts``, when
     ``cluster.sandbox_hosts > 0``) every sandbox is a ``RemoteSandbox`` on one of them
@@ -139,7 +142,7 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
 
     import environments
     from agentrl.cluster.sandbox_host import sandbox_spec
-    from sandboxes import PooledSandbox, choose_backend, make_sandbox
+    from sandboxes import PooledSandbox, choose_sandboxes, make_sandbox
 
     environments.import_env_modules(cfg.env.import_modules)
     try:
@@ -152,6 +155,7 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
     uses_sandbox = bool(getattr(env_cls, "uses_sandbox", True))
 
     spec = sandbox_spec(cfg, run_id)  # the same spec a sandbox host's pool holds
+    docker_host = cfg.sandbox.docker_host
     backend = None
     hosts = list(sandbox_hosts or ())
     balancer = None
@@ -161,15 +165,16 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
         balancer = HostBalancer(len(hosts), start=engine_index)
         backend = ",".join(dict.fromkeys(h.backend for h in hosts))
     elif uses_sandbox:
-        backend, why = choose_backend(cfg.sandbox.backend, spec.image)
-        log.info("sandbox backend for this run: %r (%s)", backend, why)
+        choice = choose_sandboxes(cfg.sandbox.backend, spec.image, cfg.sandbox.docker_host)
+        backend, docker_host = choice.backend, choice.docker_host
+        log.info("sandboxes: %s", choice.why)
 
     pool = None
     if uses_sandbox and not hosts and cfg.sandbox.pool_size > 0:
         from sandboxes.pool import SandboxPool
 
         cap = cfg.sandbox.max_sandboxes or max(cfg.sandbox.pool_size, cfg.rollout.max_num_seqs)
-        pool = SandboxPool(lambda: make_sandbox(backend, spec), size=cfg.sandbox.pool_size,
+        pool = SandboxPool(lambda: make_sandbox(backend, spec, docker_host=docker_host), size=cfg.sandbox.pool_size,
                            max_sandboxes=cap, between_episodes=cfg.sandbox.between_episodes)
         pool.wait_ready(timeout_s=300.0)  # warm before the first episode asks
 
@@ -180,7 +185,8 @@ def make_env_factory(cfg: Config, run_id: str, sandbox_hosts: Sequence[Any] | No
         if balancer is not None:
             sandbox = make_remote_sandbox(hosts, balancer, spec)
         else:
-            sandbox = PooledSandbox(pool, pool.acquire()) if pool is not None else make_sandbox(backend, spec)
+            sandbox = (PooledSandbox(pool, pool.acquire()) if pool is not None
+                       else make_sandbox(backend, spec, docker_host=docker_host))
         try:
             env = gymnasium.make(req.env_id, sandbox=sandbox, disable_env_checker=True, **env_kwargs)
         except BaseException:

@@ -422,6 +422,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     from agentrl.cluster.engine_pool import EnginePool
     from agentrl.cluster.ray_setup import as_cluster_error, connect
     from agentrl.cluster.rollout_progress import EpisodeProgress
+    from agentrl.cluster.sandbox_choice import announce_sandboxes
     from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
     from agentrl.logs import LOG_FILE_NAME, attach_log_file
     from agentrl.model_zoo import resolve_model_path
@@ -441,6 +442,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
                          else "judge: the training reward (the env's judge not applied)")
     if on_settings is not None:
         on_settings(dict(settings))
+    announce_sandboxes(cfg)  # which sandboxes, on which daemon; a named silent daemon stops the eval here
     if target.model is None:
         say(f"exporting {target.checkpoint.name}")
         target = materialize(target, progress=say)
@@ -489,7 +491,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
             stop_sandbox_hosts(hosts)
             if started_ray:
                 ray.shutdown()
-            reap_orphans(run_id, include_live_owners=True)
+            reap_orphans(run_id, include_live_owners=True, docker_host=cfg.sandbox.docker_host)
 
         report = eval_report(episodes, cfg)
         say("writing the episodes")

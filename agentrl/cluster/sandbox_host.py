@@ -5,8 +5,9 @@ with ``cluster.placement.sandbox``, e.g. on nodes started with ``--resources
 '{"sandbox": 4}'``) and every rollout actor reaches its sandboxes through them:
 
 * ``SandboxHost`` (a threaded Ray actor) resolves ``sandbox.backend`` on *its* node
-  (``sandboxes.choose_backend``: Docker where that node's daemon answers and has the image,
-  else bubblewrap), creates sandboxes on request, runs their ``exec`` / ``write_file`` /
+  (``sandboxes.choose_sandboxes``: Docker where that node has a daemon of ours, named by
+  ``sandbox.docker_host`` or ``DOCKER_HOST`` or started by agentrl's scripts, with the image,
+  else bubblewrap; the driver prints each host's choice), creates sandboxes on request, runs their ``exec`` / ``write_file`` /
   ``read_file`` / ``close`` by id, and closes all of them on ``shutdown()``. With
   ``sandbox.pool_size > 0`` it keeps a ``SandboxPool`` of warm sandboxes of the run's spec.
 * ``RemoteSandbox`` is the rollout side: it implements ``sandboxes.base.Sandbox``, so an
@@ -110,6 +111,8 @@ class SandboxHost:
         run_id: the run; every sandbox carries it in its label.
         backend: ``sandbox.backend`` (``"auto"``, ``"bwrap"`` or ``"docker"``), resolved here.
         image: the image ``"auto"`` checks for when a Docker daemon answers.
+        docker_host: ``sandbox.docker_host`` (``None``: this node's ``DOCKER_HOST``), the
+            daemon ``sandboxes.choose_sandboxes`` judges and Docker sandboxes are made on.
         pool: with a warm pool, ``{"spec": SandboxSpec, "size": int, "max_sandboxes": int,
             "between_episodes": "reset" | "replace"}``; ``None``: a fresh sandbox per
             ``create``.
@@ -120,12 +123,15 @@ class SandboxHost:
     """
 
     def __init__(self, name: str, run_id: str, backend: str = "auto",
-                 image: str = SandboxSpec.image, pool: Mapping[str, Any] | None = None) -> None:
-        from sandboxes import SandboxPool, choose_backend, make_sandbox
+                 image: str = SandboxSpec.image, pool: Mapping[str, Any] | None = None,
+                 docker_host: str | None = None) -> None:
+        from sandboxes import SandboxPool, choose_sandboxes, make_sandbox
 
         self.name = name
         self.run_id = run_id
-        self.backend, self.why = choose_backend(backend, image)
+        choice = choose_sandboxes(backend, image, docker_host)
+        self.backend, self.why, self.docker_host = choice.backend, choice.why, choice.docker_host
+        self._reap_host = docker_host
         log.info("%s: sandboxes: %s", name, self.why)
         self._make = make_sandbox
         self._lock = threading.Lock()
@@ -137,8 +143,8 @@ class SandboxHost:
         self._pool_spec: SandboxSpec | None = None
         if pool is not None:
             self._pool_spec = _spec_of(pool["spec"])
-            spec, chosen = self._pool_spec, self.backend
-            self._pool = SandboxPool(lambda: make_sandbox(chosen, spec), size=int(pool["size"]),
+            spec, chosen, daemon = self._pool_spec, self.backend, self.docker_host
+            self._pool = SandboxPool(lambda: make_sandbox(chosen, spec, docker_host=daemon), size=int(pool["size"]),
                                      max_sandboxes=pool.get("max_sandboxes"),
                                      between_episodes=pool.get("between_episodes", "reset"),
                                      workdir=spec.workdir)
@@ -182,7 +188,7 @@ class SandboxHost:
         if self._pool is not None:
             self._pool.close()
         try:
-            reap_orphans(self.run_id)
+            reap_orphans(self.run_id, docker_host=self.docker_host or self._reap_host)
         except Exception:  # noqa: BLE001 - best effort at exit
             log.exception("%s: reaping orphaned sandboxes failed", self.name)
         return len(items)
@@ -202,7 +208,7 @@ class SandboxHost:
 
                 sb: Any = PooledSandbox(self._pool, self._pool.acquire(timeout_s=CREATE_TIMEOUT_S - EXEC_MARGIN_S))
             else:
-                sb = self._make(self.backend, spec)
+                sb = self._make(self.backend, spec, docker_host=self.docker_host)
             with self._lock:
                 if self._shut:  # shut down while it started: it must not outlive the host
                     sb.close()
@@ -553,6 +559,7 @@ def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START
     n = int(cfg.cluster.sandbox_hosts)
     if n == 0:
         return []
+    from agentrl.cluster.sandbox_choice import announce
     options = role_options(cfg, "sandbox")
     engines = cfg.rollout.num_engines
     concurrency = cfg.rollout.env_workers * engines + 4
@@ -562,7 +569,8 @@ def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START
         pool = {"spec": sandbox_spec(cfg, run_id), "size": cfg.sandbox.pool_size, "max_sandboxes": cap,
                 "between_episodes": cfg.sandbox.between_episodes}
     actors = [SandboxHost.options(max_concurrency=concurrency, **options).remote(
-        f"sandbox-host-{i}", run_id, cfg.sandbox.backend, SandboxSpec.image, pool) for i in range(n)]
+        f"sandbox-host-{i}", run_id, cfg.sandbox.backend, SandboxSpec.image, pool, cfg.sandbox.docker_host)
+        for i in range(n)]
     refs = [a.node.remote() for a in actors]
     try:
         ready, _ = ray.wait(refs, num_returns=n, timeout=start_timeout_s)
@@ -577,7 +585,7 @@ def start_sandbox_hosts(cfg: Any, run_id: str, *, start_timeout_s: float = START
             except RayError as exc:
                 raise ClusterError(f"sandbox-host-{i} failed to start: {type(exc).__name__}: {exc}") from None
             hosts.append(SandboxHostRef(actor, i, info["name"], info["node_id"], info["node_ip"], info["backend"]))
-            log.info("%s: sandboxes: %s", hosts[-1].where(), info["why"])
+            announce(f"{hosts[-1].where()}: sandboxes: {info['why']}")
         return hosts
     except BaseException:
         for a in actors:

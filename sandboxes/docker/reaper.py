@@ -13,7 +13,7 @@ import docker
 import docker.errors
 
 from agentrl.errors import SandboxError
-from sandboxes.docker.daemon import daemon_is_remote, docker_client, infra_errors
+from sandboxes.docker.daemon import client_is_remote, docker_client, infra_errors
 from sandboxes.front import OncePerProcess
 from sandboxes.labels import Owner, OwnerJudge, SandboxLabel
 
@@ -82,6 +82,7 @@ def reap_containers(
     *,
     include_live_owners: bool = False,
     client: docker.DockerClient | None = None,
+    docker_host: str | None = None,
 ) -> int:
     """Force-remove sandbox containers (label ``agentrl.run_id``) whose owner is gone.
 
@@ -98,7 +99,8 @@ def reap_containers(
     Raises:
         SandboxError: the daemon does not answer.
     """
-    client = client if client is not None else docker_client()
+    client = client if client is not None else docker_client(host=docker_host)
+    remote = client_is_remote(client)
     label_filter = f"{LABEL_RUN_ID}={run_id}" if run_id is not None else LABEL_RUN_ID
     try:
         containers = client.api.containers(all=True, filters={"label": label_filter})
@@ -113,7 +115,7 @@ def reap_containers(
             if labels.get(LABEL_OWNER_BOOT) != boot:
                 # Another boot of this machine (owner surely gone) when the daemon is
                 # local; another machine's (unknown) when it is remote.
-                if daemon_is_remote():
+                if remote:
                     continue
             else:
                 owner = owner_of(labels)

@@ -58,7 +58,7 @@ from agentrl.errors import SandboxError
 from agentrl.types import ExecResult
 from sandboxes import front
 from sandboxes.base import SandboxSpec
-from sandboxes.docker.daemon import daemon_is_remote, docker_client, infra_errors
+from sandboxes.docker.daemon import client_is_remote, docker_client, infra_errors
 from sandboxes.docker.exec_io import KILL_ONLY, RUN_AND_SCAN, launch, pump
 from sandboxes.docker.reaper import container_labels, reap_containers, reap_containers_once, remove_container
 from sandboxes.front import HOSTNAME, TIMEOUT_EXIT_CODE, SandboxFront
@@ -91,7 +91,9 @@ class DockerSandbox:
     Args:
         spec: limits and layout; ``spec.image`` must exist locally (``agentrl sandbox
             build-image``).
-        client: a ``docker.DockerClient`` to use (default: ``docker_client()``).
+        client: a ``docker.DockerClient`` to use (default: ``docker_client(host=docker_host)``).
+        docker_host: the daemon to use without ``client``: the config's
+            ``sandbox.docker_host`` (``None``: ``DOCKER_HOST``, else the default socket).
 
     Attributes:
         spec: as given.
@@ -108,11 +110,13 @@ class DockerSandbox:
     exec has its own connection.
     """
 
-    def __init__(self, spec: SandboxSpec, *, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, spec: SandboxSpec, *, client: docker.DockerClient | None = None,
+                 docker_host: str | None = None) -> None:
         self._front: SandboxFront[socket.socket] = SandboxFront(self, spec)
         self.spec = self._front.spec
         self.label = self._front.label
-        self._client = client if client is not None else docker_client()
+        self._client = client if client is not None else docker_client(host=docker_host)
+        self._remote = client_is_remote(self._client)
         reap_containers_once(reap_containers, client=self._client)
         t0 = time.monotonic()
         labels = container_labels(self.label)
@@ -341,7 +345,7 @@ class DockerSandbox:
         except _INFRA_ERRORS as exc:
             raise SandboxError(f"the Docker daemon does not answer ({exc}); {what}", command=record) from exc
         running = bool(state.get("Running")) and state.get("Status") not in ("removing", "exited", "dead")
-        if running and not daemon_is_remote() and state.get("Pid"):
+        if running and not self._remote and state.get("Pid"):
             # The daemon may not have noticed yet that the container's init was killed
             # (docker kill / rm -f race): ask the kernel (same machine as a local daemon).
             running = process_start_ticks(int(state["Pid"])) is not None

@@ -44,15 +44,19 @@ def test_sandboxed_env_gets_a_real_bwrap_sandbox():
         sandbox.close()
 
 
-def test_auto_is_resolved_once_per_run(monkeypatch):
+def test_auto_is_resolved_once_per_run(monkeypatch, tmp_path):
     calls = []
+    choose = sandboxes.choose_sandboxes
 
-    def no_daemon(*a, **k):
+    def counted(*a, **k):
         calls.append(1)
-        return False
+        return choose(*a, **k)
 
+    # no daemon named, none started by agentrl, none at the default socket: bubblewrap
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setattr(sandboxes.docker.daemon, "docker_daemon_answers", no_daemon)
+    monkeypatch.setenv(sandboxes.docker.daemon.DOCKERD_STATE_VAR, str(tmp_path / "no-state.json"))
+    monkeypatch.setattr(sandboxes.docker.daemon, "DOCKER_SOCKET", str(tmp_path / "no-daemon.sock"))
+    monkeypatch.setattr(sandboxes, "choose_sandboxes", counted)
     factory = make_env_factory(_cfg("agentrl/ShellTasks-v0", "auto"), "run-factory-test")
     made = [factory(_req("agentrl/ShellTasks-v0", "shell/rename_ext")) for _ in range(3)]
     try:
@@ -64,11 +68,12 @@ def test_auto_is_resolved_once_per_run(monkeypatch):
             sb.close()
 
 
-def test_choose_backend_names_its_reason(monkeypatch):
+def test_choose_backend_names_its_reason(monkeypatch, tmp_path):
     assert sandboxes.choose_backend("bwrap", "any") == ("bwrap", "bwrap: named in the config (sandbox.backend)")
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setattr(sandboxes.docker.daemon, "docker_daemon_answers", lambda *a, **k: False)
+    monkeypatch.setenv(sandboxes.docker.daemon.DOCKERD_STATE_VAR, str(tmp_path / "no-state.json"))
+    monkeypatch.setattr(sandboxes.docker.daemon, "DOCKER_SOCKET", str(tmp_path / "no-daemon.sock"))
     backend, why = sandboxes.choose_backend("auto", "any")
-    assert (backend, why.split(" (")[0]) == ("bwrap", "bwrap: no docker daemon of ours")
+    assert (backend, why.split(" (")[0]) == ("bwrap", "bwrap: no Docker daemon named")
     with pytest.raises(ConfigError, match="'podman'"):
         sandboxes.choose_backend("podman", "any")

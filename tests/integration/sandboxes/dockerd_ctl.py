@@ -3,10 +3,10 @@
     python tests/integration/sandboxes/dockerd_ctl.py start    # start dockerd unless one answers
     python tests/integration/sandboxes/dockerd_ctl.py stop     # stop it if `start` started it
 
-A daemon started here is *owned* by the test run: its pid and command line are kept in
-``$AGENTRL_TEST_DOCKERD_STATE`` (default ``/tmp/agentrl-test-dockerd/state.json``;
-``sandboxes.docker.daemon.which_daemon`` reads it to announce the daemon as "started by
-agentrl"). Only an
+A daemon started here is *owned* by the test run: its pid, command line and the socket it
+serves (``host``) are kept in ``$AGENTRL_TEST_DOCKERD_STATE`` (default
+``/tmp/agentrl-test-dockerd/state.json``; ``sandboxes.docker.daemon.agentrl_daemon`` reads the
+same path, so ``sandbox.backend: auto`` uses this daemon when no other is named). Only an
 owned daemon may be restarted by a test (``restart()``, the daemon-restart abuse case); a
 daemon someone else runs is never touched.
 """
@@ -24,7 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from sandboxes.docker.daemon import DOCKERD_STATE_DEFAULT, DOCKERD_STATE_VAR, docker_daemon_answers  # noqa: E402
+from sandboxes.docker.daemon import (  # noqa: E402
+    DOCKER_SOCKET,
+    DOCKERD_STATE_DEFAULT,
+    DOCKERD_STATE_VAR,
+    docker_daemon_answers,
+)
 
 STATE = Path(os.environ.get(DOCKERD_STATE_VAR) or DOCKERD_STATE_DEFAULT)
 
@@ -70,7 +75,7 @@ def start(timeout_s: float = 30.0) -> bool:
     log = open(STATE.parent / "dockerd.log", "ab")
     argv = [dockerd]
     proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-    STATE.write_text(json.dumps({"pid": proc.pid, "argv": argv}))
+    STATE.write_text(json.dumps({"pid": proc.pid, "argv": argv, "host": f"unix://{DOCKER_SOCKET}"}))
     if not _wait(True, timeout_s):
         raise RuntimeError(f"dockerd (pid {proc.pid}) did not answer within {timeout_s} s; see {STATE.parent / 'dockerd.log'}")
     return True

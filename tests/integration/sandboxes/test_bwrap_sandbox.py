@@ -49,17 +49,19 @@ def test_missing_bwrap_binary_raises_sandbox_error(run_id):
 
 
 def test_make_sandbox_auto_chooses_bwrap_without_a_docker_daemon_and_says_so(run_id, caplog, monkeypatch, tmp_path):
-    # No DOCKER_HOST and nothing at the default socket (a named daemon that does not answer
-    # is an error instead: tests/integration/sandboxes/test_daemon_choice.py).
+    # No daemon named (DOCKER_HOST, sandbox.docker_host), none started by agentrl's scripts
+    # and nothing at the default socket (a named daemon that does not answer is an error
+    # instead, and one nobody named is not used: tests/integration/sandboxes/test_daemon_choice.py).
     import sandboxes.docker.daemon as daemon
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setenv(daemon.DOCKERD_STATE_VAR, f"{tmp_path}/no-state.json")
     monkeypatch.setattr(daemon, "DOCKER_SOCKET", f"{tmp_path}/no-daemon.sock")
     with caplog.at_level(logging.INFO, logger="sandboxes"):
         sb = make_sandbox("auto", SandboxSpec(run_id=run_id))
     try:
         assert isinstance(sb, BwrapSandbox)
-        assert "bwrap: no docker daemon of ours" in caplog.text
+        assert "sandboxes: bwrap: no Docker daemon named (sandbox.docker_host / DOCKER_HOST) or started by agentrl" in caplog.text
         assert sb.exec("echo ok").stdout == "ok\n"
     finally:
         sb.close()

@@ -101,15 +101,23 @@ def test_container_removed_mid_exec_raises_sandbox_error(dsb, client):
     assert isinstance(outcome.get("error"), SandboxError), outcome
 
 
-def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog):
-    from sandboxes.docker import DockerSandbox
+def test_auto_chooses_docker_when_the_daemon_answers_and_says_so(run_id, caplog, monkeypatch, tmp_path):
+    import json
 
+    from sandboxes.docker import DockerSandbox
+    from sandboxes.docker.daemon import DOCKERD_STATE_VAR, daemon_pid
+
+    # the daemon at the default socket as agentrl's scripts record the one they start (auto
+    # takes no other unless it is named: test_daemon_choice.py)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    (tmp_path / "state.json").write_text(json.dumps({"pid": daemon_pid(), "host": "unix:///var/run/docker.sock"}))
+    monkeypatch.setenv(DOCKERD_STATE_VAR, str(tmp_path / "state.json"))
     assert resolve_backend("auto") == "docker"
     with caplog.at_level(logging.INFO, logger="sandboxes"):
         sb = make_sandbox("auto", SandboxSpec(run_id=run_id))
     try:
         assert isinstance(sb, DockerSandbox)
-        assert "sandboxes: docker at unix:///var/run/docker.sock (" in caplog.text
+        assert "sandboxes: docker at unix:///var/run/docker.sock (started by agentrl)" in caplog.text
         assert sb.exec("echo ok").stdout == "ok\n"
     finally:
         sb.close()
