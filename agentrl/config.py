@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 import agentrl.trainer.config as _tc
 from agentrl.errors import ConfigError
@@ -116,10 +116,16 @@ class RolloutConfig(_Section):
 class SandboxConfig(_Section):
     backend: Literal["auto", "docker", "bwrap"] = Field("auto", description=(
         "auto: Docker when a daemon of ours answers and has the image, else bubblewrap; decided once "
-        "per run and logged as 'sandboxes: ...'. Ours: the daemon DOCKER_HOST names (it must answer, "
-        "else the run stops with an error), else the one at /var/run/docker.sock (the machine's; "
-        "scripts/test.sh starts one there when none runs). A daemon on another socket is used only "
-        "when DOCKER_HOST names it."))
+        "at the start of a run and printed in its first lines as 'sandboxes: ...'. Ours: the daemon "
+        "sandbox.docker_host or DOCKER_HOST names (it must answer, else the run stops with an error "
+        "naming it), else the dockerd agentrl's own scripts started (scripts/test.sh). Any other daemon, "
+        "the one at /var/run/docker.sock included, may be another job's and is not used: the line says "
+        "it answers and that sandbox.docker_host uses it. docker: the named daemon, else "
+        "/var/run/docker.sock; it must answer."))
+    docker_host: str | None = Field(None, pattern=r"^(unix|tcp|ssh|http|https)://\S+$", description=(
+        "The Docker daemon the run uses, e.g. unix:///var/run/docker.sock or tcp://10.0.0.5:2375 (as "
+        "DOCKER_HOST is written). Set, it wins over DOCKER_HOST (the config is the run's record); None: "
+        "DOCKER_HOST when set. Used by the run's sandboxes, its image check and its reaper's container pass."))
     memory_mb: int = Field(1024, ge=16, description="Memory limit per sandbox, MiB.")
     cpus: float = Field(1.0, gt=0.0, description="CPU share per sandbox, cores.")
     pids_limit: int = Field(128, ge=8, description="Process limit per sandbox.")
@@ -206,53 +212,6 @@ class AlgorithmConfig(_Section):
         return _estimator(self.advantage).needs_values
 
 
-def check_group_size(cfg: "Config") -> list[str]:
-    """Does ``env.group_size`` give the estimator a signal? The start-up check of a training
-    run (``agentrl.cluster.controller.train`` calls it before anything starts; not part of
-    ``Config`` validation, because evaluation configs reuse ``env.group_size`` for
-    ``eval.samples``, where no advantage is computed).
-
-    Read from the estimator's registration (``critics.register_estimator``'s
-    ``min_group_size`` / ``advised_group_size``), so a user's estimator declares it too.
-
-    Returns:
-        Warnings to log once: ``env.group_size`` below the estimator's
-        ``advised_group_size`` (gigpo with a group of one: only revisited anchor states give
-        a signal).
-
-    Raises:
-        ConfigError: ``env.group_size`` below the estimator's ``min_group_size`` (grpo,
-            rloo, drgrpo with 1: every advantage 0, every update skipped), or 1 with
-            ``algorithm.dynamic_sampling`` (a group of one always has equal rewards, so
-            every group would be dropped); the message names the value, the estimator and
-            what to use instead.
-    """
-    from critics.registry import ESTIMATORS
-
-    g, name = cfg.env.group_size, cfg.algorithm.advantage
-    est = _estimator(name)
-    why = f" ({est.group_size_note})" if est.group_size_note else ""
-    if g < est.min_group_size:
-        alone = sorted(n for n, e in ESTIMATORS.items() if e.advised_group_size <= g)
-        instead = (f", or an estimator with its full signal at {g} rollout(s) per task instance: "
-                   f"{', '.join(alone)}") if alone else ""
-        raise ConfigError(
-            f"env.group_size={g} with algorithm.advantage={name!r}: the estimator needs at least "
-            f"{est.min_group_size} rollouts per task instance{why}; with fewer every advantage is 0 and the run "
-            f"would never learn; set env.group_size >= {est.min_group_size} (e.g. 4){instead}"
-        )
-    if cfg.algorithm.dynamic_sampling and g < 2:
-        raise ConfigError(
-            f"env.group_size={g} with algorithm.dynamic_sampling=true: dynamic sampling drops every group whose "
-            "rewards are all equal, and a group of one always is, so nothing would be trained; set "
-            "env.group_size >= 2 or algorithm.dynamic_sampling=false"
-        )
-    if g < est.advised_group_size:
-        return [f"env.group_size={g} with algorithm.advantage={name!r}, below its advised group size "
-                f"{est.advised_group_size}{why}; set env.group_size >= {est.advised_group_size} for its full signal"]
-    return []
-
-
 def _documented(cls: type, name: str, *, note: str = "", **constraints: Any) -> Any:
     """A pydantic ``Field`` with the default and the documentation of field ``name`` of the
     trainer dataclass ``cls`` (``agentrl.trainer.config``): one source for the text of both
@@ -310,9 +269,21 @@ class KLSection(_DataclassSection):
     _prefix: ClassVar[str] = "trainer.kl."
 
     coef: float = _documented(_tc.KLConfig, "coef")
-    estimator: Literal["k1", "k2", "k3"] = _documented(_tc.KLConfig, "estimator")
     mode: Literal["loss", "reward"] = _documented(_tc.KLConfig, "mode")
+    estimator: Literal["k1", "k2", "k3"] | None = _documented(_tc.KLConfig, "estimator", validate_default=True)
     reference_path: str | None = _documented(_tc.KLConfig, "reference_path")
+
+    @field_validator("estimator")
+    @classmethod
+    def _by_mode(cls, estimator: str | None, info: ValidationInfo) -> str | None:
+        """``None`` becomes the mode's estimator (``KL_DEFAULT_ESTIMATORS``: k1 for
+        ``reward``, k3 for ``loss``), so the validated section, a dump of it and the
+        trainer's ``KLConfig`` all name the estimator in use. ``mode`` is declared first,
+        so it is validated (and in ``info.data``) by now; a bad mode stays ``None`` here
+        and is reported by its own field."""
+        if estimator is None:
+            return _tc.KL_DEFAULT_ESTIMATORS.get(info.data.get("mode", ""))
+        return estimator
 
 
 _TC, _CC = _tc.TrainerConfig, _tc.CriticConfig
@@ -695,6 +666,17 @@ class LoggingConfig(_Section):
     wandb: WandbConfig | None = Field(None, description="Log every metrics.jsonl line to Weights & Biases (see its fields); None: off.")
 
 
+_IMPORTED_WITH: dict[str, tuple[str, ...]] = {}
+
+
+def modules_imported_with(name: str) -> tuple[str, ...] | None:
+    """The modules that importing ``name`` (one of ``env.import_modules``) added to
+    ``sys.modules`` in this process, itself and its own imports (a helper module beside it)
+    among them; None when ``Config`` validation was not what imported it first (then it is
+    unknown). ``agentrl.cluster.ray_join`` ships the user's ones to a joined cluster."""
+    return _IMPORTED_WITH.get(name)
+
+
 class Config(_Section):
     run: RunConfig = Field(default_factory=RunConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -721,10 +703,12 @@ class Config(_Section):
         names = env.get("import_modules") if isinstance(env, dict) else None
         if isinstance(names, list):
             import importlib
+            import sys
 
             for name in names:
                 if not isinstance(name, str) or not name:
                     continue  # the field's own validation reports it
+                before = set(sys.modules)
                 try:
                     importlib.import_module(name)
                 except Exception as exc:
@@ -732,6 +716,8 @@ class Config(_Section):
                         f"env.import_modules: module {name!r} could not be imported ({type(exc).__name__}: {exc}); "
                         "it must be importable (on sys.path / PYTHONPATH) in every process of the run"
                     ) from exc
+                if name not in before:
+                    _IMPORTED_WITH[name] = tuple(m for m in sys.modules if m not in before)
         return data
 
     @model_validator(mode="after")

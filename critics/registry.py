@@ -41,7 +41,7 @@ name           level  values  group  what
 "group" is the registration's ``min_group_size`` (``(2)``: ``advised_group_size``, a
 warning below it): a group-relative estimator compares each rollout with the other rollouts
 of its group (``env.group_size`` of them), so with fewer than ``min_group_size`` every
-advantage is 0 and nothing is learned; ``agentrl.config.check_group_size`` refuses such a
+advantage is 0 and nothing is learned; ``agentrl.credit.check_group_size`` refuses such a
 run at start-up, for a user's estimator as for the built-ins.
 
 Users add their own with ``register_estimator("my_adv", fn, level="turn")`` (or as a
@@ -187,7 +187,7 @@ def register_estimator(name: str, fn: Callable[..., Any] | None = None, *, level
         min_group_size: the smallest ``env.group_size`` with which its advantages can be
             non-zero: 2 for a group-relative estimator (each rollout against the other
             rollouts of its group), 1 (default) for one that needs no group. A run with a
-            smaller group is refused at start-up (``agentrl.config.check_group_size``).
+            smaller group is refused at start-up (``agentrl.credit.check_group_size``).
         advised_group_size: a run with a group smaller than this (but at least
             ``min_group_size``) starts with a warning; ``None``: ``min_group_size``.
         group_size_note: one sentence on what a smaller group costs, quoted by that error

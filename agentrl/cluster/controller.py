@@ -47,8 +47,8 @@ from agentrl.cluster.checkpoint import CONTROLLER_STATE, RunDir, kill_point, lat
 from agentrl.cluster.iteration import RunContext, checkpoint_if_due, compute_credit, end_iteration, record_iteration, span, train_on
 from agentrl.cluster.profile import DifficultyFilter, fold_profile
 from agentrl.cluster.ray_setup import as_cluster_error, check_placement, connect, role_options
-from agentrl.config import Config, check_group_size, trainer_configs
-from agentrl.credit import missing_groups
+from agentrl.config import Config, trainer_configs
+from agentrl.credit import check_group_size, missing_groups
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.tasks import TaskSource
 
@@ -97,6 +97,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     from agentrl.cluster.actors import env_task_ids, sampling_of
     from agentrl.cluster.engine_pool import EnginePool
     from agentrl.cluster.engine_stream import StreamingEnginePool
+    from agentrl.cluster.sandbox_choice import announce_sandboxes
     from agentrl.cluster.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
     from agentrl.cluster.trainer_group import TrainerGroup
     from agentrl.model_zoo import resolve_model_path
@@ -124,7 +125,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         run_id = f"{cfg.run.name}-{uuid.uuid4().hex[:8]}"
     iterations_done = int(state["iteration"]) if state else 0
 
-    reaped = reap_orphans()
+    announce_sandboxes(cfg)  # the run's first lines: which sandboxes, on which daemon; a named silent daemon stops it here
+    reaped = reap_orphans(docker_host=cfg.sandbox.docker_host)
     if reaped:
         log.warning("removed %d sandbox processes left behind by earlier runs", reaped)
 
@@ -242,7 +244,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         if started_ray:
             ray.shutdown()
         # The run is over: nothing of it may outlive it (design.md, invariant 8).
-        left = reap_orphans(run_id, include_live_owners=True)
+        left = reap_orphans(run_id, include_live_owners=True, docker_host=cfg.sandbox.docker_host)
         if left:
             log.warning("removed %d sandbox processes of run %s at exit", left, run_id)
 

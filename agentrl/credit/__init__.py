@@ -9,6 +9,8 @@ and packs the policy batch (plus the critic's batch for a critic-based estimator
 * ``agentrl.credit.assign``: selection, shaping, the estimator call, packing.
 * ``agentrl.credit.rows``: episodes onto token rows (value positions, per-row splits),
   all read from ``Episode.row_layout``.
+* ``agentrl.credit.group_size``: ``check_group_size``, the start-up check that
+  ``env.group_size`` gives the estimator a signal (read from its registration).
 * ``agentrl.credit.kl_reward``: the KL-to-reference penalty in the reward
   (``trainer.kl.mode: reward``): the rows the reference scores, and per-turn penalties for
   ``assign_credit(..., reward_penalties=...)``.
@@ -25,6 +27,7 @@ from agentrl.credit.assign import (
     pack_batch,
     shaped_turn_rewards,
 )
+from agentrl.credit.group_size import check_group_size
 from agentrl.credit.kl_reward import reference_batch, turn_penalties
 from agentrl.credit.rows import (
     critic_rows,
@@ -39,6 +42,7 @@ __all__ = [
     "ShapedCache",
     "ValuesFn",
     "assign_credit",
+    "check_group_size",
     "critic_rows",
     "critic_step_metrics",
     "episode_boundaries",

@@ -29,7 +29,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from agentrl.errors import CheckpointError, ConfigError
-from agentrl.trainer.packing import pack_micro_batches, resolve_attn_implementation
+from agentrl.trainer.attention import resolve_attn_implementation
+from agentrl.trainer.packing import pack_micro_batches
 
 COMPLETE_MARKER = "COMPLETE"
 
@@ -100,7 +101,7 @@ def load_hf_model(config: _ModelSource, *, causal_lm: bool = True) -> torch.nn.M
     ignored).
 
     ``config.attn_implementation`` goes through
-    ``agentrl.trainer.packing.resolve_attn_implementation`` (``"auto"``: flash attention 2
+    ``agentrl.trainer.attention.resolve_attn_implementation`` (``"auto"``: flash attention 2
     on CUDA in bf16 where installed, else the per-row SDPA kernel registered there).
 
     Dropout is switched off (every ``*dropout*`` float of the HF config set to 0, every

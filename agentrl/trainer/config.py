@@ -17,6 +17,7 @@ This module imports no torch (only ``agentrl.errors``), so the run configuration
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
@@ -44,6 +45,12 @@ Divergence"); see ``agentrl.trainer.kl``."""
 KL_MODES: tuple[str, ...] = ("loss", "reward")
 """Where the KL-to-reference term acts: added to the loss, or subtracted from the reward."""
 
+KL_DEFAULT_ESTIMATORS: dict[str, KLEstimator] = {"reward": "k1", "loss": "k3"}
+"""``KLConfig.estimator`` when it is left ``None``, by ``KLConfig.mode``: k1 in the reward
+(its policy gradient is exactly that of the KL; k2 and k3 there bias it), k3 in the loss
+(unbiased and >= 0, as in GRPO; the gradient there is the same for every estimator). See
+``agentrl.trainer.kl``."""
+
 ROW_LAYOUTS: tuple[str, ...] = ("packed", "padded")
 """How the rows of a micro-batch are laid out for the forward pass."""
 
@@ -52,28 +59,31 @@ RowLayout = Literal["packed", "padded"]
 ATTENTION_WIDTH_LOG_PROB_TOL = 1e-4
 """Bound (nats, absolute, fp32) on how far a row's log-probs move when its attention runs
 inside a wider call than the row: padded rows through ``sdpa`` or ``eager``, or packed rows
-through a kernel without a variable-length path (a dense block-diagonal mask). PyTorch's
-CPU attention kernels block their sums by the call's length (the flash kernel's query and
-key blocks follow the sequence length and each query block's causal end; ``eager``'s
-softmax and matmul reduce over the full width), so the row's sums round in another order.
-Measured on SmolLM2-135M-Instruct, CPU, rows of 560-1,040 tokens (random ids, log-probs down
-to -27): at most 1.7e-5 (padded, ``sdpa``), 5.0e-5 (padded, ``eager``), 7.1e-5 (packed,
-``sdpa``, four rows in one sequence); it grows with row length and depth. The default
-kernel off CUDA-bf16 (``auto`` = ``agentrl_varlen_sdpa``) runs each row at its own length
-and is exact in both layouts (flash attention's varlen path, ``auto`` on CUDA in bf16,
-also runs rows at their own lengths; not measured here). Kept by
+through a kernel without a variable-length path (a dense block-diagonal mask). Stated for
+rows of up to about 1,040 tokens (SmolLM2-135M-Instruct, fp32, CPU), the lengths it was
+measured on: the error grows with row length, so longer rows (or deeper models) may exceed
+it. PyTorch's CPU attention kernels block their sums by the call's length (the flash
+kernel's query and key blocks follow the sequence length and each query block's causal end;
+``eager``'s softmax and matmul reduce over the full width), so the row's sums round in
+another order. Measured on SmolLM2-135M-Instruct, fp32, CPU, rows of 560-1,040 tokens
+(random ids, log-probs down to -27): at most 1.7e-5 (padded, ``sdpa``), 5.0e-5 (padded,
+``eager``), 7.1e-5 (packed, ``sdpa``, four rows in one sequence); it grows with row length
+and depth. The default kernel off CUDA-bf16 (``auto`` = ``agentrl_varlen_sdpa``) runs each
+row at its own length and is exact in both layouts (flash attention's varlen path, ``auto``
+on CUDA in bf16, also runs rows at their own lengths; not measured here). Kept by
 ``tests/invariants/test_layouts_at_real_lengths.py``."""
 
 ATTENTION_WIDTH_GRAD_TOL = 1e-5
 """Bound (absolute, fp32) on the parameter gradients' difference in the same cases as
-``ATTENTION_WIDTH_LOG_PROB_TOL``: measured at most 6.3e-7 (padded, ``sdpa``), 2.7e-6
-(padded, ``eager``) and 2.9e-6 (packed, ``sdpa``) on two SmolLM2 rows of 563 and 1,037
-tokens. The default kernel's gradients differ from a plain forward's by at most 2.7e-7
-there (the weight gradients of padded rows sum over more, zero, positions; the LM head's
-backward is written out)."""
+``ATTENTION_WIDTH_LOG_PROB_TOL`` and for the same row lengths (up to about 1,040 tokens,
+SmolLM2, fp32, CPU): measured at most 6.3e-7 (padded, ``sdpa``), 2.7e-6 (padded, ``eager``)
+and 2.9e-6 (packed, ``sdpa``) on two SmolLM2 rows of 563 and 1,037 tokens. The default
+kernel's gradients differ from a plain forward's by at most 2.7e-7 there (the weight
+gradients of padded rows sum over more, zero, positions; the LM head's backward is written
+out)."""
 
 VARLEN_SDPA = "agentrl_varlen_sdpa"
-"""Our variable-length attention kernel (``agentrl.trainer.packing``), by the name it is
+"""Our variable-length attention kernel (``agentrl.trainer.attention``), by the name it is
 registered under with transformers' ``AttentionInterface``."""
 
 POLICY_ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "eager", "flash_attention_2", VARLEN_SDPA)
@@ -82,7 +92,7 @@ Hugging Face kernels only)."""
 
 ATTN_DEFAULT = "auto"
 """Default of ``TrainerConfig.attn_implementation`` (resolved by
-``agentrl.trainer.packing.resolve_attn_implementation`` when the model loads)."""
+``agentrl.trainer.attention.resolve_attn_implementation`` when the model loads)."""
 
 
 def documented(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING) -> Any:
@@ -197,8 +207,11 @@ class KLConfig:
     """A KL penalty toward a frozen reference policy (the initial policy by default),
     estimated per loss token with k1, k2 or k3 (Schulman 2020, "Approximating KL
     Divergence"). Off by default (``coef`` 0). In ``mode='reward'`` use k1 (its policy
-    gradient is the exact gradient of the KL); in ``mode='loss'`` the estimator sets the
-    reported value and every one gets the gradient of KL(current || reference). See
+    gradient is the exact gradient of the KL), the default there; in ``mode='loss'`` the
+    estimator sets the reported value and every one gets the gradient of KL(current ||
+    reference), k3 by default. ``estimator=None`` (the default) is resolved at construction
+    by ``mode`` (``KL_DEFAULT_ESTIMATORS``); ``validate`` warns (``UserWarning``, once per
+    process and message) when a penalty in ``mode='reward'`` names k2 or k3. See
     ``agentrl.trainer.kl`` (Tang & Munos 2025, "On a few pitfalls in KL divergence gradient
     estimation for RL")."""
 
@@ -209,18 +222,20 @@ class KLConfig:
             "model is loaded. Must be >= 0."
         ),
     )
-    estimator: Literal["k1", "k2", "k3"] = documented(
-        "k3",
+    estimator: Literal["k1", "k2", "k3"] | None = documented(
+        None,
         doc=(
             "Per-token estimator of KL(current || reference) with d = log current - log reference "
             "(Schulman 2020): k1 = d (unbiased, can be negative), k2 = d^2 / 2 (low variance, biased), "
-            "k3 = exp(-d) - 1 + d (unbiased and >= 0; the default, as in GRPO). 'reward' mode: use k1, the "
-            "standard choice of PPO for RLHF, whose policy gradient is exactly that of the KL (k2 and k3 there "
-            "bias it). 'loss' mode: the estimator is the value added to the loss and reported (actor/kl_loss); "
-            "the gradient is the same for all three, d * grad log current per sampled token weighted by "
-            "current / behavior (unbiased for grad KL(current || reference)), because differentiating the "
-            "estimate itself gives 0 in expectation for k1 and the gradient of KL(reference || current) for k3 "
-            "(Tang & Munos 2025)."
+            "k3 = exp(-d) - 1 + d (unbiased and >= 0, as in GRPO). None (default): k1 in 'reward' mode, k3 in "
+            "'loss' mode. 'reward' mode: use k1, the standard choice of PPO for RLHF, whose policy gradient is "
+            "exactly that of the KL (k2 and k3 there bias it; naming one warns). 'loss' mode: the estimator is "
+            "the value added to the loss and reported (actor/kl_loss); the gradient is the same for all three: "
+            "d * grad log current per sampled token weighted by current / behavior, unbiased for grad "
+            "KL(current || reference) (differentiating the estimate itself gives 0 in expectation for k1 and "
+            "the gradient of KL(reference || current) for k3; Tang & Munos 2025), with the weight truncated at "
+            "rollout_correction.is_cap when its importance weights are on, else at 2 (bounded variance for a "
+            "little bias)."
         ),
     )
     mode: Literal["loss", "reward"] = documented(
@@ -240,15 +255,31 @@ class KLConfig:
         ),
     )
 
+    def __post_init__(self) -> None:
+        if self.estimator is None and self.mode in KL_DEFAULT_ESTIMATORS:
+            self.estimator = KL_DEFAULT_ESTIMATORS[self.mode]
+
     def validate(self, prefix: str = "kl.") -> None:
-        """Raise ``ConfigError`` naming the first invalid field (``prefix`` + name)."""
+        """Raise ``ConfigError`` naming the first invalid field (``prefix`` + name).
+
+        Warns (``UserWarning``) when a penalty (``coef > 0``) in ``mode='reward'`` names k2
+        or k3: accepted (a stored run keeps its penalty), but its policy gradient is biased
+        (``agentrl.trainer.kl``). Python's default filter shows a message once per process."""
         c = self.coef
         if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c >= 0.0):
             raise ConfigError(f"{prefix}coef={c!r}; expected a finite number >= 0 (0 turns the KL penalty off)")
-        if self.estimator not in KL_ESTIMATORS:
-            raise ConfigError(f"{prefix}estimator={self.estimator!r}; expected one of {KL_ESTIMATORS}")
         if self.mode not in KL_MODES:
             raise ConfigError(f"{prefix}mode={self.mode!r}; expected one of {KL_MODES}")
+        if self.estimator not in KL_ESTIMATORS:
+            raise ConfigError(f"{prefix}estimator={self.estimator!r}; expected one of {KL_ESTIMATORS}")
+        if self.mode == "reward" and self.estimator != "k1" and c > 0:
+            warnings.warn(
+                f"kl.estimator={self.estimator!r} with kl.mode='reward': a per-token {self.estimator} penalty in "
+                "the reward gives a biased policy gradient of KL(current || reference) (its expected score-function "
+                "term is not the KL's; Tang & Munos 2025); k1, the default in reward mode, gives the exact one",
+                UserWarning,
+                stacklevel=1,
+            )
         if self.reference_path is not None and not (isinstance(self.reference_path, str) and self.reference_path):
             raise ConfigError(f"{prefix}reference_path={self.reference_path!r}; expected a model folder path or None")
 
@@ -451,7 +482,8 @@ class TrainerConfig(OptimConfig):
             "every row, packed or padded, at its own length and scores it exactly as a plain forward of the row "
             "alone. 'sdpa' and 'eager' attend over the micro-batch's width (padded rows with a mask, packed rows "
             "with a block-diagonal mask) and are exact only up to rounding: log-probs within 1e-4, gradients "
-            "within 1e-5 in fp32 (ATTENTION_WIDTH_LOG_PROB_TOL, ATTENTION_WIDTH_GRAD_TOL)."
+            "within 1e-5 in fp32 on rows of up to about 1,040 tokens, the lengths measured (the error grows with "
+            "row length; ATTENTION_WIDTH_LOG_PROB_TOL, ATTENTION_WIDTH_GRAD_TOL)."
         ),
     )
     micro_batch_size: int = documented(
@@ -459,7 +491,8 @@ class TrainerConfig(OptimConfig):
         doc=(
             "padded layout: rows per forward/backward pass on one rank (gradient accumulation over the rest). "
             "packed layout: not used, micro_batch_tokens bounds a micro-batch. Only memory and speed depend on "
-            "it (the loss uses global counts)."
+            "it (the loss uses global counts), except that with 'sdpa' or 'eager' a micro-batch's width moves the "
+            "scores within ATTENTION_WIDTH_LOG_PROB_TOL (see attn_implementation)."
         ),
     )
     micro_batch_tokens: int | None = documented(
@@ -468,10 +501,11 @@ class TrainerConfig(OptimConfig):
             "packed layout: the token budget of a micro-batch; rows are bin-packed (first-fit decreasing) into "
             "micro-batches of at most this many tokens, and a longer row runs alone (None: 8192). padded layout: "
             "an optional cap on rows x longest row of a micro-batch (None: no cap). Only memory and speed depend "
-            "on it (the loss uses global counts). A larger budget means fewer passes but more activation memory "
-            "(about 1.7 MB per token for SmolLM2-135M in fp32): on 2 CPU cores 1536 was as fast as 8192 and its "
-            "update peaked at 5.6 GB instead of 15 GB (tests/benchmarks/bench_trainer.py); on a GPU, larger "
-            "budgets fill the device better."
+            "on it (the loss uses global counts), except that with 'sdpa' or 'eager' a micro-batch's width moves "
+            "the scores within ATTENTION_WIDTH_LOG_PROB_TOL (see attn_implementation). A larger budget means "
+            "fewer passes but more activation memory (about 1.7 MB per token for SmolLM2-135M in fp32): on 2 "
+            "CPU cores 1536 was as fast as 8192 and its update peaked at 5.6 GB instead of 15 GB "
+            "(tests/benchmarks/bench_trainer.py); on a GPU, larger budgets fill the device better."
         ),
     )
     ppo_epochs: int = documented(

@@ -38,14 +38,35 @@ order 1 to every token's gradient.
 Off-policy samples: tokens come from the behavior policy ``mu`` (the engine, possibly some
 versions behind), while the gradient is wanted at the current ``pi``, so each token's
 coefficient carries the importance weight ``rho = pi / mu`` (detached):
-``E_{y~mu}[rho d grad log pi] = grad KL(pi ‖ ref)``. In ``ppo_loss`` ``rho`` is the weight
-the policy-gradient term uses: ``current / proximal`` (1 in the first pass over a batch,
-up to rounding) times the rollout-correction weight ``proximal / behavior`` (truncated at
-``is_cap``; 1 without a correction, where proximal stands for behavior), without PPO's
-clipping (the KL has no trust region to keep). As with the policy-gradient term, the state
-distribution is not differentiated: the term regularises each sampled state's next-token
-distribution; the part of the sequence-level KL's gradient that runs through later tokens
-is what a k1 penalty in the reward carries.
+``E_{y~mu}[rho d grad log pi] = grad KL(pi ‖ ref)``. In ``ppo_loss`` ``rho`` is built as
+the policy-gradient term's weight is: ``current / proximal`` (1 in the first pass over a
+batch, up to rounding) times the rollout-correction weight ``proximal / behavior``
+(truncated at ``is_cap``), without PPO's clipping (the KL has no trust region to keep),
+and then truncated as a whole (below). Without a rollout correction the second factor is
+1, and the proximal log-probs are the trainer's own at the weights the update starts from
+(the batch's ``proximal_log_probs`` when it carries them, else the trainer's
+recomputation in the first pass), not the engine's: the gap between proximal and behavior
+(engine/trainer numerics, and the policy versions an asynchronous sample is behind) is then
+left uncorrected in the KL gradient exactly as in the policy-gradient term, and a
+``rollout_correction.is_level`` corrects both.
+
+Truncation: ``current / proximal`` is bounded only by the log-ratio clamp (``e^20``), so
+with ``ppo_epochs > 1`` a token whose probability grew during the update would put an
+unbounded weight on its KL gradient. ``ppo_loss`` uses ``min(rho, c)`` instead: truncated
+importance sampling, as V-trace truncates ``pi / mu`` at ``rho_bar`` (Espeholt et al. 2018,
+"IMPALA", Sec. 4.1) and TIS at a cap (Yao et al. 2025, "Your Efficient RL Framework
+Secretly Brings You Off-Policy RL Training"), with ``c`` the rollout correction's
+``is_cap`` when its importance weights are on, else ``KL_IMPORTANCE_CAP``
+(``kl_importance_cap``). The trade: each token's coefficient is bounded,
+``|c d| <= 20 c``, so no token can dominate the step (bounded variance), at the price of a
+bias on the tokens with ``rho > c``: those the current policy already samples more than
+the behavior policy did get less of the KL's pull than the exact gradient gives (as
+V-trace's truncated ``rho_bar`` evaluates a policy between the behavior and the target
+one). With ``ppo_epochs == 1`` and no correction ``rho`` is 1 and nothing is cut.
+
+As with the policy-gradient term, the state distribution is not differentiated: the term
+regularises each sampled state's next-token distribution; the part of the sequence-level
+KL's gradient that runs through later tokens is what a k1 penalty in the reward carries.
 """
 
 from __future__ import annotations
@@ -53,13 +74,27 @@ from __future__ import annotations
 import torch
 
 from agentrl.errors import ConfigError, ContractError
-from agentrl.trainer.config import KL_ESTIMATORS, KLEstimator
+from agentrl.trainer.config import KL_ESTIMATORS, KLEstimator, RolloutCorrectionConfig
 
-__all__ = ["MAX_ABS_KL_LOG_RATIO", "kl_loss_term", "kl_penalty"]
+__all__ = ["KL_IMPORTANCE_CAP", "MAX_ABS_KL_LOG_RATIO", "kl_importance_cap", "kl_loss_term", "kl_penalty"]
 
 MAX_ABS_KL_LOG_RATIO = 20.0
 """``log current - log reference`` is clamped to ±20 before ``exp`` (fp32 ``exp(89) =
 inf``); the same clamped value sets the gradient's coefficient."""
+
+KL_IMPORTANCE_CAP = 2.0
+"""Truncation of the KL term's importance weight in ``ppo_loss`` (``current / proximal``
+times the rollout-correction weight) when no rollout correction sets one
+(``kl_importance_cap``): the default ``RolloutCorrectionConfig.is_cap``, TIS's usual cap.
+Bias/variance trade: module docstring."""
+
+
+def kl_importance_cap(rollout_correction: RolloutCorrectionConfig) -> float:
+    """The truncation of the KL term's importance weight in ``ppo_loss``
+    (``kl_importance_cap=``): ``rollout_correction.is_cap`` when its importance weights are
+    on (``is_level`` set), so the policy-gradient and KL terms are cut at the same cap; else
+    ``KL_IMPORTANCE_CAP``."""
+    return float(rollout_correction.is_cap) if rollout_correction.is_level is not None else KL_IMPORTANCE_CAP
 
 
 def _log_ratio(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -132,7 +167,7 @@ def kl_loss_term(
         ref_log_probs: ``[T]`` float32, the reference's log-probs (detached here).
         estimator: ``"k1"``, ``"k2"`` or ``"k3"``: the value.
         importance_weights: ``[T]`` float32 ``current / behavior`` per token (detached
-            here), or ``None`` for on-policy samples.
+            here; ``ppo_loss`` passes it truncated), or ``None`` for on-policy samples.
 
     Returns:
         ``[T]`` float32 per-token terms (nats). Masking and aggregation are the caller's.

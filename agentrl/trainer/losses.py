@@ -44,7 +44,7 @@ from agentrl.trainer.config import (
     validate_clip_ratios,
     validate_dual_clip_c,
 )
-from agentrl.trainer.kl import kl_loss_term, kl_penalty
+from agentrl.trainer.kl import KL_IMPORTANCE_CAP, kl_loss_term, kl_penalty
 
 __all__ = [
     "DEFAULT_CHUNK_TOKENS",
@@ -514,6 +514,7 @@ def ppo_loss(
     ref_log_probs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: KLEstimator = "k3",
+    kl_importance_cap: float = KL_IMPORTANCE_CAP,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The policy loss: decoupled PPO-clip with clip-higher and dual clip, rollout
     correction, and an optional KL-to-reference term, aggregated with global normalisers.
@@ -531,15 +532,17 @@ def ppo_loss(
     Sec. 3.1); the decoupled objective, ratio to the proximal policy weighted by
     proximal / behavior (Hilton et al. 2021, Sec. 3; AReaL, Fu et al. 2025, Sec. 5); dual
     clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL", Eq. 5);
-    the KL term ``kl_t = kl_loss_term(log_probs, ref_log_probs, kl_estimator, sg(r_t w_t))``
-    on every loss token (not only the kept ones: the masks address the engine/trainer
-    mismatch of the policy-gradient term, the KL regularises the policy). Its value is
-    the estimate ``k_t`` (Schulman 2020), its gradient ``r_t w_t d_t grad log_probs_t``
-    with ``d_t = log_probs_t - ref_log_probs_t``: in expectation over the sampled tokens,
-    the gradient of KL(current ‖ reference) at each state, for every estimator, with
-    ``r_t w_t`` (current / behavior, unclipped) correcting for tokens sampled by an older
-    policy (``agentrl.trainer.kl``; differentiating ``k_t`` itself would give 0 in
-    expectation for k1 and the gradient of KL(reference ‖ current) for k3).
+    the KL term ``kl_t = kl_loss_term(log_probs, ref_log_probs, kl_estimator, sg(rho_t))``
+    with ``rho_t = min(r_t w_t, kl_importance_cap)`` on every loss token (not only the kept
+    ones: the masks address the engine/trainer mismatch of the policy-gradient term, the
+    KL regularises the policy). Its value is the estimate ``k_t`` (Schulman 2020), its
+    gradient ``rho_t d_t grad log_probs_t`` with ``d_t = log_probs_t - ref_log_probs_t``:
+    in expectation over the sampled tokens, the gradient of KL(current ‖ reference) at each
+    state, for every estimator, with ``r_t w_t`` (current / behavior, not PPO-clipped)
+    correcting for tokens sampled by an older policy, truncated at the cap so that a
+    later epoch's large ``r_t`` cannot put an unbounded weight on a token (bias where
+    ``r_t w_t`` exceeds the cap; ``agentrl.trainer.kl``; differentiating ``k_t`` itself
+    would give 0 in expectation for k1 and the gradient of KL(reference ‖ current) for k3).
 
     ``agg`` is ``aggregate_loss`` with ``loss_agg_mode`` and the global normalisers; tokens
     that ``correction.keep`` masks out contribute 0 but stay in the counts (verl, IcePop),
@@ -571,6 +574,9 @@ def ppo_loss(
             ``kl_coef > 0``, and when given the ``kl/ref_k*`` metrics are reported.
         kl_coef: weight of the KL term (>= 0; 0 = off).
         kl_estimator: ``"k1"``, ``"k2"`` or ``"k3"``.
+        kl_importance_cap: truncation ``c >= 1`` of the KL term's importance weight
+            ``r_t w_t`` (``agentrl.trainer.kl.kl_importance_cap``: the rollout
+            correction's ``is_cap`` when its weights are on, else ``KL_IMPORTANCE_CAP``).
 
     Returns:
         ``(loss, metrics)``: ``loss`` a 0-dim float32 tensor, this call's share of the
@@ -588,7 +594,8 @@ def ppo_loss(
 
     Raises:
         ConfigError: unknown ``loss_agg_mode`` or ``kl_estimator``, a clip ratio outside
-            its range, ``dual_clip_c <= 1``, ``kl_coef < 0``, a normaliser <= 0.
+            its range, ``dual_clip_c <= 1``, ``kl_coef < 0``, ``kl_importance_cap`` not a
+            finite number >= 1, a normaliser <= 0.
         ContractError: shapes that differ, ``seq_ids`` missing for a ``seq-mean`` mode,
             ``ref_log_probs`` missing with ``kl_coef > 0``.
     """
@@ -600,6 +607,9 @@ def ppo_loss(
         raise ConfigError(f"kl_coef={kl_coef!r}; expected a finite number >= 0")
     if kl_estimator not in KL_ESTIMATORS:
         raise ConfigError(f"kl_estimator={kl_estimator!r}; expected one of {KL_ESTIMATORS}")
+    cap = kl_importance_cap
+    if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap >= 1.0):
+        raise ConfigError(f"kl_importance_cap={cap!r}; expected a finite number >= 1")
     shape = log_probs.shape
     if log_probs.dim() != 1:
         raise ContractError(f"log_probs has shape {tuple(shape)}; expected [T]")
@@ -653,6 +663,7 @@ def ppo_loss(
     if kl_coef > 0:
         assert ref is not None
         rho = ratio.detach() if correction is None else ratio.detach() * correction.weights.detach().float()  # (T,)
+        rho = rho.clamp(max=kl_importance_cap)  # (T,) truncated IS (agentrl.trainer.kl)
         kl_tok = torch.where(mask, kl_loss_term(lp, ref, kl_estimator, importance_weights=rho), zero)  # (T,)
         kl_loss = kl_coef * aggregate_loss(kl_tok, loss_mask, **agg)
         loss = pg_loss + kl_loss

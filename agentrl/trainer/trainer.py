@@ -51,6 +51,7 @@ from agentrl.trainer import _fsdp_common as fc
 from agentrl.trainer import packing
 from agentrl.trainer._core import TrainerCore
 from agentrl.trainer.config import KL_ESTIMATORS, TrainerConfig
+from agentrl.trainer.kl import kl_importance_cap
 from agentrl.trainer.losses import (
     PPO_TOKEN_SUM_METRICS,
     ROLLOUT_CORR_SUMS,
@@ -314,6 +315,7 @@ class PolicyTrainer:
                 ref_log_probs=ref_lps[g],
                 kl_coef=cfg.kl.coef if kl_in_loss else 0.0,
                 kl_estimator=cfg.kl.estimator,
+                kl_importance_cap=kl_importance_cap(cfg.rollout_correction),
             )
             loss.backward()
             return torch.stack([m[k].double() for k in metric_names])  # (M,)

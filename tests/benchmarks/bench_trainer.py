@@ -208,9 +208,9 @@ def _bare_setup(model_path: str, attn: str):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.trainer import packing
+    from agentrl.trainer import attention
 
-    attn = packing.resolve_attn_implementation(attn, device="cpu", dtype="float32")
+    attn = attention.resolve_attn_implementation(attn, device="cpu", dtype="float32")
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation=attn)
     model.train()
     for m in model.modules():  # as the trainer: deterministic scoring

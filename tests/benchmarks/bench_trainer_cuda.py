@@ -426,10 +426,10 @@ def run_bare(args: argparse.Namespace, model_path: str, attn: str, batch, rank: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.trainer import packing
+    from agentrl.trainer import attention, packing
     from agentrl.trainer.config import TrainerConfig
 
-    kernel = packing.resolve_attn_implementation(attn, device=device.type, dtype=args.dtype)
+    kernel = attention.resolve_attn_implementation(attn, device=device.type, dtype=args.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation=kernel).to(device)
     model.train()
     for m in model.modules():  # as the trainer: dropout off
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     import transformers
 
-    from agentrl.trainer import packing
+    from agentrl.trainer import attention
 
     transformers.utils.logging.disable_progress_bar()
     from agentrl.types import SamplingRecord, TokenBatch
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         n_tok, n_loss = batch.num_tokens, batch.num_loss_tokens
         flops = step_flops(shape, lens, n_loss)
         attn, attn_why = pick_attn(args.attn, args.device)
-        resolved = packing.resolve_attn_implementation(attn, device=args.device, dtype=args.dtype)
+        resolved = attention.resolve_attn_implementation(attn, device=args.device, dtype=args.dtype)
         if device.type == "cuda":
             dev_name = torch.cuda.get_device_name(device)
             peak, peak_src = peak_tflops(dev_name, args.peak_tflops)

@@ -11,8 +11,9 @@ import logging
 import pytest
 
 import critics
-from agentrl.config import check_group_size, load_config
+from agentrl.config import load_config
 from agentrl.credit import assign_credit
+from agentrl.credit.group_size import check_group_size
 from agentrl.errors import ConfigError
 from agentrl.types import Episode, SamplingRecord, TerminationReason, Turn
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from agentrl.errors import ConfigError, ContractError
 from agentrl.trainer import _fsdp_common as fc
-from agentrl.trainer import packing
+from agentrl.trainer import attention, packing
 
 # ---------------------------------------------------------------- micro-batches
 
@@ -132,7 +132,7 @@ def test_varlen_sdpa_equals_a_dense_block_diagonal_mask_in_values_and_gradients(
     k = torch.randn(1, kv_heads, 21, 8, generator=g, dtype=torch.float64, requires_grad=True)
     v = torch.randn(1, kv_heads, 21, 8, generator=g, dtype=torch.float64, requires_grad=True)
     cu = torch.tensor(bounds, dtype=torch.int32)
-    out, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
+    out, _ = attention.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
     assert out.shape == (1, 21, heads, 8)  # transformers' layout
     ref = _block_causal_reference(q, k, v, bounds).transpose(1, 2)
     torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
@@ -143,10 +143,10 @@ def test_varlen_sdpa_equals_a_dense_block_diagonal_mask_in_values_and_gradients(
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
     # the boundaries can come from position ids instead (restarts at 0)
     pos = torch.cat([torch.arange(e - s) for s, e in zip(bounds[:-1], bounds[1:])])[None]
-    out2, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None, position_ids=pos)
+    out2, _ = attention.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None, position_ids=pos)
     torch.testing.assert_close(out2, out, atol=0, rtol=0)
     # and a row really does not see the row before it
-    cross, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None)
+    cross, _ = attention.varlen_sdpa_attention(torch.nn.Module(), q, k, v, None)
     assert (cross[:, 5:] - out[:, 5:]).abs().max() > 1e-3
 
 
@@ -154,9 +154,9 @@ def test_varlen_sdpa_rejects_batched_boundaries() -> None:
     q = torch.zeros(2, 2, 4, 8)
     cu = torch.tensor([0, 2, 4], dtype=torch.int32)
     with pytest.raises(ContractError, match="batch of 1"):
-        packing.varlen_sdpa_attention(torch.nn.Module(), q, q, q, None, cu_seq_lens_q=cu)
+        attention.varlen_sdpa_attention(torch.nn.Module(), q, q, q, None, cu_seq_lens_q=cu)
     with pytest.raises(ContractError, match="cu_seq_lens_q != cu_seq_lens_k"):
-        packing.varlen_sdpa_attention(torch.nn.Module(), q[:1], q[:1], q[:1], None, cu_seq_lens_q=cu,
+        attention.varlen_sdpa_attention(torch.nn.Module(), q[:1], q[:1], q[:1], None, cu_seq_lens_q=cu,
                                       cu_seq_lens_k=torch.tensor([0, 1, 4], dtype=torch.int32))
 
 
@@ -176,7 +176,7 @@ def test_varlen_sdpa_runs_padded_rows_at_their_own_length_bit_for_bit() -> None:
     keep[1] = True
     keep[2, 737:] = True  # left padding
     keep[2, 800:810] = False  # and a hole
-    out, _ = packing.varlen_sdpa_attention(torch.nn.Module(), q, k, v, keep)
+    out, _ = attention.varlen_sdpa_attention(torch.nn.Module(), q, k, v, keep)
     assert out.shape == (3, width, heads, 16)  # transformers' layout
     for b, n in ((0, 563), (1, 1037)):
         alone = F.scaled_dot_product_attention(q[b:b + 1, :, :n], k[b:b + 1, :, :n], v[b:b + 1, :, :n],
@@ -198,24 +198,24 @@ def test_varlen_mask_entry_hands_padded_rows_their_padding_mask() -> None:
 
     pad = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
     kw = dict(batch_size=2, q_length=4, kv_length=4, q_offset=0, kv_offset=0, mask_function=causal_mask_function)
-    got = packing._varlen_sdpa_mask(attention_mask=pad, **kw)
+    got = attention._varlen_sdpa_mask(attention_mask=pad, **kw)
     assert got.dtype == torch.bool and torch.equal(got, pad.bool())
-    assert packing._varlen_sdpa_mask(attention_mask=torch.ones(2, 4, dtype=torch.long), **kw) is None  # no padding
-    assert packing._varlen_sdpa_mask(attention_mask=None, **kw) is None  # packed rows
+    assert attention._varlen_sdpa_mask(attention_mask=torch.ones(2, 4, dtype=torch.long), **kw) is None  # no padding
+    assert attention._varlen_sdpa_mask(attention_mask=None, **kw) is None  # packed rows
     # anything but plain causal self-attention without a cache keeps transformers' 4-D mask
     sliding = {**kw, "mask_function": sliding_window_causal_mask_function(2)}
-    assert packing._varlen_sdpa_mask(attention_mask=pad.bool(), **sliding).dim() == 4
-    assert packing._varlen_sdpa_mask(attention_mask=pad.bool(), **{**kw, "q_length": 1, "q_offset": 3}).dim() == 4
+    assert attention._varlen_sdpa_mask(attention_mask=pad.bool(), **sliding).dim() == 4
+    assert attention._varlen_sdpa_mask(attention_mask=pad.bool(), **{**kw, "q_length": 1, "q_offset": 3}).dim() == 4
 
 
 def test_auto_resolves_to_the_per_row_kernel_on_cpu() -> None:
     from transformers import AttentionInterface
 
-    assert packing.resolve_attn_implementation("auto", device="cpu", dtype="float32") == packing.VARLEN_SDPA
-    assert packing.VARLEN_SDPA in AttentionInterface._global_mapping
+    assert attention.resolve_attn_implementation("auto", device="cpu", dtype="float32") == attention.VARLEN_SDPA
+    assert attention.VARLEN_SDPA in AttentionInterface._global_mapping
     # fp32 on CUDA has no flash kernel: the per-row SDPA kernel, whether or not flash_attn is installed
-    assert packing.resolve_attn_implementation("auto", device="cuda", dtype="float32") == packing.VARLEN_SDPA
-    assert packing.resolve_attn_implementation("sdpa", device="cpu", dtype="float32") == "sdpa"
+    assert attention.resolve_attn_implementation("auto", device="cuda", dtype="float32") == attention.VARLEN_SDPA
+    assert attention.resolve_attn_implementation("sdpa", device="cpu", dtype="float32") == "sdpa"
 
 
 # ---------------------------------------------------------------- chunked LM head
