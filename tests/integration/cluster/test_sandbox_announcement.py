@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,15 +25,6 @@ DEFAULT = "unix:///var/run/docker.sock"
 
 def _cfg(*overrides: str):
     return load_config(None, ["env.id=agentrl/ShellTasks-v0", *overrides])
-
-
-@pytest.fixture
-def dead_socket(tmp_path):
-    path = tmp_path / "nobody.sock"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
-    s.close()
-    return f"unix://{path}"
 
 
 def _state(tmp_path, monkeypatch, pid: int) -> None:

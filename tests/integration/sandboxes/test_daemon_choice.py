@@ -46,16 +46,6 @@ def real_daemon(monkeypatch):
     return pid
 
 
-@pytest.fixture
-def dead_socket(tmp_path):
-    """``unix://`` address of a socket file nobody accepts on (bound, then closed)."""
-    path = tmp_path / "nobody.sock"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
-    s.close()
-    return f"unix://{path}"
-
-
 def _state(tmp_path, monkeypatch, **record) -> None:
     """Point the dockerd state file of agentrl's scripts at a record of our own making."""
     path = tmp_path / "state.json"

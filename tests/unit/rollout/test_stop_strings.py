@@ -8,6 +8,7 @@ import pytest
 
 from agentrl.config import load_default_config
 from agentrl.rollout.stop_strings import StopCheck, cut_at_stop
+from tests.helpers.engine_outputs import FakeOutput, stop_bookkeeping_engine
 
 # each id is one chunk of text, as a tokenizer's pieces are
 PIECES = ["Let", " me", " look", ".", "<tool", "_call", ">{", "}</", "tool", "_call", ">\n", "The", " output"]
@@ -40,27 +41,8 @@ def test_an_empty_stop_string_is_a_config_error_naming_it():
         load_default_config(["rollout.stop_strings=['</tool_call>', '']"])
 
 
-class _Logprob:
-    def __init__(self, lp):
-        self.logprob = lp
-
-
-class _Output:
-    """The fields of vLLM's CompletionOutput that the engine reads."""
-
-    def __init__(self, ids, finish_reason=None):
-        self.token_ids = list(ids)
-        self.logprobs = [{t: _Logprob(-0.5)} for t in ids]
-        self.finish_reason = finish_reason
-
-
 def _engine():
-    from agentrl.rollout.engine import VLLMEngine
-
-    eng = object.__new__(VLLMEngine)  # only the stop-string bookkeeping, no vLLM
-    eng.decode = decode
-    eng._stops = {}
-    return eng
+    return stop_bookkeeping_engine(decode)
 
 
 def _watch(eng, rid, stops=("</tool_call>",), context=()):
@@ -77,10 +59,10 @@ def test_the_engine_cuts_a_finished_completion_at_its_stop_string_but_keeps_a_st
     eng = _engine()
     eng.decode = dec
     _watch(eng, "a")
-    cut = eng._stopped("a", _Output(range(13), "length"), finished=True)
+    cut = eng._stopped("a", FakeOutput(range(13), "length"), finished=True)
     assert cut.token_ids == tuple(range(11)) and cut.finish_reason == "stop" and cut.stop_token_id is None
     _watch(eng, "b")  # "...</tool_call>" then the stop token: as vLLM ended it
-    assert eng._stopped("b", _Output([*range(11), eos], "stop"), finished=True) is None
+    assert eng._stopped("b", FakeOutput([*range(11), eos], "stop"), finished=True) is None
     _watch(eng, "c")  # unfinished: nothing yet, then the tokens that complete it
-    assert eng._stopped("c", _Output(range(9))) is None and eng._stops["c"].read == 9
-    assert eng._stopped("c", _Output(range(12))).token_ids == tuple(range(11))  # step() then aborts it
+    assert eng._stopped("c", FakeOutput(range(9))) is None and eng._stops["c"].read == 9
+    assert eng._stopped("c", FakeOutput(range(12))).token_ids == tuple(range(11))  # step() then aborts it

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from agentrl.rollout.stop_strings import cut_at_stop, first_stop_end, in_tool_call_string
+from tests.helpers.engine_outputs import FakeOutput, stop_bookkeeping_engine
 
 STOP = ["</tool_call>"]
 
@@ -85,27 +86,8 @@ def test_the_string_mask_marks_the_string_contents_only():
     assert "".join(c for c, m in zip(text, in_tool_call_string(text)) if m) == "axy"
 
 
-class _Logprob:
-    def __init__(self, lp):
-        self.logprob = lp
-
-
-class _Output:
-    """The fields of vLLM's CompletionOutput that the engine reads."""
-
-    def __init__(self, ids, finish_reason=None):
-        self.token_ids = list(ids)
-        self.logprobs = [{t: _Logprob(-0.5)} for t in ids]
-        self.finish_reason = finish_reason
-
-
 def _engine():
-    from agentrl.rollout.engine import VLLMEngine
-
-    eng = object.__new__(VLLMEngine)  # only the stop-string bookkeeping, no vLLM
-    eng.decode = decode
-    eng._stops = {}
-    return eng
+    return stop_bookkeeping_engine(decode)
 
 
 def test_the_engine_goes_on_past_a_closing_tag_inside_a_string_and_stops_at_the_real_one():
@@ -114,9 +96,9 @@ def test_the_engine_goes_on_past_a_closing_tag_inside_a_string_and_stops_at_the_
     first = text.index("</tool_call>") + len("</tool_call>")
     eng = _engine()
     eng._watch_stops("r", STOP, ())
-    assert eng._stopped("r", _Output(ids[:first])) is None  # the in-string tag: the request goes on
+    assert eng._stopped("r", FakeOutput(ids[:first])) is None  # the in-string tag: the request goes on
     assert eng._stops["r"].read == first
-    got = eng._stopped("r", _Output(ids))
+    got = eng._stopped("r", FakeOutput(ids))
     assert decode(got.token_ids) == GREP and got.finish_reason == "stop" and len(got.log_probs) == len(GREP)
 
 
@@ -127,8 +109,8 @@ def test_a_continued_request_reads_the_turn_before_its_preemption():
     before, after = ids_of(GREP[:split]), ids_of(GREP[split:] + "\nimagined")
     eng = _engine()
     eng._watch_stops("r.1", STOP, before)
-    assert eng._stopped("r.1", _Output(after[:len("</tool_call>") + 2])) is None
-    got = eng._stopped("r.1", _Output(after))
+    assert eng._stopped("r.1", FakeOutput(after[:len("</tool_call>") + 2])) is None
+    got = eng._stopped("r.1", FakeOutput(after))
     assert decode(before + list(got.token_ids)) == GREP
     # the loop's cut of the whole turn agrees
     assert cut_at_stop(before + after, decode, STOP) == len(GREP)
