@@ -58,8 +58,9 @@ docker_at=${DOCKER_HOST:-unix:///var/run/docker.sock}
 if .venv/bin/python -c "import sys; from sandboxes.docker.daemon import docker_daemon_answers; sys.exit(0 if docker_daemon_answers() else 1)"; then
   echo "[install] building the sandbox base image on the Docker daemon at $docker_at (cached; first time about a minute)"
   .venv/bin/python -c "from sandboxes.docker.images import build_image; build_image(progress=print)"
-  echo "[install] runs use that daemon when it is named: set sandbox.docker_host: $docker_at in the" \
-       "run's config (or export DOCKER_HOST=$docker_at); else sandbox.backend: auto uses bubblewrap"
+  echo "[install] runs use that daemon when it is named (sandbox.docker_host: $docker_at in the" \
+       "run's config, or export DOCKER_HOST=$docker_at) or when agentrl's own scripts started it;" \
+       "else sandbox.backend: auto uses bubblewrap"
 else
   echo "[install] no Docker daemon answers at $docker_at: sandboxes will use bubblewrap. To use Docker:" \
        "start dockerd, run this again (or 'agentrl sandbox build-image'), and set" \
