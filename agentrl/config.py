@@ -666,15 +666,23 @@ class LoggingConfig(_Section):
     wandb: WandbConfig | None = Field(None, description="Log every metrics.jsonl line to Weights & Biases (see its fields); None: off.")
 
 
-_IMPORTED_WITH: dict[str, tuple[str, ...]] = {}
+_IMPORTED_WITH: dict[str, tuple[object, tuple[str, ...]]] = {}
+"""Env module name -> (the module object that import made, the names it added to sys.modules)."""
 
 
 def modules_imported_with(name: str) -> tuple[str, ...] | None:
     """The modules that importing ``name`` (one of ``env.import_modules``) added to
     ``sys.modules`` in this process, itself and its own imports (a helper module beside it)
     among them; None when ``Config`` validation was not what imported it first (then it is
-    unknown). ``agentrl.cluster.ray_join`` ships the user's ones to a joined cluster."""
-    return _IMPORTED_WITH.get(name)
+    unknown), and when ``sys.modules`` no longer holds the module that import made (it was
+    removed or re-imported, perhaps from another file: the record would name another
+    module's helpers). ``agentrl.cluster.ray_join`` ships the user's ones to a joined cluster."""
+    import sys
+
+    record = _IMPORTED_WITH.get(name)
+    if record is None or sys.modules.get(name) is not record[0]:
+        return None
+    return record[1]
 
 
 class Config(_Section):
@@ -717,7 +725,7 @@ class Config(_Section):
                         "it must be importable (on sys.path / PYTHONPATH) in every process of the run"
                     ) from exc
                 if name not in before:
-                    _IMPORTED_WITH[name] = tuple(m for m in sys.modules if m not in before)
+                    _IMPORTED_WITH[name] = (sys.modules.get(name), tuple(m for m in sys.modules if m not in before))
         return data
 
     @model_validator(mode="after")

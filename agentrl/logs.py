@@ -82,6 +82,9 @@ KNOWN_HARMLESS: tuple[KnownWarning, ...] = (
     _known("ray-init-again", r"Calling ray\.init\(\) again after it has already been called\.",
            "an in-process caller (a test, a notebook) initialised Ray first; agentrl uses that instance."),
     # vLLM engine start-up in a rollout actor: the CPU platform and settings agentrl chose on purpose
+    _known("vllm-dist-ident-env", r"Unknown vLLM environment variable detected: VLLM_DIST_IDENT",
+           "vLLM's CPU worker sets VLLM_DIST_IDENT in its own process (vllm/v1/worker/cpu_worker.py); an "
+           "engine started later in the same process (an eval engine after another one) sees it and warns."),
     _known("vllm-global-seed", r"The global random seed is set to \d+\. Since VLLM_ENABLE_V1_MULTIPROCESSING is set "
                                r"to False, this may affect the random state",
            "agentrl runs the engine in-process on purpose; every request carries its own sampling seed."),

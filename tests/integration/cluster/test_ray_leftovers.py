@@ -79,17 +79,19 @@ def test_killed_drivers_ray_leftovers_are_reaped_and_a_live_instance_is_untouche
     killed, _ = _start_driver(killed_tmp, "killed")
     live, _ = _start_driver(live_tmp, "live")
     try:
-        # The agents are started by the raylet once it runs: wait until they carry the label.
-        assert _wait_for(lambda: any(n.startswith("ray::RuntimeEnvAgent") for n in _names(_owned_by(killed.pid))), 60)
+        # The agents are started by the raylet once it runs: wait until the instance's GCS server,
+        # raylet and both agents carry the label (by the label, not the process title: the
+        # agents set their "ray::...Agent" titles only after their imports, late on a loaded machine).
+        assert _wait_for(lambda: len(_owned_by(killed.pid)) >= 4, 120), _names(_owned_by(killed.pid))
+        assert _wait_for(lambda: len(_owned_by(live.pid)) >= 4, 120), _names(_owned_by(live.pid))
         live_before = _owned_by(live.pid)
-        assert any(n.startswith("ray::DashboardAgent") for n in _names(live_before))
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait(timeout=30)
         # Ray's head processes exit on their own once they notice the driver is gone; the agents stay.
         assert _wait_for(lambda: not any("raylet" in n for n in _names(_owned_by(killed.pid))), 60)
         time.sleep(2)
         left = _names(_owned_by(killed.pid))
-        assert any(n.startswith("ray::") for n in left), f"expected Ray's agents to outlive the driver, got {left}"
+        assert left, "expected Ray's agents to outlive the driver, found none of its labelled processes left"
 
         gc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sandbox", "gc"], cwd=REPO, capture_output=True,
                             text=True, timeout=120)

@@ -236,7 +236,10 @@ def test_a_submission_cannot_turn_its_grade_into_a_harness_error(sandbox, execs)
     assert reports["forged_internal"].load_error == (
         "the test process broke the harness protocol while loading the solution")
     assert [o.status for o in reports["killer"].outcomes] == ["crash"] * 6
-    assert reports["collide"].outcomes[0].status == "timeout"
+    # The submission's own failure either way: its case timed out on the rebuild (the unit test
+    # test_a_forged_reply_that_is_slow_to_rebuild_is_the_cases_timeout pins that), or the
+    # rebuild finished in time and the forged value failed the assertion.
+    assert reports["collide"].outcomes[0].status in ("timeout", "fail")
     assert [r.reward for r in reports.values()] == [0.0, 0.0, 0.0, 1.0]
 
 

@@ -56,7 +56,7 @@ def test_a_group_relative_estimator_with_groups_of_one_is_refused(advantage):
     msg = str(info.value)
     assert f"env.group_size=1 with algorithm.advantage={advantage!r}" in msg
     assert "needs at least 2 rollouts per task instance" in msg and "never learn" in msg
-    assert "set env.group_size >= 2" in msg and "gae, turn_critic" in msg  # what to use instead
+    assert "set env.group_size >= 2" in msg and "gae" in msg and "turn_critic" in msg  # what to use instead (a user's estimator registered by another test may stand between them)
     assert "\n" not in msg
 
 
