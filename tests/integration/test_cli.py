@@ -126,15 +126,22 @@ def test_an_error_is_one_whole_line_in_a_narrow_pipe(tmp_path, args, needle):
 
     path = _long_path(tmp_path)
     assert len(str(path)) > 300
-    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "COLUMNS")}
-    env["COLUMNS"] = "40"
-    r = subprocess.run([sys.executable, "-m", "agentrl.cli", *[a.format(path=path) for a in args]], cwd=REPO,
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = _cli_in_a_narrow_pipe(args, path)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("error: ") and needle in lines[0] and str(path) in lines[0], lines[0]
 
+
+
+def _cli_in_a_narrow_pipe(args: list[str], path) -> subprocess.CompletedProcess:
+    """``agentrl ARGS`` (``{path}`` filled in) with stdout/stderr piped, no TERM, COLUMNS=40."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "COLUMNS")}
+    env["COLUMNS"] = "40"
+    return subprocess.run([sys.executable, "-m", "agentrl.cli", *[a.format(path=path) for a in args]], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=env)
 
 @pytest.mark.parametrize("args, needle", [
     (["eval", "--samples", "yyyy", "{path}"], "Invalid value for '--samples': Input should be a valid integer, "
@@ -152,10 +159,7 @@ def test_a_usage_error_is_one_plain_line_naming_the_value(tmp_path, args, needle
     import os
 
     path = _long_path(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "COLUMNS")}
-    env["COLUMNS"] = "40"
-    r = subprocess.run([sys.executable, "-m", "agentrl.cli", *[a.format(path=path) for a in args]], cwd=REPO,
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = _cli_in_a_narrow_pipe(args, path)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr

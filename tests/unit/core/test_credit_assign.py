@@ -30,20 +30,6 @@ def _ep(group, rewards, *, anchors=None, episode_id=None, mode="full_history", l
     return ep
 
 
-@pytest.fixture
-def registered():
-    names = []
-
-    def add(name, fn, **kw):
-        critics.register_estimator(name, fn, **kw)
-        names.append(name)
-        return fn
-
-    yield add
-    for n in names:
-        critics.ESTIMATORS.pop(n, None)
-
-
 def test_grpo_known_values_through_assign_credit():
     # group a: returns 1, 0 -> mean 0.5, std (ddof 1) 0.7071 -> +-0.7071; group b: equal -> 0
     eps = [_ep("a", [1.0], episode_id="a1"), _ep("a", [0.0], episode_id="a0"),

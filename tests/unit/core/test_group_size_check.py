@@ -22,20 +22,6 @@ def _cfg(*overrides: str):
     return load_config(None, list(overrides))
 
 
-@pytest.fixture
-def registered():
-    names = []
-
-    def add(name, fn, **kw):
-        critics.register_estimator(name, fn, **kw)
-        names.append(name)
-        return fn
-
-    yield add
-    for n in names:
-        critics.ESTIMATORS.pop(n, None)
-
-
 def _ep(group: str, rewards: list[float], anchors: list[str]) -> Episode:
     ep = Episode(group_id=group, env_id="e", task_id=group, seed=0, terminated=True,
                  termination_reason=TerminationReason.ENV_TERMINATED)
