@@ -11,7 +11,9 @@ its owner, and a reap removes those whose owner is gone:
   ``AGENTRL_RAY_OWNER=<pid>-<start_ticks>-<pidns>`` (the driver's pid, start time and pid
   namespace, ``sandboxes.labels.Owner``) is set while Ray starts the instance, so the GCS, the
   raylet, the agents and every worker inherit it (and the driver's own environment is
-  restored right after).
+  restored right after). ``SPT_NOENV=1`` is set with it: Ray's processes set their titles
+  (``ray::DashboardAgent``) with setproctitle, which otherwise writes the title over the
+  memory ``/proc/<pid>/environ`` reads, and the label would be gone from a titled process.
 - ``reap_dead_ray_instances()``: SIGKILLs every process of this user that carries the label
   of a process that no longer runs (pid gone, or reused: the start time differs). Only owners
   it can look up are judged (``sandboxes.labels.OwnerJudge``): the processes of an instance
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 OWNER_VAR = "AGENTRL_RAY_OWNER"
 """The environment variable that labels a local Ray instance's processes with their driver."""
 
+_KEEP_ENVIRON_VAR = "SPT_NOENV"  # setproctitle's switch: do not write titles over the environment
 _GONE_WAIT_S = 5.0  # how long a reap waits for the killed processes to disappear
 
 
@@ -56,15 +59,19 @@ def labelled_start() -> Iterator[str]:
         The label (``"<pid>-<start_ticks>-<pidns>"``).
     """
     label = owner_label()
-    before = os.environ.get(OWNER_VAR)
-    os.environ[OWNER_VAR] = label
+    # SPT_NOENV: setproctitle (Ray's titles) then keeps to argv's memory and leaves the
+    # environment, and with it the label, readable in /proc/<pid>/environ.
+    settings = {OWNER_VAR: label, _KEEP_ENVIRON_VAR: "1"}
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield label
     finally:
-        if before is None:
-            os.environ.pop(OWNER_VAR, None)
-        else:
-            os.environ[OWNER_VAR] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _label_of(pid: int) -> Owner | None:

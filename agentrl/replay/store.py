@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -802,11 +804,35 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     try:
-        cur.execute("PRAGMA journal_mode=WAL")
+        _set_wal_mode(cur)
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; safe in WAL mode
     finally:
         cur.close()
+
+
+def _set_wal_mode(cur: Any) -> None:
+    """Switch the database to WAL mode (a setting kept in the file) unless it is in it already.
+
+    The switch needs the exclusive lock. Processes opening a new database at once each hold
+    a shared lock while asking for it, and SQLite answers "database is locked" at once
+    rather than wait in the busy handler (it would deadlock), so the switch is retried until
+    the connection's busy timeout has passed.
+    """
+    if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+        return
+    busy_timeout_s = float(cur.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000.0
+    deadline = time.monotonic() + busy_timeout_s
+    pause_s = 0.01
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause_s > deadline:
+                raise
+        time.sleep(pause_s)
+        pause_s = min(pause_s * 2, 0.5)
 
 
 def _sqlite_ro_on_connect(dbapi_conn: Any, _record: Any) -> None:

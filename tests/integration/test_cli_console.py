@@ -37,7 +37,8 @@ def test_eval_hides_known_harmless_lines_and_writes_them_to_the_log_file(tmp_pat
     log = (tmp_path / "eval" / "console.log").read_text()
     hidden = [line for line in log.splitlines() if "[hidden " in line]
     names = {line.split("[hidden ", 1)[1].split("]", 1)[0] for line in hidden}
-    assert {"ray-token-auth-enabled", "vllm-enforce-eager", "vllm-ld-preload", "vllm-loading-shards",
+    # (Ray's token-auth notice is hidden where Ray prints it; some installs do not.)
+    assert {"vllm-enforce-eager", "vllm-ld-preload", "vllm-loading-shards",
             "vllm-no-tokenizer-eos", "torch-reduce-op-deprecated", "continuation"} <= names
     assert len(hidden) >= 25
     print(f"console lines: {len(printed)} printed, {len(hidden)} known-harmless lines hidden (in {tmp_path}/eval/console.log)")

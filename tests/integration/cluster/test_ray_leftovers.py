@@ -1,6 +1,6 @@
 """A run's local Ray instance does not outlive its killed driver for long: after SIGKILL of
-the driver, Ray's agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) stay, reparented
-to init; the next local start (``ray_setup.connect``) or ``agentrl sandbox gc`` ends them,
+the driver, Ray's agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) usually stay,
+reparented to init; the next local start (``ray_setup.connect``) or ``agentrl sandbox gc`` ends them,
 and leaves alone the instance of a run whose driver still runs and a cluster started without
 agentrl's label."""
 
@@ -84,19 +84,26 @@ def test_killed_drivers_ray_leftovers_are_reaped_and_a_live_instance_is_untouche
         # agents set their "ray::...Agent" titles only after their imports, late on a loaded machine).
         assert _wait_for(lambda: len(_owned_by(killed.pid)) >= 4, 120), _names(_owned_by(killed.pid))
         assert _wait_for(lambda: len(_owned_by(live.pid)) >= 4, 120), _names(_owned_by(live.pid))
+        # Titled, the agents still carry the label (setproctitle leaves the environment alone).
+        agents = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
+        assert _wait_for(lambda: agents <= set(_names(_owned_by(killed.pid))), 120), _names(_owned_by(killed.pid))
         live_before = _owned_by(live.pid)
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait(timeout=30)
         # Ray's head processes exit on their own once they notice the driver is gone; the agents stay.
         assert _wait_for(lambda: not any("raylet" in n for n in _names(_owned_by(killed.pid))), 60)
         time.sleep(2)
+        # Whether the agents are still there now depends on timing: they end themselves once they
+        # notice the raylet is gone (most runs here they stay; in some they are gone already).
+        # The reaper itself is pinned with plain labelled processes in tests/unit/cluster/test_ray_local.py;
+        # what counts here is that after gc nothing of the killed instance is left.
         left = _names(_owned_by(killed.pid))
-        assert left, "expected Ray's agents to outlive the driver, found none of its labelled processes left"
 
         gc = subprocess.run([sys.executable, "-m", "agentrl.cli", "sandbox", "gc"], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
         assert gc.returncode == 0, gc.stdout + gc.stderr
-        assert "processes of Ray instances whose run is gone" in gc.stdout, gc.stdout
+        if left:
+            assert "processes of Ray instances whose run is gone" in gc.stdout, (left, gc.stdout)
         assert _wait_for(lambda: _owned_by(killed.pid) == [], 10), _names(_owned_by(killed.pid))
         # The live run's instance is whole: every process it had still runs.
         assert set(live_before) <= set(_owned_by(live.pid)), (live_before, _owned_by(live.pid))

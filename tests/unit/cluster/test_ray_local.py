@@ -69,9 +69,30 @@ def test_reap_leaves_unlabelled_and_live_owners_alone(tmp_path):
 
 def test_labelled_start_sets_the_label_only_inside_the_block(monkeypatch):
     monkeypatch.delenv(OWNER_VAR, raising=False)
+    monkeypatch.delenv("SPT_NOENV", raising=False)
     with labelled_start() as label:
         assert os.environ[OWNER_VAR] == label == f"{os.getpid()}-{process_start_ticks(os.getpid())}-{Owner.current().pid_ns}"
-    assert OWNER_VAR not in os.environ
+        assert os.environ["SPT_NOENV"] == "1"  # a process title set by setproctitle keeps the label readable
+    assert OWNER_VAR not in os.environ and "SPT_NOENV" not in os.environ
+
+
+def test_a_titled_process_keeps_its_label_readable(monkeypatch):
+    """Ray's processes set their titles with setproctitle, which by default writes the title
+    over the memory /proc/<pid>/environ shows; inside labelled_start it must not."""
+    setproctitle = pytest.importorskip("setproctitle")  # Ray's dependency; Ray's own copy reads SPT_NOENV too
+    script = ("import sys, time, setproctitle; setproctitle.setproctitle('ray::DashboardAgent'); "
+              "print('titled', flush=True); time.sleep(60)")
+    monkeypatch.delenv(OWNER_VAR, raising=False)
+    with labelled_start() as label:
+        # a long argv, as Ray's agents have (the title must fit in it when the environment is kept)
+        proc = subprocess.Popen([sys.executable, "-c", script, "x" * 200], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "titled"
+        assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"ray::DashboardAgent")
+        assert labelled_ray_processes()[proc.pid].token() == label
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 _NAMESPACED_DRIVER = (
