@@ -24,7 +24,7 @@ Three ways to a ``Config`` (``agentrl.config.Config``), each plus ``key.sub=valu
 Then:
 
 - ``train(cfg, resume=False)``: run it, or with ``resume=True`` continue the run in
-  ``cfg``'s run directory from its latest checkpoint (``agentrl.cluster.controller.train``);
+  ``cfg``'s run directory from its latest checkpoint (``agentrl.driver.controller.train``);
   returns a ``RunSummary``.
 - ``RunSummary``: what ``train`` returns (run directory, run id, iterations done, policy
   version, metrics history, status).
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from agentrl.errors import ConfigError
 
 if TYPE_CHECKING:  # what type checkers see for the lazily forwarded names (never imported at run time)
-    from agentrl.cluster.controller import RunSummary, train
+    from agentrl.driver.controller import RunSummary, train
     from agentrl.config import Config, code_defaults, load_config
     from agentrl.config import load_default_config as default_config
     from agentrl.replay import open_replay_store
@@ -58,8 +58,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "default_config": ("agentrl.config", "load_default_config"),
     "code_defaults": ("agentrl.config", "code_defaults"),
     "Config": ("agentrl.config", "Config"),
-    "train": ("agentrl.cluster.controller", "train"),
-    "RunSummary": ("agentrl.cluster.controller", "RunSummary"),
+    "train": ("agentrl.driver.controller", "train"),
+    "RunSummary": ("agentrl.driver.controller", "RunSummary"),
     "register_estimator": ("critics", "register_estimator"),
     "open_replay_store": ("agentrl.replay", "open_replay_store"),
 }

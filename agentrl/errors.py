@@ -5,7 +5,7 @@ The split matters for training: a *model* fault (unparseable tool call, answer c
 (sandbox died, engine crashed) or a *reward* fault (verifier raised) is never scored as a
 model failure — the episode is flagged, excluded from the loss and counted.
 
-This module imports nothing of ours (design.md, "Who may import whom").
+This module imports nothing of ours (docs/design.md, "Who may import whom").
 """
 
 from __future__ import annotations
@@ -23,6 +23,18 @@ class ConfigError(AgentRLError, ValueError):
 class ContractError(AgentRLError, ValueError):
     """Data broke the contract of ``agentrl.types`` (e.g. ``sum(loss_mask)`` differs from
     ``len(behavior_log_probs)``). Always a bug in the producer, never the model's fault."""
+
+
+class StepInfoError(ContractError):
+    """An environment's ``info`` broke the step-info contract (``agentrl.types.StepInfo``).
+    ``env_id``, ``key`` and ``value`` name what was wrong; the message also says what was
+    expected."""
+
+    def __init__(self, message: str, *, env_id: str, key: str, value: object) -> None:
+        super().__init__(message)
+        self.env_id = env_id
+        self.key = key
+        self.value = value
 
 
 class EnvError(AgentRLError):

@@ -10,7 +10,7 @@ not on the list, an error, a traceback, reach the terminal as before.
 Where lines come from and how they are filtered:
 
 - the driver's Python logging: the handler of ``logging.basicConfig`` and Ray's own handler
-  on the ``ray`` logger (``filter_ray_logger``, called by ``agentrl.cluster.ray_setup.connect``
+  on the ``ray`` logger (``filter_ray_logger``, called by ``agentrl.cluster.actors.ray_connect.connect``
   before ``ray.init``) get a ``ConsoleFilter``; Python warnings are routed through logging
   (``logging.captureWarnings``) so they take the same path;
 - the Ray actors (vLLM engines, trainer ranks): Ray forwards their stdout and stderr to the
@@ -29,7 +29,7 @@ in memory (the first ``MAX_BUFFERED_LINES``) and written when it is attached.
 Example::
 
     setup_console(debug=False)          # the CLI, before anything logs
-    ...                                 # ray_setup.connect -> filter_worker_logs()
+    ...                                 # ray_connect.connect -> filter_worker_logs()
     attach_log_file(run_dir / "console.log")
 """
 
@@ -280,7 +280,7 @@ def setup_console(debug: bool = False) -> ConsoleLog:
 
 def filter_ray_logger() -> None:
     """The console filter on Ray's handler of the ``ray`` logger (which does not propagate),
-    once Ray is imported (``agentrl.cluster.ray_setup.connect`` calls it before ``ray.init``,
+    once Ray is imported (``agentrl.cluster.actors.ray_connect.connect`` calls it before ``ray.init``,
     which logs through it); nothing when no command set up the console."""
     if _console is None or "ray" not in sys.modules:
         return

@@ -5,11 +5,14 @@ Order: epoch ``e`` visits the split's task ids in a permutation drawn from
 ``tasks_per_iteration`` ids, crossing into the next epoch when one runs out. The state is
 one integer (``cursor`` = tasks handed out so far), saved in every checkpoint, so a
 resumed run continues with exactly the tasks an uninterrupted run would have seen, and no
-batch is repeated or skipped (case C11), on an epoch boundary too.
+batch is repeated or skipped, on an epoch boundary too (docs/cases.md, C11).
 
 Episode ids: every request carries the run id, the iteration the controller set
-(``TaskSource.iteration``), its index in the group and ``attempt=0``, so its
-``EpisodeRequest.episode_id`` is ``"{run_id}/it{iteration}/{task_id}@{position}/{index}/a0"``.
+(``TaskSource.iteration``: numbered from 1, as everywhere a user sees an iteration; 0,
+``BEFORE_TRAINING``, for what precedes iteration 1, such as an eval before training), its
+index in the group and ``attempt=0``, so its ``EpisodeRequest.episode_id`` is
+``"{run_id}/it{iteration}/{task_id}@{position}/{index}/a0"`` (``/it1/`` for the first
+iteration).
 A resumed run re-issues the same requests for a re-run iteration (same cursor), so the re-run
 episodes keep their ids; dynamic-sampling refills take new positions, so their ids differ.
 
@@ -20,12 +23,13 @@ into the checkpoint and read them back, so a resume re-issues exactly those requ
 episode ids) before the cursor's next ones; ``retry_requests`` re-issues a task instance
 whose rows were dropped (``attempt + 1``: new episode ids, same sampling seeds).
 
-Skipped tasks (``env.difficulty_filter``, ``agentrl.cluster.profile``). ``set_skip`` names
+Skipped tasks (``env.difficulty_filter``, ``agentrl.driver.difficulty``). ``set_skip`` names
 task ids to pass over: ``next_requests`` then walks the same permutation positions as
 always but hands out only the positions whose task is not skipped, and the cursor moves past
 the skipped ones too (so positions, env seeds, group ids and episode ids stay those of the
 unfiltered order). The skip set and the profile it came from (policy version, iteration) are
-part of ``state_dict``, so a resumed run skips exactly what the uninterrupted run skipped.
+part of ``state_dict``, so a resumed run skips exactly what the uninterrupted run skipped
+(``iteration``: the iteration the profile was made before, from 1).
 Without a skip set (the filter off) the order and ``state_dict`` are exactly as before.
 """
 
@@ -39,6 +43,11 @@ import numpy as np
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.types import EpisodeRequest
 
+BEFORE_TRAINING = 0
+"""The iteration number of what precedes iteration 1 (docs/design.md, "Iteration numbering"):
+the eval of the starting policy (``eval.before_training``, ids ``{run_id}/eval-before/it0/...``)
+and ``agentrl eval``'s rows in the replay store. Training iterations are 1, 2, ..."""
+
 
 @dataclass
 class TaskSource:
@@ -51,12 +60,14 @@ class TaskSource:
         group_size: rollouts per task instance (one ``group_id`` each).
         cursor: tasks handed out so far (0 for a new run).
         run_id: the run the requests belong to (part of each episode id; ``""`` outside a run).
-        iteration: the 0-based iteration the next requests are for; the controller sets it
-            at the start of each iteration (refills within one iteration share it). Not
-            part of ``state_dict``: the checkpoint's iteration says where a resume starts.
+        iteration: the iteration the next requests are for (1 for the first;
+            ``BEFORE_TRAINING`` before it); the controller sets it at the start of each
+            iteration (refills within one iteration share it). Not part of
+            ``state_dict``: the checkpoint's iteration says where a resume starts.
 
     ``skip`` (read-only; ``set_skip`` changes it): ``None`` when no skip set was ever given
-    (the filter off), else ``{"skip_task_ids": [...], "policy_version": v, "iteration": i}``.
+    (the filter off), else ``{"skip_task_ids": [...], "policy_version": v, "iteration": i}``
+    (``i``: the iteration the profile was made before, from 1).
     """
 
     env_id: str

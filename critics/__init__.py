@@ -1,6 +1,6 @@
 """Credit assignment: pure functions that turn rewards into advantages (no I/O).
 
-Imports only ``agentrl.types``/``agentrl.errors``, numpy and torch (design.md). Inputs may
+Imports only ``agentrl.types``/``agentrl.errors``, numpy and torch (docs/design.md). Inputs may
 be Python sequences, numpy arrays or torch tensors; outputs are float64 numpy arrays (or
 lists of them for ragged, per-trajectory outputs).
 
@@ -19,7 +19,7 @@ lists of them for ragged, per-trajectory outputs).
   ``register_estimator``, ``estimator_names``: the registry training looks estimators up in
   (``critics.registry`` documents the one signature per level).
 
-No ``Episode`` here: which token rows an episode has is ``agentrl.types.Episode.row_layout``,
+No ``Episode`` here: which token rows an episode has is ``agentrl.types.Episode.rows``,
 and ``agentrl.credit`` maps episodes onto these arrays.
 """
 

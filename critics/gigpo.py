@@ -203,7 +203,7 @@ def gigpo_advantages(
     Edge cases. A group (episode or step level) with a single sample, or whose values
     are all equal (float tolerance as ``grpo_advantages``), gives exactly 0.0 at that
     level. (verl-agent differs for a singleton *episode* group: it uses mean 0, std 1,
-    i.e. returns the raw total; here it is 0, design.md invariant 6.) A trajectory
+    i.e. returns the raw total; here it is 0, docs/design.md invariant 6.) A trajectory
     whose step rewards contain ``None``/NaN/inf (a reward error) is excluded from every
     statistic and gets 0.0 on all its steps; other trajectories are computed as if it
     were absent. A trajectory with no steps gets an empty array and is excluded.

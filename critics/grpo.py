@@ -6,7 +6,7 @@ its reward minus a baseline computed from its group, optionally scaled by the gr
 The trainer broadcasts it onto the sample's sampled tokens (``agentrl.types.broadcast_turn_values``).
 
 Missing rewards (reward errors). A reward that is ``None``, NaN or ±inf marks a failed
-sample (case C12: the reward function raised, or an infrastructure error): such a sample is
+sample (the reward function raised, or an infrastructure error; docs/cases.md, C12): such a sample is
 *never* scored 0 for the statistics. It is excluded: its group's mean and std are computed
 over the group's valid samples only, its own advantage is 0.0, and
 ``valid_reward_mask(rewards)`` tells the caller which samples they were so it can drop them
@@ -38,7 +38,7 @@ def valid_reward_mask(rewards: Sequence[float | None] | Any) -> np.ndarray:
     Returns:
         ``[N]`` bool numpy array: True where the reward is a finite number. Samples with
         False get advantage 0.0 from ``grpo_advantages`` and must be excluded from the
-        loss and counted as reward errors (design.md; case C12).
+        loss and counted as reward errors (docs/design.md; docs/cases.md, C12).
 
     Raises:
         ContractError: an element is not a number (e.g. a string) or ``rewards`` is not 1-D.
@@ -66,13 +66,13 @@ def grpo_advantages(
       ``norm_by_std=False`` is Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like
       Training", §3.1), which drops the std to remove its difficulty bias.
 
-    Edge cases (design.md invariant 6; case C05): a group with one valid sample, or whose
+    Edge cases (docs/design.md invariant 6; docs/cases.md, C05): a group with one valid sample, or whose
     valid rewards are all equal, gets exactly 0.0 for every sample. "All equal" is decided
     before any division and tolerates float noise (spread <= 1e-12 x the largest |reward|,
     so ``[0.1 + 0.2, 0.3]`` counts as equal); a tiny std from float error can therefore
     never blow up. Outputs are always finite.
 
-    Missing rewards (case C12): ``None``/NaN/inf rewards are excluded from their group's
+    Missing rewards (docs/cases.md, C12): ``None``/NaN/inf rewards are excluded from their group's
     statistics and get 0.0; see ``valid_reward_mask``. Other groups are unaffected.
 
     Args:

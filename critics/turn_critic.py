@@ -1,11 +1,11 @@
 """Critic helpers (pure, arrays in, arrays out): where a state value is read in a token
 row, for a turn-level critic (``turn_critic``) and a token-level one (``gae``), and GAE over
 a batch of episodes. Which rows an episode has (``full_history`` / ``per_step``) is
-``agentrl.types.Episode.row_layout``'s business; ``agentrl.credit`` maps it onto these.
+``agentrl.types.Episode.rows``' business; ``agentrl.credit`` maps it onto these.
 
 The critic model itself (a Hugging Face backbone plus a scalar head) lives in
 ``agentrl.trainer.value_model``: it needs ``transformers``, which ``critics`` may not import
-(design.md, "Who may import whom").
+(docs/design.md, "Who may import whom").
 
 Turn boundary convention (ArCHer, Zhou et al. 2024, §4: the high-level critic values the
 state *before* each utterance). A row is the concatenation

@@ -17,7 +17,7 @@ does all of it in under 60 lines.
 
 Environments receive their sandbox (``sandboxes.base.Sandbox``) and never create or close
 it. They import gymnasium, the sandbox interface, ``agentrl.types`` and ``agentrl.errors``
-only (design.md, "Who may import whom").
+only (docs/design.md, "Who may import whom").
 """
 
 from environments.humaneval import ENV_ID as HUMANEVAL_ENV_ID

@@ -46,6 +46,7 @@ from typing import Any, Callable, Hashable, Sequence
 from agentrl.errors import EnvError
 from agentrl.types import OBSERVATION_ROLES, StepInfo, StepInfoError
 from environments.core import DEFAULT_CHECKER_ACTIONS
+from environments.registry import env_class, make_env
 
 __all__ = ["CheckProblem", "CheckReport", "EnvCheckError", "check_env", "format_report", "OBSERVATION_ROLES"]
 
@@ -216,8 +217,6 @@ class _Checker:
     # making ---------------------------------------------------------------------------
 
     def make(self) -> Any:
-        from environments.registry import make_env
-
         sandbox = self.sandbox_factory() if self.sandbox_factory is not None else None
         if sandbox is not None:
             self.sandboxes.append(sandbox)
@@ -325,8 +324,6 @@ class _Checker:
     # the run ---------------------------------------------------------------------------
 
     def run(self) -> CheckReport:
-        from environments.registry import env_class
-
         try:
             cls = env_class(self.env_id)
         except Exception as exc:
@@ -372,7 +369,6 @@ class _Checker:
                 self.fail("make", f"the sandbox from sandbox_factory does not run commands: {_describe(exc)}")
                 raise _Failed from exc
         before = _Resources.now()
-        from environments.registry import make_env
 
         try:
             env = make_env(self.env_id, sandbox=sandbox, **self.env_kwargs)

@@ -25,12 +25,9 @@ Tasks
     ``tests/benchmarks/bench_lookup_stages.py`` measures each stage (read, act, say done) per
     family from correct histories, with the example as turns and written inline.
 
-Versions: v1 is the task set above. v0 (2 to 3 December 2026) had other families (value,
-note, count, find, first_line, rename), tasks that did not name the command to read with, and
-a demonstration written into the system prompt (itself changed once); its tasks were
-replaced under the same id, and the shared ShellTasks protocol changed since, so v0 cannot
-be restored exactly: it is retired (``environments.registry.RETIRED_ENV_IDS``; making it
-raises ``ConfigError`` naming v1).
+Versions: v1 is the task set above. v0 is retired (``environments.registry.RETIRED_ENV_IDS``;
+making it raises ``ConfigError`` naming v1): its task families, its prompt and the shared
+ShellTasks protocol differ from what this code builds, so it cannot be restored exactly.
 
 Protocol, reward, anchor: as ``agentrl/ShellTasks-v0`` (``environments.shell_tasks``), whose
 env this subclasses: tool calls run as ``bash -c`` in the working directory, a reply without

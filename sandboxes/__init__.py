@@ -1,6 +1,6 @@
 """Sandboxes: where environments run untrusted commands.
 
-An environment receives a ``Sandbox`` and never imports a backend (design.md). Backends:
+An environment receives a ``Sandbox`` and never imports a backend (docs/design.md). Backends:
 
 * ``"bwrap"``: ``BwrapSandbox``, bubblewrap on the local host (``sandboxes.bwrap``).
 * ``"docker"``: ``DockerSandbox``, one container per sandbox (the ``sandboxes.docker``
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes.base import ExecListener, Sandbox, SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
-from sandboxes.docker.daemon import docker_daemon_answers
+from sandboxes.docker.daemon import daemon_address, docker_client, docker_daemon_answers, named_daemon, which_daemon
+from sandboxes.docker.images import image_exists
 from sandboxes.pool import PooledSandbox, PoolStats, SandboxPool
 from sandboxes.reaper import reap_orphans
 
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 def __getattr__(name: str):
     # The Docker backend is imported on first use only (it imports the docker SDK).
     if name == "DockerSandbox":
-        from sandboxes.docker.sandbox import DockerSandbox
+        from sandboxes.docker.sandbox import DockerSandbox  # heavy: docker
 
         return DockerSandbox
     raise AttributeError(f"module 'sandboxes' has no attribute {name!r}")
@@ -76,8 +77,6 @@ def resolve_backend(backend: str, docker_host: str | None = None) -> str:
     if backend in ("bwrap", "docker"):
         return backend
     if backend == "auto":
-        from sandboxes.docker.daemon import which_daemon
-
         return "docker" if which_daemon(docker_host)[0] is not None else "bwrap"
     raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
 
@@ -134,7 +133,6 @@ def choose_sandboxes(backend: str, image: str, docker_host: str | None = None) -
         raise ConfigError(f"sandbox backend={backend!r} is unknown; expected one of {BACKENDS}")
     if backend == "bwrap":
         return SandboxChoice("bwrap", "bwrap: named in the config (sandbox.backend)")
-    from sandboxes.docker.daemon import daemon_address, docker_daemon_answers, named_daemon, which_daemon
 
     if backend == "docker":
         address = daemon_address(docker_host)
@@ -148,8 +146,6 @@ def choose_sandboxes(backend: str, image: str, docker_host: str | None = None) -
     address, label = which_daemon(docker_host)
     if address is None:
         return SandboxChoice("bwrap", f"bwrap: {label}")
-    from sandboxes.docker.daemon import docker_client
-    from sandboxes.docker.images import image_exists
 
     client = docker_client(host=address)
     try:
@@ -188,7 +184,7 @@ def make_sandbox(backend: str, spec: SandboxSpec, *, docker_host: str | None = N
         logger.info("sandboxes: %s", choice.why)
         chosen, docker_host = choice.backend, choice.docker_host
     if chosen == "docker":
-        from sandboxes.docker.sandbox import DockerSandbox
+        from sandboxes.docker.sandbox import DockerSandbox  # heavy: docker
 
         return DockerSandbox(spec, docker_host=docker_host)
     return BwrapSandbox(spec)

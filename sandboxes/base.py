@@ -2,7 +2,7 @@
 
 An environment receives a ``Sandbox`` (``HumanEvalEnv(sandbox=...)``) and never imports a
 backend. Backends import only ``agentrl.types`` and ``agentrl.errors`` of ours
-(design.md); ``docker`` is imported only by the Docker backend.
+(docs/design.md); ``docker`` is imported only by the Docker backend.
 
 Contract (each backend's tests check it):
 

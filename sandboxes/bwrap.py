@@ -106,9 +106,9 @@ _INIT_SCRIPT = 'exec 3>&2 2>/dev/null; (exec 2>&3 3>&- "$@"); exit $?'
 _PROBED_LOCK = threading.Lock()
 _PROBED: set[tuple[str, str, str]] = set()
 _reap_orphans_once = OncePerProcess("reaping orphaned sandboxes")
-"""The first sandbox of a process removes what crashed processes left (case C10: "at the
-latest after the next start of the program"). Only sandboxes whose owner is dead are
-touched (an owner of another pid namespace is never judged dead)."""
+"""The first sandbox of a process removes what crashed processes left, so no sandbox
+outlives its run later than the next start of the program (docs/cases.md, C10). Only
+sandboxes whose owner is dead are touched (an owner of another pid namespace is never judged dead)."""
 
 
 def _cleanup(owner_pid: int, sandbox_dir: Path, limits: LimitGroup) -> None:

@@ -13,7 +13,7 @@ and the sandbox's init, which is a fork of it):
 Each sandbox also owns a host directory ``<root>/<run_id>/<pid>-<start>-<pidns>-<sandbox_id>/``
 (its working directory and generated ``/etc`` files) and, when cgroups are used, cgroup
 directories of the same name. A reaper that finds any of these whose owner is gone removes
-them (design.md, invariant 8; case C10).
+them (docs/design.md, invariant 8; docs/cases.md, C10).
 
 Pid namespaces: a pid means a process only in its own pid namespace. A process inside
 ``unshare --pid`` or a container that shares the cgroup file system, the sandbox root or the

@@ -4,7 +4,7 @@ A command may print gigabytes; the sandbox must keep reading (or the command blo
 full pipe) while holding only a bounded amount in memory. ``BoundedOutput`` keeps the first
 ``limit_bytes // 2`` bytes (the head, decoded incrementally as they arrive) and the last
 ``limit_bytes - limit_bytes // 2`` bytes (the tail), counts everything in between, and
-renders ``head + marker + tail`` at the end (case C09 in shared/cases/README.md).
+renders ``head + marker + tail`` at the end (docs/cases.md, C09).
 
 Decoding rules (the sandbox contract in ``sandboxes/base.py``):
 

@@ -5,7 +5,7 @@ a crash can still leave things behind: working directories and cgroups after SIG
 process tree if the owner died in the instant before bubblewrap armed its parent-death
 signal. ``reap_orphans`` finds them by their run label (``sandboxes.labels``) and removes
 them; the first ``BwrapSandbox`` of every process calls it, and the CLI may call it at start
-(design.md invariant 8, case C10). When a Docker daemon answers, it also removes the
+(docs/design.md invariant 8; docs/cases.md, C10). When a Docker daemon answers, it also removes the
 containers of dead owners (``sandboxes.docker.reaper``).
 
 Only owners the reaper can look up are judged (``sandboxes.labels.OwnerJudge``): those of
@@ -143,7 +143,7 @@ def reap_orphans(
     removed_containers = 0
     if docker_daemon_answers(host=docker_host):
         try:
-            from sandboxes.docker.reaper import reap_containers
+            from sandboxes.docker.reaper import reap_containers  # heavy: docker
 
             removed_containers = reap_containers(run_id, include_live_owners=include_live_owners,
                                                  docker_host=docker_host)

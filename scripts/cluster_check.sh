@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the README's cluster commands ("Running on a Ray cluster", steps 1-4) as written, on
+# Runs the cluster commands of docs/cluster.md ("Running on a Ray cluster", steps 1-4) as written, on
 # this one machine: the head and three workers as separate `ray start` processes, the
 # cluster.yaml of step 2, both launches of step 3 (`agentrl train` with the env module on
 # PYTHONPATH, and `ray job submit`), then `ray stop`. Each `agentrl train` gets the tiny model
@@ -28,7 +28,7 @@ REPO=$PWD
 if [ "${AGENTRL_CLUSTER_CHECK_INSIDE:-0}" != 1 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null || ! command -v ip >/dev/null; then
     echo "cluster_check: needs root, unshare and ip (own pid/mount/network namespaces), so that 'ray stop'" \
-         "and the README's ports touch nothing else on this machine" >&2
+         "and the ports of docs/cluster.md touch nothing else on this machine" >&2
     exit 2
   fi
   exec unshare --pid --fork --mount-proc --mount --net --propagation private \
@@ -66,13 +66,14 @@ gymnasium.register("calcuser/Calc-v0", entry_point="environments.shell_lookup:Sh
 EOF
 TINY=$("$REPO/.venv/bin/agentrl" models prepare tiny-random-smollm2 | tail -1)
 
-# The README's commands, by step: the bash blocks and the YAML block of the section.
-"$REPO/.venv/bin/python" - "$REPO/README.md" "$WORK" "$HEAD_IP" <<'EOF'
+# The commands of docs/cluster.md, by step: the bash blocks and the YAML block of its section
+# "Running on a Ray cluster".
+"$REPO/.venv/bin/python" - "$REPO/docs/cluster.md" "$WORK" "$HEAD_IP" <<'EOF'
 import re, sys
 from pathlib import Path
 
-readme, work, head_ip = Path(sys.argv[1]).read_text(), Path(sys.argv[2]), sys.argv[3]
-section = readme.split("## Running on a Ray cluster", 1)[1].split("\n## ", 1)[0]
+page, work, head_ip = Path(sys.argv[1]).read_text(), Path(sys.argv[2]), sys.argv[3]
+section = page.split("\n## Running on a Ray cluster\n", 1)[1].split("\n## ", 1)[0]
 blocks = [(lang, re.sub(r"^ {3}", "", body, flags=re.M))
           for lang, body in re.findall(r"^ *```(\w+)\n(.*?)^ *```", section, flags=re.M | re.S)]
 yaml = [b for lang, b in blocks if lang == "yaml"]
@@ -81,7 +82,7 @@ nodes = [b for b in bash if "ray start" in b]
 launches = [b for b in bash if "agentrl train" in b]
 stop = [b for b in bash if "ray stop" in b]
 if not (len(yaml) == 1 and len(nodes) == 1 and len(launches) == 2 and len(stop) == 1):
-    sys.exit(f"README's cluster section: expected 1 yaml, 1 'ray start', 2 'agentrl train' and 1 'ray stop' "
+    sys.exit(f"docs/cluster.md's cluster section: expected 1 yaml, 1 'ray start', 2 'agentrl train' and 1 'ray stop' "
              f"blocks, found {len(yaml)}, {len(nodes)}, {len(launches)}, {len(stop)}")
 (work / "cluster.yaml").write_text(yaml[0])
 (work / "1-nodes.sh").write_text(nodes[0])
@@ -122,4 +123,4 @@ for i in 0 1; do
 done
 log "step 4"
 bash -euo pipefail 4-stop.sh
-log "ok: the README's cluster commands work as written"
+log "ok: the cluster commands of docs/cluster.md work as written"

@@ -37,7 +37,7 @@ stamp=.venv/.agentrl-install-stamp
 want=$(cat pyproject.toml scripts/install.sh | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # `cluster`: Ray's `default` extra (job server, dashboard, runtime_env agent's deps), what the
-  # README's cluster set-up uses (`ray start --head`, `ray job submit`): 15 small packages,
+  # cluster set-up of docs/cluster.md uses (`ray start --head`, `ray job submit`): 15 small packages,
   # about 11 s and 31 MB beside the 3.4 GB venv (measured 2026-12-06).
   echo "[install] pip install -e '.[test,cluster]' (first time: a few minutes)"
   .venv/bin/pip install -q --disable-pip-version-check -e '.[test,cluster]'
@@ -53,7 +53,7 @@ echo "[install] preparing smollm2-135m-instruct"
 .venv/bin/agentrl models prepare smollm2-135m-instruct
 # The daemon DOCKER_HOST names, else the default socket's. A run's sandbox.backend: auto uses
 # a daemon only when it is named (sandbox.docker_host or DOCKER_HOST) or agentrl's own
-# scripts started it (README, Sandboxes), so the messages say how to name it.
+# scripts started it (docs/sandboxes.md), so the messages say how to name it.
 docker_at=${DOCKER_HOST:-unix:///var/run/docker.sock}
 if .venv/bin/python -c "import sys; from sandboxes.docker.daemon import docker_daemon_answers; sys.exit(0 if docker_daemon_answers() else 1)"; then
   echo "[install] building the sandbox base image on the Docker daemon at $docker_at (cached; first time about a minute)"

@@ -39,7 +39,7 @@ if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
     cleanup+=("$PY $CTL stop")
   elif ! $PY -c "import sys; from sandboxes.docker.daemon import agentrl_daemon; sys.exit(agentrl_daemon() is None)"; then
     # A daemon this script did not start answers: name it, so the tests' sandbox.backend: auto
-    # uses it (auto never takes an unnamed daemon it did not start: README, Sandboxes).
+    # uses it (auto never takes an unnamed daemon it did not start: docs/sandboxes.md).
     export DOCKER_HOST=${DOCKER_HOST:-unix:///var/run/docker.sock}
   fi
   $PY -c "from sandboxes.docker.images import build_image; build_image(progress=lambda m: print('[test] ' + m))" \

@@ -1,4 +1,4 @@
-"""Regenerates the README's screenshots of ``agentrl view`` (examples/viewer/*.png) from a
+"""Regenerates the screenshots of ``agentrl view`` in docs/viewer.md (examples/viewer/*.png) from a
 real run: the run page and the page of one episode, taken by Playwright in Debian's
 Chromium (headless; scripts/install.sh installs it with AGENTRL_INSTALL_TEST_DEPS=1).
 

@@ -1,4 +1,4 @@
-"""Credit assignment: the only place that turns episodes into advantages (design.md).
+"""Credit assignment: the only place that turns episodes into advantages (docs/design.md).
 
 ``assign_credit(episodes, cfg, sampling, max_new_tokens=..., values_fn=...)`` selects,
 shapes, runs the estimator named by ``algorithm.advantage`` from ``critics``' registry,
@@ -8,7 +8,7 @@ and packs the policy batch (plus the critic's batch for a critic-based estimator
 
 * ``agentrl.credit.assign``: selection, shaping, the estimator call, packing.
 * ``agentrl.credit.rows``: episodes onto token rows (value positions, per-row splits),
-  all read from ``Episode.row_layout``.
+  all read from ``Episode.rows``.
 * ``agentrl.credit.group_size``: ``check_group_size``, the start-up check that
   ``env.group_size`` gives the estimator a signal (read from its registration).
 * ``agentrl.credit.kl_reward``: the KL-to-reference penalty in the reward

@@ -6,7 +6,7 @@
    counted and excluded from the loss, never scored 0; with ``error_policy="drop_group"``
    the whole group of an infra or reward error goes too (not of an aborted episode, whose
    request was rolled out again), else the group's statistics use its valid samples only
-   (case C12);
+   (a failed reward is never scored 0; docs/cases.md, C12);
 2. shapes each remaining episode's per-turn rewards once (``shaped_turn_rewards``);
 3. optionally drops groups whose shaped rewards are all equal (DAPO dynamic sampling, Yu
    et al. 2025, §3.2), counting their tokens as discarded;
@@ -16,7 +16,7 @@
 5. puts the advantages on the sampled tokens through ``loss_mask`` (observation tokens get
    0; with ``overlong_filtering`` a completion cut by ``max_new_tokens`` or by the context
    budget gets 0 too, DAPO §3.4) and packs rows with ``TokenBatch.pack``
-   (``Episode.row_layout``: one row per episode in full-history mode, one per step in
+   (``Episode.rows``: one row per episode in full-history mode, one per step in
    per-step mode); for a critic it also packs the critic's own ``ValueBatch`` (returns as
    targets, rollout-time values as ``old_values``).
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentrl.errors import ConfigError
+from critics.registry import ESTIMATORS, get_estimator
 
 if TYPE_CHECKING:
     from agentrl.config import Config
@@ -22,7 +23,7 @@ __all__ = ["check_group_size"]
 
 
 def check_group_size(cfg: Config) -> list[str]:
-    """The group-size check of a training run (``agentrl.cluster.controller.train`` calls
+    """The group-size check of a training run (``agentrl.driver.controller.train`` calls
     it before anything starts; not part of ``Config`` validation, because evaluation
     configs reuse ``env.group_size`` for ``eval.samples``, where no advantage is computed).
 
@@ -43,7 +44,6 @@ def check_group_size(cfg: Config) -> list[str]:
             what to use instead. An ``algorithm.advantage`` that is not registered (naming
             the registered ones).
     """
-    from critics.registry import ESTIMATORS, get_estimator
 
     g, name = cfg.env.group_size, cfg.algorithm.advantage
     est = get_estimator(name)

@@ -88,7 +88,7 @@ def turn_penalties(scored: Sequence[Episode], batch: TokenBatch, per_token_kl: A
     row = 0
     for e in scored:
         sampled: list[float] = []  # this episode's sampled tokens in stream order
-        for _ in e.row_layout():
+        for _ in e.rows():
             if row >= len(slices):
                 raise ContractError(f"batch has {len(slices)} rows; episode {e.episode_id} needs more")
             s = slices[row]

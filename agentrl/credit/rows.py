@@ -1,5 +1,5 @@
 """Episodes onto token rows: where a critic reads values, and per-episode numbers split or
-placed per row. Every function here reads ``Episode.row_layout`` (agentrl/types.py), the one
+placed per row. Every function here reads ``Episode.rows`` (agentrl/types/episode.py), the one
 place the ``full_history`` / ``per_step`` row layout is derived, and maps it onto the
 arrays-only helpers of ``critics``.
 
@@ -45,7 +45,7 @@ def episode_boundaries(episode: Episode) -> list[list[int]]:
         ContractError: a row whose first turn has no prompt tokens (the episode named).
     """
     out = []
-    for row in episode.row_layout():
+    for row in episode.rows():
         p = [s.prompt_len for s in row.turns]
         c = [s.completion_len for s in row.turns]
         if episode.prompt_mode == "per_step" and p[0] == 0:
@@ -73,7 +73,7 @@ def episode_token_positions(episode: Episode) -> list[list[int]]:
             episode and row are named.
     """
     out = []
-    for row in episode.row_layout():
+    for row in episode.rows():
         try:
             out.append(critics.token_value_positions(row.loss_mask()))
         except ContractError as exc:
@@ -93,7 +93,7 @@ def split_per_row(episode: Episode, per_turn: Sequence[float] | Any) -> list[lis
         raise ContractError(
             f"got {len(vals)} per-turn values for episode {episode.episode_id} of {len(episode.turns)} turns"
         )
-    return [[vals[s.turn] for s in row.turns] for row in episode.row_layout()]
+    return [[vals[s.turn] for s in row.turns] for row in episode.rows()]
 
 
 def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> list[list[float]]:
@@ -110,7 +110,7 @@ def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> 
             f"got {len(vals)} per-token values for episode {episode.episode_id} with {n} sampled tokens"
         )
     out, start = [], 0
-    for row in episode.row_layout():
+    for row in episode.rows():
         out.append(vals[start:start + row.num_sampled])
         start += row.num_sampled
     return out
@@ -187,14 +187,14 @@ def drop_turns_from_loss(episode: Episode, rows: Sequence[TokenSequence], turns:
     ``loss_mask`` 0, advantage 0.0, token version 0, their ``behavior_log_probs`` entries
     removed (that list holds one value per ``loss_mask`` 1 token) and the row's
     ``policy_version`` recomputed over the sampled tokens left. A row keeps its length
-    (``Episode.row_layout`` still describes it, as the replay store's per-turn trainer values
+    (``Episode.rows`` still describes it, as the replay store's per-turn trainer values
     need); a row left without any loss token is dropped. Used by DAPO's overlong filtering
     (``AlgorithmConfig.overlong_filtering``).
 
     Raises:
-        ContractError: ``rows`` does not follow ``episode.row_layout()``.
+        ContractError: ``rows`` does not follow ``episode.rows()``.
     """
-    layouts = episode.row_layout()
+    layouts = episode.rows()
     if len(layouts) != len(rows):
         raise ContractError(f"episode {episode.episode_id}: {len(rows)} rows for a layout of {len(layouts)}")
     out: list[TokenSequence] = []

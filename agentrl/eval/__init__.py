@@ -1,2 +1,2 @@
-"""Held-out evaluation (issue 14): the pass@k math and report (``agentrl.eval.passk``).
-The run that produces the episodes is wiring and lives in ``agentrl.cluster.evaluate``."""
+"""Held-out evaluation: the pass@k math and report (``agentrl.eval.passk``).
+The run that produces the episodes is wiring and lives in ``agentrl.commands.evaluate``."""

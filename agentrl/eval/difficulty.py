@@ -2,7 +2,7 @@
 difficulty filter skips, the profile's JSON file and its terminal table.
 
 A profile is ``n`` samples per task rolled out by one policy version (``agentrl tasks
-profile``, or the training run's own profiling: ``agentrl.cluster.profile``). Per task it
+profile``, or the training run's own profiling: ``agentrl.commands.profile``). Per task it
 keeps ``n`` (scored samples), ``c`` (successes, ``agentrl.eval.passk.episode_success``),
 the errored samples (infrastructure or reward errors, aborted: excluded from ``n``, never
 failures, as in evaluation) and the tokens generated (errored samples included: paid work).
@@ -87,7 +87,7 @@ class TaskProfile:
             max_context_tokens).
         tasks: one record per task, in profile order.
         source: what was profiled (a run id, checkpoint or model), for the reader.
-        iteration: the training iteration it was made before (None outside a run).
+        iteration: the training iteration it was made before, from 1 (None outside a run).
     """
 
     env_id: str

@@ -18,7 +18,7 @@ __all__ = ["EpisodeBar", "episode_progress", "format_budget", "format_settings",
 
 def format_settings(settings: Mapping[str, Any], policy_version: int) -> str:
     """One line: what was evaluated with which fixed sampling configuration and budget, and
-    which judge scored it (``settings["judge"]``, ``agentrl.cluster.judge.judge_label``)."""
+    which judge scored it (``settings["judge"]``, ``agentrl.driver.judge.judge_label``)."""
     s = settings
     judge = f"; {s['judge']}" if s.get("judge") else ""
     return (f"eval of policy version {policy_version} on {s['env']} split {s['split']}: {s['tasks']} tasks x "
@@ -30,7 +30,7 @@ def format_settings(settings: Mapping[str, Any], policy_version: int) -> str:
 
 def format_budget(settings: Mapping[str, Any]) -> str:
     """One line, printed before an evaluation rolls out: its sampling budget and where it
-    comes from (``settings["budget_source"]``, ``agentrl.cluster.evaluate.budget_source``),
+    comes from (``settings["budget_source"]``, ``agentrl.commands.evaluate.budget_source``),
     with the tasks and samples it will roll out."""
     s = settings
     top_k = "off" if s["top_k"] in (-1, 0, None) else s["top_k"]
@@ -82,7 +82,7 @@ def training_eval_lines(history: list[Mapping[str, Any]], judge: str | None = No
     ``eval.after_training`` or ``eval.every``), each with its policy version, tasks and
     samples; the lines of evaluations the run did not make are left out. Samples per task is
     the scored count over tasks (errored samples are left out of n). ``judge``
-    (``agentrl.cluster.judge.judge_label``) ends each line: which judge scored the evals."""
+    (``agentrl.driver.judge.judge_label``) ends each line: which judge scored the evals."""
     lines = []
     before = next((row for row in history if row.get("eval_before/policy_version") is not None), None)
     if before is not None:
@@ -90,7 +90,7 @@ def training_eval_lines(history: list[Mapping[str, Any]], judge: str | None = No
     after = next((row for row in reversed(history) if row.get("eval/policy_version") is not None), None)
     if after is not None:
         last = history[-1] is after
-        it = after.get("iteration")
+        it = after.get("eval/iteration", after.get("iteration"))  # async: the iteration it measured, not its line's
         when = "after training" if last else f"after iteration {it:.0f}" if it is not None else "during training"
         lines.append(_eval_line(after, "eval", when))
     return [f"{line}; {judge}" for line in lines] if judge else lines
@@ -100,7 +100,7 @@ class EpisodeBar:
     """``agentrl eval`` / ``agentrl tasks profile``'s progress bar: the phase (exporting,
     starting the engines, ...), the budget line (``format_budget``) when the settings are
     known, then episodes finished / requested with the time left (rich's estimate from the
-    rate so far). Its methods are ``agentrl.cluster.evaluate.evaluate``'s ``progress``,
+    rate so far). Its methods are ``agentrl.commands.evaluate.evaluate``'s ``progress``,
     ``on_settings`` and ``on_episodes``. The bar is started by the first phase or episode
     count: a command that fails before (a missing target, a bad override) prints its error
     alone, without an empty bar before it."""

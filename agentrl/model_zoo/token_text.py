@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
+from agentrl.model_zoo import resolve_model_path
+
 log = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -74,8 +76,6 @@ def _load(model_path: str) -> Decoder | None:
     """The decoder of ``model_path``, or None (logged as a warning) when its tokenizer cannot
     be loaded: a missing or moved model only costs the token text."""
     try:
-        from agentrl.model_zoo import resolve_model_path
-
         folder = resolve_model_path(model_path)
         file = _tokenizer_file(folder)
         if file is not None:

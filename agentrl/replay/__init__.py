@@ -9,14 +9,17 @@ training run, in SQLite (embedded default) or PostgreSQL, for the viewer and the
     store.count_episodes("run-1", complete_only=True)
     store.finish_run("run-1", "finished")
 
-A resume calls ``store.rewind(run_id, iterations_done)`` first (see ``ReplayStore``).
+A resume calls ``store.rewind(run_id, iterations_done)`` first (see ``ReplayStore``). Every
+read is a function of ``agentrl.replay.read`` (``read.get_run(store.db, "run-1")``); the
+viewer opens a database with ``read.ReadOnlyDB(url)``.
 """
 
 from pathlib import Path
 
 from agentrl.errors import ConfigError
 from agentrl.replay.models import SCHEMA_VERSION
-from agentrl.replay.store import EpisodeSummary, ReplayStore, RerunInfo, RunInfo, RunStatus
+from agentrl.replay.read import EpisodeSummary, RerunInfo, RunInfo, RunStatus
+from agentrl.replay.store import ReplayStore
 
 __all__ = ["SCHEMA_VERSION", "EpisodeSummary", "ReplayStore", "RerunInfo", "RunInfo", "RunStatus",
            "open_replay_store"]

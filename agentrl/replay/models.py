@@ -39,6 +39,10 @@ turns stored before, or not trained), ``episodes.kind`` (``'train'`` for every o
 episode), the ``reruns`` table, the viewer's indexes and the full-text index over actions
 and observations (``agentrl.replay.search``). Schema 7 (revision ``0007``): the index
 ``ix_metrics_key`` (run_id, key, iteration, value), which serves one metric's series of a run.
+Schema 8 (revision ``0008``): no table changes; the ``iteration`` columns (episodes, metrics,
+completion marks) number training iterations from 1, as every other place a user sees an
+iteration (docs/design.md, "Iteration numbering"; 0 holds what precedes training), and the
+rows stored 0-based before are shifted by one.
 """
 
 from __future__ import annotations
@@ -70,15 +74,16 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """Version of the tables below. Bump it with every schema change, together with a new Alembic
 revision (4: the ``iterations`` table of completion marks; 5: ``turns.policy_versions``,
 per-token weight versions; 6: trainer-side log-probs and entropies, ``episodes.kind``,
-``reruns``, the viewer's indexes and full-text search; 7: the index of ``metrics`` by key)."""
+``reruns``, the viewer's indexes and full-text search; 7: the index of ``metrics`` by key;
+8: iterations numbered from 1)."""
 
 EPISODE_KINDS = ("train", "eval", "profile")
 """Values of ``episodes.kind``: training rollouts, evaluation episodes, and a training run's
-difficulty-profile episodes (``agentrl.cluster.profile``), each kept apart from the others."""
+difficulty-profile episodes (``agentrl.commands.profile``), each kept apart from the others."""
 
 TOKEN_DTYPE = np.dtype("<i4")
 """On-disk dtype of token ids: little-endian int32."""
@@ -302,6 +307,7 @@ class EpisodeRow(Base):
     episode_id: Mapped[str] = mapped_column(_ID, primary_key=True)
     run_id: Mapped[str] = mapped_column(_ID, ForeignKey("runs.run_id", ondelete="CASCADE"))
     iteration: Mapped[int] = mapped_column(Integer)
+    """The iteration the episode was stored with, from 1 (0: before training)."""
     position: Mapped[int] = mapped_column(Integer)
     """Index of the episode in its ``add_episodes`` batch (stable listing order)."""
     group_id: Mapped[str] = mapped_column(_ID)
@@ -445,6 +451,6 @@ class IterationRow(Base):
 
     run_id: Mapped[str] = mapped_column(_ID, ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
     iteration: Mapped[int] = mapped_column(Integer, primary_key=True)
-    """0-based, as ``EpisodeRow.iteration`` and ``MetricRow.iteration``."""
+    """Numbered from 1 (0: before training), as ``EpisodeRow.iteration`` and ``MetricRow.iteration``."""
     completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     """When the mark was written (UTC)."""

@@ -1,4 +1,4 @@
-"""How the viewer's filtered episode pages stay fast on large runs (issue 13, point 6).
+"""How the viewer's filtered episode pages stay fast on large runs.
 
 A page is ``WHERE run_id = ? AND <filters> ORDER BY <sort key>, episode_id LIMIT n``. Two plans
 exist: walk the sort key's index and test each row against the filters (fast when many rows
@@ -28,6 +28,7 @@ from sqlalchemy import exists, func, literal, literal_column, select, text
 from sqlalchemy.engine import Connection
 
 from agentrl.replay.models import EpisodeRow, TurnRow
+from agentrl.replay.search import FTS_TABLE, matching_turns
 
 PROBE_ROWS = 2000
 """A filter matching at most this many episodes is read through its own index."""
@@ -84,7 +85,6 @@ def text_clause(conn: Connection, dialect: str, query: str) -> Any:
     Raises:
         ContractError: ``query`` has no words.
     """
-    from agentrl.replay.search import FTS_TABLE, matching_turns
 
     hits = matching_turns(dialect, query)
     params = hits.compile().params

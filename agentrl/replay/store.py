@@ -12,6 +12,11 @@ Semantics worth knowing:
   the latest data. An ``episode_id`` stored under a *different* run, or given twice in one
   batch, raises ``ContractError`` and nothing is written. ``add_metrics`` likewise replaces
   the value of a ``(run, iteration, key)`` it already holds.
+* **Iteration numbers.** Training iterations are numbered from 1, as everywhere a user sees
+  them (docs/design.md, "Iteration numbering"): the first iteration's rows carry 1, the
+  checkpoint after ``N`` iterations covers iterations ``1 .. N``. Iteration 0 holds what
+  precedes training (``agentrl eval``'s rows); a training run stores nothing there.
+  Databases written before this numbering are shifted on open (migration ``0008``).
 * **Complete iterations.** An iteration's rows are written before the checkpoint that covers
   it (with ``run.checkpoint_every > 1``, several iterations before it). ``mark_complete`` marks
   the iterations a checkpoint covers; until then an iteration is in progress, and a crash
@@ -37,6 +42,10 @@ Semantics worth knowing:
   evaluation, ``agentrl replay rerun``) and any number of readers (the viewer) may share one
   database; four writing processes at once lose nothing (tests/integration/replay/
   test_replay_concurrent_writers.py).
+* **Reads.** Every read is one function of ``agentrl.replay.read`` (the viewer, ``agentrl
+  diagnose`` and ``agentrl replay rerun`` use the same ones) on this store's engine
+  (``ReplayStore.db``); the read methods here delegate to them and raise ``ContractError``
+  for an unknown run or episode where the functions give ``None``.
 * **Schema.** Opening a database brings it to the newest Alembic revision
   (``agentrl.replay.migrations``; pre-Alembic databases of schema 3-5 included), or with
   ``read_only=True`` only checks that it is there.
@@ -53,41 +62,26 @@ Semantics worth knowing:
 from __future__ import annotations
 
 import math
-import os
-import sqlite3
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
-from enum import Enum
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import delete, event, func, select, union, update
-from sqlalchemy.engine import Connection, Engine, create_engine, make_url
-from sqlalchemy.exc import (
-    ArgumentError,
-    DBAPIError,
-    IntegrityError,
-    NoSuchModuleError,
-    ProgrammingError,
-)
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
-from agentrl.errors import ConfigError, ContractError, InfraError
-from agentrl.replay import migrations
-from agentrl.replay.retry import retry_writes as _retry_writes
+from agentrl.errors import ContractError, InfraError
+from agentrl.replay import migrations, read
 from agentrl.replay.codec import (
     as_int,
     check_id,
     check_iteration,
     chunks,
-    episode_from_rows,
     episode_row,
     event_row,
     finite_trainer_values,
     json_object,
-    reason,
     rerun_row,
     trainer_value_updates,
     turn_row,
@@ -102,88 +96,16 @@ from agentrl.replay.models import (
     RunRow,
     SandboxEventRow,
     TurnRow,
-    unpack_floats,
     utcnow,
 )
-from agentrl.types import Episode, TerminationReason
+from agentrl.replay.read import EpisodeSummary, ReplayDB, RerunInfo, RunInfo, RunStatus
+from agentrl.replay.read.db import SQLITE_BUSY_TIMEOUT_S, WRITE, open_engine
+from agentrl.replay.read.episodes import episode_in
+from agentrl.replay.read.runs import run_info
+from agentrl.replay.retry import retry_writes as _retry_writes
+from agentrl.types import Episode
 
-_WRITE = "agentrl_replay_write"  # connection execution option: begin with BEGIN IMMEDIATE
-_SQLITE_BUSY_TIMEOUT_S = 30.0
-_CHUNK = 500  # ids per IN (...) clause; far below SQLite's and PostgreSQL's parameter limits
-
-
-class RunStatus(str, Enum):
-    """Status of a run in the ``runs`` table."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    """All requested iterations ran."""
-    FAILED = "failed"
-    """The run stopped on an error."""
-    INTERRUPTED = "interrupted"
-    """Stopped by the user or a signal; it may be resumed."""
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One row of ``runs``."""
-
-    run_id: str
-    status: RunStatus
-    config: dict[str, Any]
-    created_at: datetime
-    finished_at: datetime | None
-    resume_count: int
-
-
-@dataclass(frozen=True)
-class RerunInfo:
-    """One row of ``reruns`` (``ReplayStore.add_rerun``)."""
-
-    rerun_id: int
-    episode_id: str
-    created_at: datetime
-    same: bool | None
-    """``None``: the rerun could not decide (infrastructure error)."""
-    first_divergent_turn: int | None
-    report: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class EpisodeSummary:
-    """An episode without its turns, for listings.
-
-    ``total_reward`` is ``None`` for errored episodes and missing rewards (never 0);
-    ``advantage_mean`` is the mean per-turn advantage, ``None`` when none was stored.
-    ``created_at`` is when it was stored (UTC). ``complete``: its iteration is marked
-    complete (covered by a checkpoint; see ``ReplayStore.mark_complete``).
-    """
-
-    episode_id: str
-    run_id: str
-    iteration: int
-    group_id: str
-    env_id: str
-    task_id: str
-    seed: int
-    terminated: bool
-    truncated: bool
-    termination_reason: TerminationReason | None
-    total_reward: float | None
-    error: dict[str, str] | None
-    num_turns: int
-    num_generated_tokens: int
-    policy_version_min: int | None
-    policy_version_max: int | None
-    advantage_mean: float | None
-    created_at: datetime
-    complete: bool = False
-    kind: str = "train"
-    """``train``, ``eval`` or ``profile`` (``models.EPISODE_KINDS``)."""
-
-    @property
-    def is_error(self) -> bool:
-        return self.termination_reason is not None and self.termination_reason.is_error
+__all__ = ["EpisodeSummary", "ReplayStore", "RerunInfo", "RunInfo", "RunStatus"]
 
 
 class ReplayStore:
@@ -208,51 +130,14 @@ class ReplayStore:
     """
 
     def __init__(self, url: str, *, read_only: bool = False,
-                 busy_timeout_s: float = _SQLITE_BUSY_TIMEOUT_S) -> None:
+                 busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S) -> None:
         self._read_only = bool(read_only)
         self._busy_timeout_s = float(busy_timeout_s)
-        try:
-            parsed = make_url(url)
-        except ArgumentError as exc:
-            raise ConfigError(
-                f"replay store url={url!r} is not a database URL; expected e.g. "
-                "'sqlite:///runs/replay.db' or 'postgresql+psycopg://user@host/db'"
-            ) from exc
-        self._url_text = parsed.render_as_string(hide_password=True)
-        self._is_sqlite = parsed.get_backend_name() == "sqlite"
-        kwargs: dict[str, Any] = {}
-        if self._is_sqlite:
-            if parsed.database in (None, "", ":memory:") or (parsed.query.get("mode") == "memory"):
-                raise ConfigError(
-                    f"replay store url={self._url_text!r} is an in-memory SQLite database; "
-                    "expected a file, e.g. 'sqlite:///runs/replay.db' (WAL needs a file)"
-                )
-            path = os.path.abspath(parsed.database)
-            if self._read_only:
-                # Read-only opens nothing it would have to create or change: the file must
-                # exist, it is opened with mode=ro (sqlite.org/uri.html) and no pragma that
-                # writes (journal_mode=WAL) runs, so its journal mode and bytes stay as found.
-                if not os.path.isfile(path):
-                    raise ConfigError(f"replay store url={self._url_text!r}: SQLite database {path!r} does "
-                                      "not exist; expected the replay.db of a run (read_only creates nothing)")
-                parsed = parsed.set(database=f"file:{path}?mode=ro", query={"uri": "true"})
-            else:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-            kwargs["connect_args"] = {"timeout": self._busy_timeout_s}
-        elif self._read_only and parsed.get_backend_name() == "postgresql":
-            kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
-        try:
-            self._engine = create_engine(parsed, **kwargs)
-        except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
-            raise ConfigError(
-                f"replay store url={self._url_text!r}: database driver not available ({exc}); "
-                "install it, e.g. `pip install psycopg[binary]` for postgresql+psycopg"
-            ) from exc
-        if self._is_sqlite:
-            event.listen(self._engine, "connect", _sqlite_ro_on_connect if self._read_only else _sqlite_on_connect)
-            event.listen(self._engine, "begin", _sqlite_on_begin)
+        self._engine, self._url_text, self._is_sqlite = open_engine(
+            url, read_only=self._read_only, busy_timeout_s=self._busy_timeout_s)
         try:
             self._open_schema()
+            self._db = ReplayDB(self._engine, self._url_text, self._is_sqlite, url)
         except BaseException:
             self._engine.dispose()
             raise
@@ -261,8 +146,13 @@ class ReplayStore:
 
     @property
     def engine(self) -> Engine:
-        """The SQLAlchemy engine (for the viewer's read-only queries and for tests)."""
+        """The SQLAlchemy engine (for tests)."""
         return self._engine
+
+    @property
+    def db(self) -> ReplayDB:
+        """This store's database for the read functions of ``agentrl.replay.read``."""
+        return self._db
 
     @property
     def url(self) -> str:
@@ -291,8 +181,8 @@ class ReplayStore:
         for attempt in (1, 2):
             try:
                 if self._read_only:
-                    with self._read() as s:
-                        migrations.check_current(s.connection(), self._url_text)
+                    with self._engine.connect() as conn, conn.begin():
+                        migrations.check_current(conn, self._url_text)
                     return
                 with self._write() as s:
                     migrations.upgrade(s.connection(), self._url_text, set(Base.metadata.tables))
@@ -314,15 +204,7 @@ class ReplayStore:
         if self._read_only:
             raise ContractError(f"replay store {self._url_text} was opened read_only=True; writing is refused")
         with self._engine.connect() as conn:
-            conn.execution_options(**{_WRITE: True})
-            with Session(bind=conn, expire_on_commit=False) as session, session.begin():
-                yield session
-
-    @contextmanager
-    def _read(self) -> Iterator[Session]:
-        with self._engine.connect() as conn:
-            if not self._is_sqlite:
-                conn.execution_options(isolation_level="REPEATABLE READ")
+            conn.execution_options(**{WRITE: True})
             with Session(bind=conn, expire_on_commit=False) as session, session.begin():
                 yield session
 
@@ -353,7 +235,7 @@ class ReplayStore:
                 row.finished_at = None
                 row.resume_count += 1
             s.flush()
-            return _run_info(row)
+            return run_info(row)
 
     @_retry_writes
     def finish_run(self, run_id: str, status: RunStatus | str) -> None:
@@ -374,15 +256,19 @@ class ReplayStore:
             row.finished_at = None if st is RunStatus.RUNNING else utcnow()
 
     def get_run(self, run_id: str) -> RunInfo:
-        """Raises ``ContractError`` for an unknown ``run_id``."""
-        with self._read() as s:
-            return _run_info(self._run_row(s, run_id))
+        """The run with its headline numbers (``agentrl.replay.read.get_run``).
+
+        Raises:
+            ContractError: unknown ``run_id``.
+        """
+        found = read.get_run(self._db, run_id)
+        if found is None:
+            raise ContractError(f"run_id={run_id!r} is not in {self._url_text}; call start_run first")
+        return found
 
     def runs(self) -> list[RunInfo]:
-        """Every run, newest first."""
-        with self._read() as s:
-            rows = s.scalars(select(RunRow).order_by(RunRow.created_at.desc(), RunRow.run_id))
-            return [_run_info(r) for r in rows]
+        """Every run, newest first (``agentrl.replay.read.list_runs``)."""
+        return read.list_runs(self._db)
 
     def _run_row(self, s: Session, run_id: str) -> RunRow:
         row = s.get(RunRow, run_id)
@@ -407,14 +293,14 @@ class ReplayStore:
 
         Args:
             run_id: a run created with ``start_run``.
-            iteration: training iteration (>= 0) the episodes belong to.
+            iteration: the iteration the episodes belong to (from 1; 0 before training).
             episodes: valid episodes (``Episode.validate`` is applied), errored ones included.
             advantages: optional ``{episode_id: [one float per turn]}``; finite values, or
                 ``None`` for a turn left out of the loss (overlong filtering). Stored per
                 turn, with the mean of the non-None ones on the episode (NULL when none).
                 Episodes absent here get NULL.
             kind: ``"train"`` (rollouts of the training loop), ``"eval"`` or ``"profile"``
-                (a run's difficulty profile, ``agentrl.cluster.profile``).
+                (a run's difficulty profile, ``agentrl.commands.profile``).
             trainer_values: optional ``{episode_id: [per turn: (log_probs [C], entropies [C])
                 or None]}`` from the update that trained on them (see ``set_trainer_values``).
                 A turn whose values hold a non-finite number (a diverging update) is stored
@@ -514,7 +400,7 @@ class ReplayStore:
                 if row is None or row.run_id != run_id:
                     raise ContractError(f"episode_id={eid!r} is not stored under run {run_id!r}")
                 self._refuse_complete(s, run_id, row.iteration)
-                eps[eid] = self._episode_in(s, row)
+                eps[eid] = episode_in(s, row)
             return self._set_trainer_values(s, eps, values)
 
     def _set_trainer_values(self, s: Session, eps: Mapping[str, Episode],
@@ -526,18 +412,17 @@ class ReplayStore:
 
     def get_trainer_values(self, episode_id: str) -> list[tuple[list[float] | None, list[float] | None]]:
         """Per turn ``(trainer_log_probs [C] or None, entropies [C] or None)`` as stored
-        (``None``: not written by an update).
+        (``agentrl.replay.read.trainer_values``).
 
         Raises:
             ContractError: unknown ``episode_id``.
         """
-        with self._read() as s:
-            if s.get(EpisodeRow, episode_id) is None:
-                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
-            rows = s.execute(select(TurnRow.trainer_log_probs, TurnRow.entropies)
-                             .where(TurnRow.episode_id == episode_id).order_by(TurnRow.turn_index)).all()
-        return [(None if lp is None else unpack_floats(lp), None if en is None else unpack_floats(en))
-                for lp, en in rows]
+        return self._known(read.trainer_values(self._db, episode_id), episode_id)
+
+    def _known(self, found: Any, episode_id: str) -> Any:
+        if found is None:
+            raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
+        return found
 
     # -- reruns -------------------------------------------------------------------------
 
@@ -568,13 +453,9 @@ class ReplayStore:
             return int(s.execute(RerunRow.__table__.insert().returning(RerunRow.id), [values]).scalar_one())
 
     def reruns(self, episode_id: str) -> list[RerunInfo]:
-        """The reruns of an episode, newest first (``[]`` for none or an unknown episode)."""
-        q = (select(RerunRow).where(RerunRow.episode_id == episode_id)
-             .order_by(RerunRow.created_at.desc(), RerunRow.id.desc()))
-        with self._read() as s:
-            return [RerunInfo(rerun_id=r.id, episode_id=r.episode_id, created_at=r.created_at, same=r.same,
-                              first_divergent_turn=r.first_divergent_turn, report=r.report)
-                    for r in s.scalars(q)]
+        """The reruns of an episode, newest first (``[]`` for none or an unknown episode;
+        ``agentrl.replay.read.reruns``)."""
+        return read.reruns(self._db, episode_id)
 
     @_retry_writes
     def add_metrics(self, run_id: str, iteration: int, metrics: Mapping[str, float]) -> None:
@@ -612,9 +493,10 @@ class ReplayStore:
 
     @_retry_writes
     def mark_complete(self, run_id: str, iterations_done: int) -> list[int]:
-        """Mark iterations ``0 .. iterations_done - 1`` of the run complete: call it once the
-        checkpoint taken after ``iterations_done`` iterations is written. Marks already
-        present are kept (with their time).
+        """Mark iterations ``1 .. iterations_done`` of the run complete, and iteration 0 when
+        it holds rows (episodes or metrics): call it once the checkpoint taken after
+        ``iterations_done`` iterations is written (``agentrl eval``, whose rows are iteration
+        0: with 0). Marks already present are kept (with their time).
 
         Returns:
             The iterations newly marked, ascending.
@@ -631,10 +513,11 @@ class ReplayStore:
     def rewind(self, run_id: str, iterations_done: int) -> int:
         """Prepare a resume from the checkpoint taken after ``iterations_done`` iterations,
         in one transaction: delete every episode (with its turns and sandbox events), metric
-        and completion mark of iterations ``>= iterations_done`` (the attempt the crash
-        abandoned, about to be re-run), and mark iterations ``< iterations_done`` complete
-        (the checkpoint covers them; this repairs a crash between writing the checkpoint and
-        ``mark_complete``).
+        and completion mark of iterations ``> iterations_done`` (the attempt the crash
+        abandoned, about to be re-run), and of iteration 0 too when ``iterations_done`` is 0
+        (no checkpoint covers anything: the run starts over); then mark the iterations the
+        checkpoint covers complete as ``mark_complete`` does (this repairs a crash between
+        writing the checkpoint and ``mark_complete``).
 
         Returns:
             How many episodes were deleted.
@@ -643,30 +526,33 @@ class ReplayStore:
             ContractError: unknown run, or ``iterations_done`` not an int >= 0.
         """
         n = as_int("iterations_done", iterations_done, 0, 2**31 - 1)
+        first = n + 1 if n > 0 else 0  # the first iteration the checkpoint does not cover
         with self._write() as s:
             self._run_row(s, run_id)
             later = (select(EpisodeRow.episode_id)
-                     .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= n).scalar_subquery())
+                     .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= first).scalar_subquery())
             dropped = int(s.scalar(select(func.count()).select_from(EpisodeRow)
-                                   .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= n)) or 0)
+                                   .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= first)) or 0)
             s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(later)))
             s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(later)))
-            s.execute(delete(EpisodeRow).where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= n))
-            s.execute(delete(MetricRow).where(MetricRow.run_id == run_id, MetricRow.iteration >= n))
-            s.execute(delete(IterationRow).where(IterationRow.run_id == run_id, IterationRow.iteration >= n))
+            s.execute(delete(EpisodeRow).where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= first))
+            s.execute(delete(MetricRow).where(MetricRow.run_id == run_id, MetricRow.iteration >= first))
+            s.execute(delete(IterationRow).where(IterationRow.run_id == run_id, IterationRow.iteration >= first))
             self._mark(s, run_id, n)
             return dropped
 
     def completed_iterations(self, run_id: str) -> list[int]:
-        """The run's iterations marked complete, ascending (0-based)."""
-        q = select(IterationRow.iteration).where(IterationRow.run_id == run_id).order_by(IterationRow.iteration)
-        with self._read() as s:
-            return [int(i) for i in s.scalars(q)]
+        """The run's iterations marked complete, ascending (``[1, 2, ...]`` for a training
+        run; ``agentrl.replay.read.completed_iterations``)."""
+        return read.completed_iterations(self._db, run_id)
 
     def _mark(self, s: Session, run_id: str, n: int) -> list[int]:
+        """Mark ``1 .. n`` and, when it holds rows, 0 (``mark_complete``); the new marks."""
         have = set(s.scalars(select(IterationRow.iteration).where(
-            IterationRow.run_id == run_id, IterationRow.iteration < n)))
-        new = [i for i in range(n) if i not in have]
+            IterationRow.run_id == run_id, IterationRow.iteration <= n)))
+        before = any(s.scalar(select(row.iteration).where(row.run_id == run_id, row.iteration == 0).limit(1)) is not None
+                     for row in (EpisodeRow, MetricRow))  # rows of iteration 0 (before training)
+        new = [i for i in range(0 if before else 1, n + 1) if i not in have]
         if new:
             now = utcnow()
             s.execute(IterationRow.__table__.insert(),
@@ -680,32 +566,15 @@ class ReplayStore:
                 "expected an iteration in progress: rewind(run_id, iterations_done) before re-running it"
             )
 
-    def _complete(self, run_id: str):  # the run's complete iterations, as a subquery
-        return select(IterationRow.iteration).where(IterationRow.run_id == run_id)
-
-    # -- reading ------------------------------------------------------------------------
+    # -- reading (agentrl.replay.read) ----------------------------------------------------
 
     def get_episode(self, episode_id: str) -> Episode:
-        """The stored episode, equal to what was added (token ids and log-probs bit-exact,
-        exec results included). ``-0.0`` rewards read back as ``0.0`` on SQLite; anchors
-        that are neither ``str`` nor simple literals read back as their ``repr``.
+        """The stored episode, equal to what was added (``agentrl.replay.read.get_episode``).
 
         Raises:
             ContractError: unknown ``episode_id``.
         """
-        with self._read() as s:
-            row = s.get(EpisodeRow, episode_id)
-            if row is None:
-                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
-            return self._episode_in(s, row)
-
-    @staticmethod
-    def _episode_in(s: Session, row: EpisodeRow) -> Episode:
-        turns = s.scalars(select(TurnRow).where(TurnRow.episode_id == row.episode_id)
-                          .order_by(TurnRow.turn_index)).all()
-        events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == row.episode_id)
-                           .order_by(SandboxEventRow.turn_index, SandboxEventRow.seq)).all()
-        return episode_from_rows(row, turns, events)
+        return self._known(read.get_episode(self._db, episode_id), episode_id)
 
     def get_advantages(self, episode_id: str) -> list[float | None]:
         """Per-turn advantages as stored (``None`` where none was given), ``[num_turns]``.
@@ -713,161 +582,30 @@ class ReplayStore:
         Raises:
             ContractError: unknown ``episode_id``.
         """
-        with self._read() as s:
-            if s.get(EpisodeRow, episode_id) is None:
-                raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
-            return list(s.scalars(select(TurnRow.advantage).where(TurnRow.episode_id == episode_id)
-                                  .order_by(TurnRow.turn_index)))
+        return self._known(read.advantages(self._db, episode_id), episode_id)
 
     def list_episodes(
         self, run_id: str, iteration: int | None = None, limit: int = 100, offset: int = 0,
         *, complete_only: bool = False, kind: str | None = None,
     ) -> list[EpisodeSummary]:
-        """Summaries of a run's episodes (one iteration's, if given; only those of complete
-        iterations with ``complete_only``; of one ``kind``, ``"train"`` or ``"eval"``, if
-        given), in insertion order (iteration, then batch, then position in the batch),
-        ``limit`` from ``offset``.
+        """Summaries of a run's episodes in insertion order (``agentrl.replay.read.list_episodes``).
 
         Raises:
             ContractError: ``limit < 0`` or ``offset < 0``, or an unknown ``kind``.
         """
-        if limit < 0 or offset < 0:
-            raise ContractError(f"limit={limit}, offset={offset}; expected both >= 0")
-        _check_kind(kind)
-        q = (select(EpisodeRow, IterationRow.iteration.is_not(None))
-             .outerjoin(IterationRow, (IterationRow.run_id == EpisodeRow.run_id)
-                        & (IterationRow.iteration == EpisodeRow.iteration))
-             .where(EpisodeRow.run_id == run_id))
-        if iteration is not None:
-            q = q.where(EpisodeRow.iteration == iteration)
-        if complete_only:
-            q = q.where(IterationRow.iteration.is_not(None))
-        if kind is not None:
-            q = q.where(EpisodeRow.kind == kind)
-        q = q.order_by(EpisodeRow.iteration, EpisodeRow.created_at, EpisodeRow.position,
-                       EpisodeRow.episode_id).limit(limit).offset(offset)
-        with self._read() as s:
-            return [_summary(r, bool(done)) for r, done in s.execute(q)]
+        return read.list_episodes(self._db, run_id, iteration, limit, offset,
+                                  complete_only=complete_only, kind=kind)
 
     def count_episodes(self, run_id: str, iteration: int | None = None, *, complete_only: bool = False,
                        kind: str | None = None) -> int:
-        """Number of stored episodes of a run (of one iteration, if given; of complete
-        iterations only, with ``complete_only``; of one ``kind``, if given)."""
-        _check_kind(kind)
-        q = select(func.count()).select_from(EpisodeRow).where(EpisodeRow.run_id == run_id)
-        if kind is not None:
-            q = q.where(EpisodeRow.kind == kind)
-        if iteration is not None:
-            q = q.where(EpisodeRow.iteration == iteration)
-        if complete_only:
-            q = q.where(EpisodeRow.iteration.in_(self._complete(run_id)))
-        with self._read() as s:
-            return int(s.scalar(q) or 0)
+        """Number of stored episodes of a run (``agentrl.replay.read.count_episodes``)."""
+        return read.count_episodes(self._db, run_id, iteration, complete_only=complete_only, kind=kind)
 
     def iterations(self, run_id: str, *, complete_only: bool = False) -> list[int]:
-        """Sorted iterations for which the run has episodes or metrics (and, with
-        ``complete_only``, a completion mark)."""
-        q = union(
-            select(EpisodeRow.iteration).where(EpisodeRow.run_id == run_id),
-            select(MetricRow.iteration).where(MetricRow.run_id == run_id),
-        )
-        with self._read() as s:
-            found = sorted(int(i) for i in s.scalars(q))
-            if complete_only:
-                done = set(s.scalars(self._complete(run_id)))
-                found = [i for i in found if i in done]
-            return found
+        """Sorted iterations with episodes or metrics (``agentrl.replay.read.iterations``)."""
+        return read.iterations(self._db, run_id, complete_only=complete_only)
 
     def metrics(self, run_id: str, *, complete_only: bool = False) -> dict[int, dict[str, float]]:
-        """``{iteration: {key: value}}`` for a run (its complete iterations only, with
-        ``complete_only``), iterations ascending, keys sorted."""
-        q = (select(MetricRow.iteration, MetricRow.key, MetricRow.value)
-             .where(MetricRow.run_id == run_id).order_by(MetricRow.iteration, MetricRow.key))
-        if complete_only:
-            q = q.where(MetricRow.iteration.in_(self._complete(run_id)))
-        out: dict[int, dict[str, float]] = {}
-        with self._read() as s:
-            for it, key, value in s.execute(q):
-                out.setdefault(it, {})[key] = math.nan if value is None else value
-        return out
-
-
-# ---------------------------------------------------------------------------------------
-# SQLite connection set-up
-# ---------------------------------------------------------------------------------------
-
-
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # Take transaction control away from the sqlite3 module: it would not BEGIN before a
-    # SELECT (no read snapshot) and cannot BEGIN IMMEDIATE. See SQLAlchemy's SQLite docs,
-    # "Serializable isolation / Savepoints / Transactional DDL".
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    try:
-        _set_wal_mode(cur)
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints; safe in WAL mode
-    finally:
-        cur.close()
-
-
-def _set_wal_mode(cur: Any) -> None:
-    """Switch the database to WAL mode (a setting kept in the file) unless it is in it already.
-
-    The switch needs the exclusive lock. Processes opening a new database at once each hold
-    a shared lock while asking for it, and SQLite answers "database is locked" at once
-    rather than wait in the busy handler (it would deadlock), so the switch is retried until
-    the connection's busy timeout has passed.
-    """
-    if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
-        return
-    busy_timeout_s = float(cur.execute("PRAGMA busy_timeout").fetchone()[0]) / 1000.0
-    deadline = time.monotonic() + busy_timeout_s
-    pause_s = 0.01
-    while True:
-        try:
-            cur.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() + pause_s > deadline:
-                raise
-        time.sleep(pause_s)
-        pause_s = min(pause_s * 2, 0.5)
-
-
-def _sqlite_ro_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # read_only: our own BEGIN as above, and query_only so that no statement writes; no
-    # journal_mode / synchronous pragma (journal_mode=WAL would rewrite the file's header).
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute("PRAGMA query_only=ON")
-    finally:
-        cur.close()
-
-
-def _sqlite_on_begin(conn: Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
-
-
-def _check_kind(kind: str | None) -> None:
-    if kind is not None and kind not in EPISODE_KINDS:
-        raise ContractError(f"kind={kind!r}; expected one of {list(EPISODE_KINDS)} or None (every kind)")
-
-
-def _run_info(row: RunRow) -> RunInfo:
-    return RunInfo(run_id=row.run_id, status=RunStatus(row.status), config=row.config,
-                   created_at=row.created_at, finished_at=row.finished_at,
-                   resume_count=row.resume_count)
-
-
-def _summary(r: EpisodeRow, complete: bool) -> EpisodeSummary:
-    return EpisodeSummary(
-        episode_id=r.episode_id, run_id=r.run_id, iteration=r.iteration, group_id=r.group_id,
-        env_id=r.env_id, task_id=r.task_id, seed=r.seed, terminated=r.terminated,
-        truncated=r.truncated, termination_reason=reason(r.termination_reason),
-        total_reward=r.total_reward, error=r.error, num_turns=r.num_turns,
-        num_generated_tokens=r.num_generated_tokens, policy_version_min=r.policy_version_min,
-        policy_version_max=r.policy_version_max, advantage_mean=r.advantage_mean,
-        created_at=r.created_at, complete=complete, kind=r.kind,
-    )
+        """``{iteration: {key: value}}`` of a run, NULL read as ``nan``
+        (``agentrl.replay.read.metrics``)."""
+        return read.metrics(self._db, run_id, complete_only=complete_only)

@@ -2,11 +2,11 @@
 batch back to the turns of the replay store (``ReplayStore.add_episodes(...,
 trainer_values=...)`` / ``set_trainer_values``).
 
-The update's ``TokenBatch`` holds one row per ``RowLayout`` of each trained episode (one row
-in ``full_history`` mode, one per turn in ``per_step`` mode; ``Episode.row_layout`` says
+The update's ``TokenBatch`` holds one row per ``EpisodeRows`` of each trained episode (one row
+in ``full_history`` mode, one per turn in ``per_step`` mode; ``Episode.rows`` says
 where each turn's completion sits in its row, and ``TokenBatch.episode_ids`` holds the rows'
 keys). The trainer returns ``[T]`` arrays aligned with the batch's tokens
-(``PolicyTrainer.last_token_values``); this module cuts each turn's completion out of them.
+(``StepResult.log_probs`` / ``entropies`` of ``PolicyTrainer.step``); this module cuts each turn's completion out of them.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def turn_trainer_values(
     for ep in episodes:
         per_turn: list[TurnValues] = [None] * len(ep.turns)
         found = False
-        for layout in ep.row_layout():
+        for layout in ep.rows():
             hit = row_of.get(layout.key)
             if hit is None:
                 continue

@@ -1,9 +1,9 @@
-"""Delta tokenization through the chat template (design.md, invariant 1).
+"""Delta tokenization through the chat template (docs/design.md, invariant 1).
 
 A multi-turn episode's token stream is built turn by turn: the engine's sampled ids are
 kept exactly, and only the *new* messages (observations, tool results) are rendered with
 the chat template and tokenized. Re-encoding the decoded completion is never done: BPE is
-not one-to-one, so ``encode(decode(ids)) != ids`` in general (case C01).
+not one-to-one, so ``encode(decode(ids)) != ids`` in general (docs/cases.md, C01).
 
 How the delta is found: render a base conversation that ends with an assistant message,
 render it again with the new messages appended (and the generation prompt), and take the
@@ -11,7 +11,7 @@ string difference. The sampled completion ends with the stop token; whatever the
 writes *after* the assistant's stop token (e.g. ChatML's ``"\\n"``) is glue that belongs to
 the delta. ``ChatTokenizer.check_incremental`` proves at start-up that this reproduces the
 full rendering for a probe conversation (assistant with two tool calls → tool result A →
-tool result B → assistant, case C02) and raises ``TemplateError`` if the template cannot
+tool result B → assistant; docs/cases.md, C02) and raises ``TemplateError`` if the template cannot
 be extended turn by turn (for example, templates that rewrite earlier turns).
 """
 
@@ -142,8 +142,8 @@ class ChatTokenizer:
 
     def check_incremental(self, tools: Sequence[dict] | None = None, system_prompt: str | None = "You are a probe.") -> None:
         """Prove delta tokenization equals the full rendering on a probe conversation
-        (case C02: assistant with two tool calls → tool result A → tool result B →
-        assistant). Completions are encoded from text here only because the probe's text
+        (assistant with two tool calls → tool result A → tool result B → assistant;
+        docs/cases.md, C02). Completions are encoded from text here only because the probe's text
         round-trips; real completions never are.
 
         Raises:

@@ -14,7 +14,7 @@ holds KV blocks, which is an ``EngineError`` here, never ignored.
 Log-probs: vLLM is started with ``logprobs_mode="processed_logprobs"`` so the log-prob of
 each sampled token is taken from the distribution it was *sampled* from (after
 temperature), which is what ``behavior_log_probs`` means and what the trainer recomputes
-(design.md, invariant 4; case C04). vLLM's default (``raw_logprobs``) would ignore the
+(docs/design.md, invariant 4; docs/cases.md, C04). vLLM's default (``raw_logprobs``) would ignore the
 temperature.
 """
 
@@ -358,7 +358,7 @@ class VLLMEngine:
                 request was still in flight. The weights are loaded by then; no block of
                 the old weights is reused only once nothing holds blocks.
         """
-        from agentrl.rollout.weight_load import load_in_place
+        from agentrl.rollout.weight_load import load_in_place  # heavy: torch
 
         weights = dict(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
         try:

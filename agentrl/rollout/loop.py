@@ -4,12 +4,13 @@ Continuous batching: every episode's next turn is queued in the engine as soon a
 environment step returns, while other episodes are still generating; environment steps
 (sandbox commands, reward checks) run in a thread pool so the engine never waits on them.
 
+Per-episode state (``RolloutLimits``, ``ActiveEpisode``) lives in ``agentrl.rollout.state``.
 The episode state machine is stepped by ``agentrl.rollout.session.RolloutSession`` (``run``
 is a thin loop over it; the streaming actor keeps one open and loads weights between engine
 steps). Each sampled token is tagged with the weight version that sampled it
 (``Turn.policy_versions``; a turn continued across a weight update spans two).
 
-Per turn the loop records exactly what design.md's ``Turn`` says. Termination:
+Per turn the loop records exactly what docs/design.md's ``Turn`` says. Termination:
 
 Prompt modes: ``full_history`` appends each observation to the growing conversation
 (delta tokenization); ``per_step`` rebuilds each turn's prompt from the task, the last
@@ -21,7 +22,7 @@ with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool
 * the environment's ``terminated`` / ``truncated`` → ``env_terminated`` / ``env_truncated``;
 * ``max_turns`` reached → truncated, ``max_turns``;
 * a completion stopped by ``max_new_tokens`` → the episode ends there, truncated,
-  ``length`` (case C08a). With ``score_truncated`` (default) the cut answer is still
+  ``length`` (docs/cases.md, C08a). With ``score_truncated`` (default) the cut answer is still
   handed to the environment, so a complete answer followed by cut-off chatter is scored;
   if the environment cannot parse it, the turn gets reward 0 and is *not* counted as an
   invalid action (a length stop is not a format failure). Without it, the action is not
@@ -33,7 +34,7 @@ with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool
   of an open tool call (a missing closing quote) is cut at that string and ends as stopped,
   and its malformed call is scored as an invalid action (``agentrl.rollout.stop_strings``);
 * the next observation leaves no room for a turn in ``max_context_tokens`` → truncated,
-  ``context_limit``, and no engine call is made (case C08b); every turn recorded was
+  ``context_limit``, and no engine call is made (docs/cases.md, C08b); every turn recorded was
   complete (none has ``finish_reason`` ``length``);
 * an infrastructure fault (sandbox, env contract violation) → ``infra_error``; a reward
   function fault → ``reward_error``. Both keep the turns recorded so far, carry the error,
@@ -44,15 +45,16 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import traceback
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from agentrl.errors import ConfigError, EnvError, InfraError, RewardError
 from agentrl.rollout.chat import ChatTokenizer
+from agentrl.rollout.budget import RolloutBudget
 from agentrl.rollout.engine import Completion
+from agentrl.rollout.session import RolloutSession
+from agentrl.rollout.state import ActiveEpisode, RolloutLimits
 from agentrl.rollout.stop_strings import cut_at_stop, cut_at_stop_in_string
 from agentrl.types import Episode, EpisodeRequest, ExecResult, SamplingRecord, StepInfo, TerminationReason, Turn
 
@@ -72,50 +74,6 @@ class EngineLike(Protocol):
 
 EnvHandle = tuple[Any, Any]  # (gymnasium env, sandbox or None)
 EnvFactory = Callable[[EpisodeRequest], EnvHandle]
-
-
-@dataclass(frozen=True)
-class RolloutLimits:
-    """Rollout limits (see ``agentrl.config.RolloutConfig`` for their meaning)."""
-
-    max_turns: int
-    max_new_tokens: int
-    max_context_tokens: int
-    score_truncated: bool = True
-    prompt_mode: str = "full_history"
-    history_length: int = 2
-    stop_strings: tuple[str, ...] = ()  # a turn ends with the token completing one (agentrl.rollout.stop_strings)
-
-
-@dataclass
-class _Active:
-    req: EpisodeRequest
-    episode: Episode
-    env: Any = None
-    sandbox: Any = None
-    pending_prompt: list[int] = field(default_factory=list)
-    anchor: Hashable = ""
-    execs: list[ExecResult] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    listener: Any = None
-    max_tokens: int = 0
-    length_reason: TerminationReason = TerminationReason.LENGTH
-    # per-step mode: what each step's prompt is rebuilt from
-    task_text: str = ""
-    system_prompt: str | None = None
-    tools: Any = None
-    describes_tools: bool = False
-    examples: tuple[dict[str, str], ...] = ()
-    # the engine request of the pending turn (agentrl.rollout.session preempts and re-adds it)
-    request_id: str = ""
-    engine_prompt: list[int] = field(default_factory=list)  # the ids the turn's first segment was prompted with
-    seed: int | None = None
-    version: int = 0  # weight version of the pending turn's current segment
-    segments: list[tuple[list[int], list[float], int]] = field(default_factory=list)  # (ids, log-probs, version) before a preemption
-    preemptions: int = 0  # of the pending turn (its engine request ids are "{episode_id}:{turn}.{n}" after the n-th)
-    env_call_started: float | None = None  # time.monotonic() when its running env call began (None: none running)
-    abandoned: bool = False  # its env is left to a running call that overran env_timeout_s: closed only if it returns
-    previous: Any = None  # restart mode: the earlier attempt's state, which this one's first env call closes
 
 
 def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, StepInfo]:
@@ -141,7 +99,8 @@ def _check_step_output(out: Any, env_id: str) -> tuple[str, float, bool, bool, S
 def _observation_messages(obs: str, info: StepInfo) -> list[dict[str, str]]:
     """Chat messages for an observation: role ``info.observation_role``; with role ``tool``
     and ``info.tool_outputs`` (one string per tool call), one tool message per call, as
-    chat templates expect after several calls (case C02)."""
+    chat templates expect after several calls, so turn-by-turn tokens equal the full
+    rendering (docs/cases.md, C02)."""
     if info.observation_role == "tool" and info.tool_outputs:
         return [{"role": "tool", "content": o} for o in info.tool_outputs]
     return [{"role": info.observation_role, "content": obs}]
@@ -176,8 +135,27 @@ class RolloutWorker:
         self.tokenizer = chat.tokenizer
 
     # ------------------------------------------------------------------------------
+    def with_budget(self, budget: RolloutBudget) -> "RolloutWorker":
+        """A worker on the same engine, chat template and env factory that rolls out under
+        ``budget``: its turn and token limits and its sampling, and, when it carries
+        ``env_kwargs``, environments made with them (the factory's ``with_env_kwargs``, e.g.
+        ``agentrl.cluster.actors.env_factory.EnvFactory``). This worker is left as it is.
+
+        Raises:
+            ConfigError: ``budget.env_kwargs`` given to a factory without ``with_env_kwargs``.
+        """
+        factory = self.env_factory
+        if budget.env_kwargs is not None:
+            with_kwargs = getattr(factory, "with_env_kwargs", None)
+            if with_kwargs is None:
+                raise ConfigError(f"a rollout budget with env_kwargs={dict(budget.env_kwargs)!r}, but the env factory "
+                                  f"{factory!r} has no with_env_kwargs to make environments with them")
+            factory = with_kwargs(budget.env_kwargs)
+        return RolloutWorker(self.engine, self.chat, factory, budget.limits(self.limits), budget.sampling,
+                             env_workers=self.env_workers, env_timeout_s=self.env_timeout_s)
+
     def run(self, requests: Sequence[EpisodeRequest], policy_version: int,
-            on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+            on_episode: Callable[[Episode], None] | None = None, budget: RolloutBudget | None = None) -> list[Episode]:
         """Roll out every request; returns episodes in request order. Never raises for one
         episode's fault: an exception from its env reset or step, from parsing its ``info``
         or from building its next prompt ends that episode alone with ``infra_error`` (or
@@ -185,13 +163,13 @@ class RolloutWorker:
         id is its request's ``episode_id``. A thin loop over ``RolloutSession``
         (``agentrl.rollout.session``): submit everything, step until done.
         ``on_episode`` is called with each episode as it finishes (progress reports).
+        ``budget``: this call's limits, sampling and env kwargs (``with_budget``); None: the
+        worker's own.
 
         Raises:
             ContractError: two requests of the batch have the same ``episode_id``.
         """
-        from agentrl.rollout.session import RolloutSession
-
-        session = RolloutSession(self, policy_version)
+        session = RolloutSession(self if budget is None else self.with_budget(budget), policy_version)
         done: dict[str, Episode] = {}
         try:
             session.submit(requests)
@@ -209,11 +187,11 @@ class RolloutWorker:
         return [done[r.episode_id] for r in requests]
 
     # --- environment side (thread pool) ------------------------------------------------
-    def _reset(self, st: _Active) -> tuple[str, StepInfo]:
+    def _reset(self, st: ActiveEpisode) -> tuple[str, StepInfo]:
         env, sandbox = self.env_factory(st.req)
         st.env, st.sandbox = env, sandbox
         if sandbox is not None and hasattr(sandbox, "add_listener"):
-            def listener(res: ExecResult, st: _Active = st) -> None:
+            def listener(res: ExecResult, st: ActiveEpisode = st) -> None:
                 with st.lock:
                     st.execs.append(res)
             st.listener = listener
@@ -226,10 +204,10 @@ class RolloutWorker:
             raise EnvError(f"{st.req.env_id}.reset returned observation of type {type(obs).__name__}; expected str")
         return obs, StepInfo.from_info(info, env_id=st.req.env_id, where="reset")
 
-    def _step(self, st: _Active) -> tuple[str, float, bool, bool, StepInfo]:
+    def _step(self, st: ActiveEpisode) -> tuple[str, float, bool, bool, StepInfo]:
         return _check_step_output(st.env.step(st.episode.turns[-1].action_text), st.req.env_id)
 
-    def _close(self, st: _Active) -> None:
+    def _close(self, st: ActiveEpisode) -> None:
         if st.sandbox is not None and st.listener is not None and hasattr(st.sandbox, "remove_listener"):
             try:
                 st.sandbox.remove_listener(st.listener)  # a pooled sandbox serves other episodes next
@@ -246,7 +224,7 @@ class RolloutWorker:
         st.env = st.sandbox = None
 
     # --- controller side (this thread) ------------------------------------------------
-    def _fail(self, st: _Active, reason: TerminationReason, exc: BaseException) -> bool:
+    def _fail(self, st: ActiveEpisode, reason: TerminationReason, exc: BaseException) -> bool:
         ep = st.episode
         ep.termination_reason = reason
         ep.terminated = False
@@ -259,14 +237,14 @@ class RolloutWorker:
                 st.execs.clear()
         return True
 
-    def _finish(self, st: _Active, reason: TerminationReason) -> bool:
+    def _finish(self, st: ActiveEpisode, reason: TerminationReason) -> bool:
         ep = st.episode
         ep.termination_reason = reason
         ep.terminated = reason == TerminationReason.ENV_TERMINATED
         ep.truncated = not ep.terminated
         return True
 
-    def _queue_turn(self, st: _Active, prompt: list[int], queue: list[_Active]) -> bool:
+    def _queue_turn(self, st: ActiveEpisode, prompt: list[int], queue: list[ActiveEpisode]) -> bool:
         """Prepare the episode's next turn (request id, prompt, token budget, seed) and put
         it on ``queue``; the session adds it to the engine (``_add_turn``). Returns True when
         no turn fits the context (the episode ends, ``context_limit``)."""
@@ -286,7 +264,7 @@ class RolloutWorker:
         queue.append(st)
         return False
 
-    def _add_turn(self, st: _Active, version: int) -> None:
+    def _add_turn(self, st: ActiveEpisode, version: int) -> None:
         """Add ``st``'s prepared turn to the engine, sampled under weight version ``version``."""
         st.version = version
         self.engine.add(st.request_id, st.engine_prompt, sampling=self.sampling, max_tokens=st.max_tokens,
@@ -305,7 +283,7 @@ class RolloutWorker:
             kw["stop_context_ids"] = list(sampled)
         return kw
 
-    def _after_env(self, kind: str, fut: Future, st: _Active, queue: list[_Active]) -> bool:
+    def _after_env(self, kind: str, fut: Future, st: ActiveEpisode, queue: list[ActiveEpisode]) -> bool:
         try:
             result = fut.result()
         except RewardError as exc:
@@ -335,7 +313,7 @@ class RolloutWorker:
                 st.execs.clear()
             if turn.finish_reason == "length":
                 # A cut answer was scored for what it holds, but its format is never
-                # penalised (case C08a): an unparseable cut answer earns 0, not a penalty.
+                # penalised (docs/cases.md, C08a): an unparseable cut answer earns 0, not a penalty.
                 if turn.invalid_action:
                     turn.invalid_action = False
                     turn.reward = 0.0
@@ -360,12 +338,12 @@ class RolloutWorker:
             # message; the other episodes of the batch go on.
             return self._fail(st, TerminationReason.INFRA_ERROR, exc)
 
-    def _first_prompt(self, st: _Active, user_text: str) -> list[int]:
+    def _first_prompt(self, st: ActiveEpisode, user_text: str) -> list[int]:
         msgs = self.chat.initial_messages(st.system_prompt, user_text, st.tools, prompt_describes_tools=st.describes_tools,
                                           examples=st.examples)
         return self.chat.prompt_ids(msgs, st.tools)
 
-    def _step_prompt_text(self, st: _Active) -> str:
+    def _step_prompt_text(self, st: ActiveEpisode) -> str:
         """Per-step prompt (verl-agent's memory-based prompting): the task, the last
         ``history_length`` steps (action and observation), and the current observation."""
         turns = st.episode.turns
@@ -381,7 +359,7 @@ class RolloutWorker:
         parts.append(f"Current observation (after step {len(turns)}):\n{turns[-1].observation_text}")
         return "\n\n".join(parts)
 
-    def _after_completion(self, comp: Completion, st: _Active) -> bool:
+    def _after_completion(self, comp: Completion, st: ActiveEpisode) -> bool:
         """Record the finished turn: its segments before any preemption, then ``comp``
         (sampled under ``st.version``), each token tagged with the version that sampled it."""
         ids = [t for seg in st.segments for t in seg[0]] + list(comp.token_ids)
@@ -420,7 +398,7 @@ class RolloutWorker:
             cut_by_context = st.max_tokens < self.limits.max_new_tokens
             st.length_reason = TerminationReason.CONTEXT_LIMIT if cut_by_context else TerminationReason.LENGTH
             if not self.limits.score_truncated:
-                turn.reward = 0.0  # not handed to the environment; not a format failure (C08a)
+                turn.reward = 0.0  # not handed to the environment; not a format failure (docs/cases.md, C08a)
                 return self._finish(st, st.length_reason)
         return False
 

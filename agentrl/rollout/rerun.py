@@ -17,7 +17,8 @@ checks, per turn:
 
 The rollout loop's own rules are applied as it applied them (``agentrl.rollout.loop``): a
 completion cut by ``max_new_tokens`` is not handed to the environment when
-``score_truncated`` is off, and an unparseable cut answer earns 0 (case C08a).
+``score_truncated`` is off, and an unparseable cut answer earns 0 (a length stop is not a format failure;
+docs/cases.md, C08a).
 
 An exception from the environment or its sandbox is never a divergence. An
 ``InfraError`` (sandbox failure, lost container), an environment contract violation or a
@@ -34,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Hashable, Literal
 
-from agentrl.errors import EnvError, InfraError
+from agentrl.errors import ContractError, EnvError, InfraError
 from agentrl.rollout.loop import EnvFactory, _check_step_output
 from agentrl.types import Episode, EpisodeRequest, StepInfo, TerminationReason, Turn
 
@@ -201,7 +202,7 @@ def rerun_episode(episode: Episode, env_factory: EnvFactory, *, score_truncated:
     Args:
         episode: the recorded episode (``ReplayStore.get_episode``).
         env_factory: ``request -> (env, sandbox or None)``, as the rollout worker gets it
-            (e.g. ``agentrl.cluster.actors.make_env_factory`` with the run's config).
+            (e.g. ``agentrl.cluster.actors.env_factory.EnvFactory`` with the run's config).
         score_truncated: the run's ``rollout.score_truncated``.
 
     Returns:
@@ -210,7 +211,6 @@ def rerun_episode(episode: Episode, env_factory: EnvFactory, *, score_truncated:
     Raises:
         ContractError: ``episode`` has no turns (nothing was recorded to replay).
     """
-    from agentrl.errors import ContractError
 
     if not episode.turns:
         raise ContractError(f"episode {episode.episode_id!r} has no turns (termination "
@@ -287,7 +287,7 @@ def _step_turn(report: RerunReport, episode: Episode, env: Any, k: int, turn: Tu
     if not _anchor_equal(turn.anchor, state):
         diffs.append(field_diff("state", turn.anchor, state))
     if turn.finish_reason == "length" and not score_truncated:
-        # the rollout gave this cut completion 0 without stepping the env (C08a)
+        # the rollout gave this cut completion 0 without stepping the env (docs/cases.md, C08a)
         status: TurnStatus = "different" if diffs else "not_executed"
         return TurnCheck(k, status, turn.reward, 0.0, tuple(diffs), note="cut by max_new_tokens; not handed to the environment"), state, True
     recorded_error = _recorded_error_at(episode, k)

@@ -46,6 +46,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from agentrl.errors import ConfigError, ContractError, EnvError
 from agentrl.rollout.engine import Completion
+from agentrl.rollout.state import ActiveEpisode
 from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
 log = logging.getLogger(__name__)
@@ -105,16 +106,16 @@ class RolloutSession:
         self.worker = worker
         self.engine = worker.engine
         self.policy_version = int(policy_version)
-        self._active: dict[str, Any] = {}  # episode id -> _Active, submitted and not finished
-        self._by_request: dict[str, Any] = {}  # engine request id -> _Active
-        self._futures: dict[Future, tuple[str, Any]] = {}
-        self._queue: list[Any] = []  # turns prepared, not yet added to the engine
-        self._held: list[Any] = []  # drain: turns held back until the load
+        self._active: dict[str, ActiveEpisode] = {}  # episode id -> ActiveEpisode, submitted and not finished
+        self._by_request: dict[str, ActiveEpisode] = {}  # engine request id -> ActiveEpisode
+        self._futures: dict[Future, tuple[str, ActiveEpisode]] = {}
+        self._queue: list[ActiveEpisode] = []  # turns prepared, not yet added to the engine
+        self._held: list[ActiveEpisode] = []  # drain: turns held back until the load
         self._restart_pending: set[str] = set()  # episode ids restarted once their env call returns
         self._load: WeightLoad | None = None
-        self._all: list[Any] = []  # every state of this session (run's error path closes them all)
+        self._all: list[ActiveEpisode] = []  # every state of this session (run's error path closes them all)
         self._pool = ThreadPoolExecutor(max_workers=worker.env_workers, thread_name_prefix="agentrl-env")
-        self._done_early: list[Any] = []  # turns a load ended (their budget was used up), returned by step_once
+        self._done_early: list[ActiveEpisode] = []  # turns a load ended (their budget was used up), returned by step_once
         self.restarted_episodes = 0
         self.timed_out_env_calls = 0
         self._calls: dict[Future, Callable[[], Any]] = {}  # what each pending future runs (resubmitted after a pool swap)
@@ -198,15 +199,13 @@ class RolloutSession:
         Raises:
             ContractError: an ``episode_id`` repeated in ``requests`` or already in flight.
         """
-        from agentrl.rollout.loop import _Active
-
         ids = [r.episode_id for r in requests]
         dup = sorted({i for i in ids if ids.count(i) > 1} | (set(ids) & set(self._active)))
         if dup:
             raise ContractError(f"requests with episode_ids {dup[:5]} appear more than once in one rollout batch; "
                                 "expected distinct (group_id, index, attempt) per request")
         for r in requests:
-            st = _Active(req=r, episode=self._new_episode(r))
+            st = ActiveEpisode(req=r, episode=self._new_episode(r))
             self._active[r.episode_id] = st
             self._all.append(st)
             self._submit("reset", st, lambda st=st: self.worker._reset(st))
@@ -381,10 +380,8 @@ class RolloutSession:
 
     def _restart(self, st: Any) -> None:
         """Close ``st``'s env and sandbox and reset it from scratch, same episode id."""
-        from agentrl.rollout.loop import _Active
-
         self._restart_pending.discard(st.episode.episode_id)
-        fresh = _Active(req=st.req, episode=self._new_episode(st.req))
+        fresh = ActiveEpisode(req=st.req, episode=self._new_episode(st.req))
         self._active[st.req.episode_id] = fresh
         self._all.append(fresh)
 

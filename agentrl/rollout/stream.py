@@ -1,8 +1,8 @@
 """Streaming rollout: one background thread owns the engine and a ``RolloutSession`` and
 steps it continuously; other threads submit requests, collect finished episodes and hand
-weight loads to it through queues (issue 12, asynchronous training).
+weight loads to it through queues (the rollout side of ``controller.mode: async``).
 
-``RolloutActor``'s ``stream_*`` methods (``agentrl.cluster.actors``) are thin wrappers of
+``RolloutActor``'s ``stream_*`` methods (``agentrl.cluster.actors.rollout_actor``) are thin wrappers of
 ``StreamRunner``; while a stream runs nothing else touches the engine.
 """
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.02  # how long the idle loop waits for a command before looking again
 
 
-class _LoadProxy:
+class LoadProxy:
     """Stands in for the engine in ``WeightReceiver`` calls: ``update_weights(views)``
     hands the load to the loop thread and returns when the new weights are live."""
 

@@ -9,7 +9,7 @@ that took 1.2-2.3 s here (2 busy cores), of which about 1.3 s were copies into f
 allocated (page-faulting) memory and 0.3-0.9 s the oneDNN repacking. ``load_in_place``
 does only what must be done: it repacks each linear layer straight from the received
 tensors (the fused q/k/v and gate/up weights are zero-copy views when the sender laid
-them out next to each other, as ``agentrl.cluster.weight_sync`` does) and copies the few
+them out next to each other, as ``agentrl.cluster.engines.weight_sync`` does) and copies the few
 plain parameters (norms, embedding) into the memory they already occupy.
 
 It applies to vLLM's CPU platform, tensor-parallel size 1, unquantized models whose

@@ -2,7 +2,7 @@
 a value model (``CriticTrainer``) under FSDP2, sharing one step skeleton
 (``agentrl.trainer._core.TrainerCore``).
 
-Imports only ``agentrl.types``, ``agentrl.errors``, torch and transformers (design.md).
+Imports only ``agentrl.types``, ``agentrl.errors``, torch and transformers (docs/design.md).
 Names are loaded on first use, so ``agentrl.trainer.config`` (no torch) can be imported
 by the run configuration without loading torch.
 """
@@ -28,6 +28,7 @@ _EXPORTS = {
     "rollout_correction": "agentrl.trainer.losses",
     "value_loss_terms": "agentrl.trainer.losses",
     "PolicyTrainer": "agentrl.trainer.trainer",
+    "StepResult": "agentrl.trainer.trainer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -32,8 +32,9 @@ import torch.distributed as dist
 
 from agentrl.errors import ContractError
 from agentrl.trainer import _fsdp_common as fc
+from agentrl.trainer import micro_batches as mb
 from agentrl.trainer.config import OptimConfig
-from agentrl.trainer.packing import install_scorer
+from agentrl.trainer.scoring import install_scorer
 
 MicroStep = Callable[[int, int, list[int]], torch.Tensor]
 """``(epoch, group_index, rows) -> sums``: score ``rows`` (one micro-batch of this rank),
@@ -113,7 +114,7 @@ class TrainerCore:
         fc.shard_fsdp2(model, device=self.device, world_size=self.world_size, dtype=config.dtype)
         if causal_lm:
             # backbone -> hidden states where a loss reads -> chunked LM head, as an FSDP
-            # forward method (agentrl.trainer.packing)
+            # forward method (agentrl.trainer.scoring)
             install_scorer(model)
         self.model = model
         self.optimizer, self.scheduler = fc.build_optimizer(model.parameters(), config)
@@ -137,14 +138,14 @@ class TrainerCore:
 
     def my_rows(self, num_rows: int) -> list[int]:
         """This rank's rows: ``rank, rank + W, rank + 2W, ...``."""
-        return fc.rank_rows(num_rows, self.rank, self.world_size)
+        return mb.rank_rows(num_rows, self.rank, self.world_size)
 
     def micro_batches(self, rows: Sequence[int], row_lens: Sequence[int], layout: str = "padded") -> list[list[int]]:
         """This rank's micro-batches (``row_lens[r]``: row ``r``'s tokens). ``layout``
         ``"padded"``: rows in order, at most ``micro_batch_size`` rows and (if set) at most
         ``micro_batch_tokens`` padded tokens per group; ``"packed"``: rows bin-packed into
-        at most ``micro_batch_tokens`` tokens per group (``fc.layout_micro_batches``)."""
-        return fc.layout_micro_batches(
+        at most ``micro_batch_tokens`` tokens per group (``micro_batches.layout_micro_batches``)."""
+        return mb.layout_micro_batches(
             rows,
             row_lens,
             layout=layout,
@@ -158,13 +159,13 @@ class TrainerCore:
         """``micro_batches(rows, row_lens, layout)`` padded with empty groups (dummy passes)
         to the largest count of any rank, so every rank runs the same number of FSDP
         passes. Collective."""
-        return fc.align_micro_batches(self.micro_batches(rows, row_lens, layout), self.device, self.world_size)
+        return mb.align_micro_batches(self.micro_batches(rows, row_lens, layout), self.device, self.world_size)
 
     def all_rank_micro_batches(self, num_rows: int, row_lens: Sequence[int], layout: str) -> list[list[list[int]]]:
         """Every rank's (unaligned) micro-batches, computed locally: the rank split and
         the grouping are deterministic functions of the batch, which every rank holds."""
         return [
-            self.micro_batches(fc.rank_rows(num_rows, r, self.world_size), row_lens, layout)
+            self.micro_batches(mb.rank_rows(num_rows, r, self.world_size), row_lens, layout)
             for r in range(self.world_size)
         ]
 

@@ -4,57 +4,70 @@
 warmup, clipping, micro-batching, seed, gradient checkpointing); ``TrainerConfig`` adds
 the policy's PPO knobs, row layout, ``RolloutCorrectionConfig`` and ``KLConfig``;
 ``CriticConfig`` the value model's. Each ``validate()`` raises a ``ConfigError`` naming
-the first bad field, its value and what was expected.
+the first bad field, its value and what was expected. ``RolloutCorrectionConfig``
+(``agentrl.trainer.correction_config``) and ``KLConfig`` (``agentrl.trainer.kl_config``)
+live beside the code that applies them and are re-exported here, with their names.
 
-Each field's documentation is written once, here, as ``metadata["doc"]`` (``documented``,
-read by ``field_doc``); the run configuration's ``trainer`` / ``critic`` sections take
-their defaults and descriptions from these fields, so the two layers say the same thing.
+Each field's documentation is written once, in its dataclass, as ``metadata["doc"]``
+(``agentrl.trainer.documented``: ``documented``, read by ``field_doc``). Each choice is one ``Literal`` (its tuple of names is
+``typing.get_args`` of it). The run configuration's ``trainer`` / ``critic`` sections are
+built from these fields (type, default and description), so the two layers say the same
+thing.
 
-This module imports no torch (only ``agentrl.errors``), so the run configuration
+These modules import no torch (only ``agentrl.errors``), so the run configuration
 (``agentrl.config``) can build and check these without loading the trainer.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from agentrl.errors import ConfigError
+from agentrl.trainer.correction_config import (
+    IS_LEVELS,
+    ISLevel,
+    RolloutCorrectionConfig,
+)
+from agentrl.trainer.documented import documented, field_doc
+from agentrl.trainer.kl_config import (
+    KL_DEFAULT_ESTIMATORS,
+    KL_ESTIMATORS,
+    KL_MODES,
+    KLConfig,
+    KLEstimator,
+    KLMode,
+)
 
-DTYPES = ("float32", "bfloat16")
-DEVICES = ("cpu", "cuda")
+__all__ = [
+    "ATTENTION_WIDTH_GRAD_TOL", "ATTENTION_WIDTH_LOG_PROB_TOL", "ATTN_DEFAULT", "DEFAULT_CHUNK_TOKENS", "DEVICES",
+    "DTYPES", "HF_ATTN_IMPLEMENTATIONS", "IS_LEVELS", "KL_DEFAULT_ESTIMATORS", "KL_ESTIMATORS", "KL_MODES",
+    "LOSS_AGG_MODES", "PACKING_MODES", "POLICY_ATTN_IMPLEMENTATIONS", "VARLEN_SDPA", "CriticConfig", "DType",
+    "Device", "HFAttnImplementation", "ISLevel", "KLConfig", "KLEstimator", "KLMode", "LossAggMode", "OptimConfig",
+    "PackingMode", "PolicyAttnImplementation", "RolloutCorrectionConfig", "TrainerConfig", "documented", "field_doc",
+    "validate_clip_ratios", "validate_dual_clip_c", "validate_optim_fields",
+]
+
+DType = Literal["float32", "bfloat16"]
+"""Compute dtype of a trainer (``OptimConfig.dtype``)."""
+DTYPES: tuple[str, ...] = get_args(DType)
+
+Device = Literal["cpu", "cuda"]
+"""Where a trainer computes (``OptimConfig.device``)."""
+DEVICES: tuple[str, ...] = get_args(Device)
 
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+"""How per-token losses are aggregated over the global batch (``aggregate_loss``)."""
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
 
 DEFAULT_CHUNK_TOKENS = 1024
 """Rows of logits processed at once by the chunked functions of ``agentrl.trainer.losses``
 (1024 x 49,152 x 4 B = 201 MB)."""
-
-
-IS_LEVELS: tuple[str, ...] = ("token", "sequence")
-"""Values of ``RolloutCorrectionConfig.is_level`` besides ``None`` (off)."""
-
-KLEstimator = Literal["k1", "k2", "k3"]
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
-"""Estimators of KL(current || reference) per token (Schulman 2020, "Approximating KL
-Divergence"); see ``agentrl.trainer.kl``."""
-
-KL_MODES: tuple[str, ...] = ("loss", "reward")
-"""Where the KL-to-reference term acts: added to the loss, or subtracted from the reward."""
-
-KL_DEFAULT_ESTIMATORS: dict[str, KLEstimator] = {"reward": "k1", "loss": "k3"}
-"""``KLConfig.estimator`` when it is left ``None``, by ``KLConfig.mode``: k1 in the reward
-(its policy gradient is exactly that of the KL; k2 and k3 there bias it), k3 in the loss
-(unbiased and >= 0, as in GRPO; the gradient there is the same for every estimator). See
-``agentrl.trainer.kl``."""
-
-ROW_LAYOUTS: tuple[str, ...] = ("packed", "padded")
-"""How the rows of a micro-batch are laid out for the forward pass."""
-
-RowLayout = Literal["packed", "padded"]
+PackingMode = Literal["packed", "padded"]
+"""How the rows of a micro-batch are laid out for the forward pass (the config key
+``trainer.row_layout``; ``agentrl.trainer.packing``)."""
+PACKING_MODES: tuple[str, ...] = get_args(PackingMode)
 
 ATTENTION_WIDTH_LOG_PROB_TOL = 1e-4
 """Bound (nats, absolute, fp32) on how far a row's log-probs move when its attention runs
@@ -86,203 +99,18 @@ VARLEN_SDPA = "agentrl_varlen_sdpa"
 """Our variable-length attention kernel (``agentrl.trainer.attention``), by the name it is
 registered under with transformers' ``AttentionInterface``."""
 
-POLICY_ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "sdpa", "eager", "flash_attention_2", VARLEN_SDPA)
-"""Accepted values of ``TrainerConfig.attn_implementation`` (the critic's take the three
-Hugging Face kernels only)."""
+HFAttnImplementation = Literal["sdpa", "eager", "flash_attention_2"]
+"""The Hugging Face attention kernels, the values ``CriticConfig.attn_implementation`` takes."""
+HF_ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(HFAttnImplementation)
+
+PolicyAttnImplementation = Literal["auto", "sdpa", "eager", "flash_attention_2", "agentrl_varlen_sdpa"]
+"""Accepted values of ``TrainerConfig.attn_implementation``: the Hugging Face kernels, ours
+(``VARLEN_SDPA``) and ``"auto"``."""
+POLICY_ATTN_IMPLEMENTATIONS: tuple[str, ...] = get_args(PolicyAttnImplementation)
 
 ATTN_DEFAULT = "auto"
 """Default of ``TrainerConfig.attn_implementation`` (resolved by
 ``agentrl.trainer.attention.resolve_attn_implementation`` when the model loads)."""
-
-
-def documented(default: Any = MISSING, *, doc: str, default_factory: Any = MISSING) -> Any:
-    """A dataclass field that carries its documentation (``metadata["doc"]``).
-
-    This text is the one source of a field's documentation: ``field_doc`` reads it, and
-    the run configuration (``agentrl.config``) uses it as the ``description`` of the
-    field of the same name in its ``trainer`` / ``critic`` sections, so the two layers
-    cannot drift apart."""
-    return field(default=default, default_factory=default_factory, metadata={"doc": doc})
-
-
-def field_doc(cls: type, name: str) -> str:
-    """The documentation of dataclass field ``name`` of ``cls`` (see ``documented``).
-
-    Raises:
-        KeyError: ``cls`` has no field ``name`` or it carries no documentation.
-    """
-    for f in fields(cls):
-        if f.name == name:
-            if "doc" not in f.metadata:
-                raise KeyError(f"{cls.__name__}.{name} carries no documentation (metadata['doc'])")
-            return f.metadata["doc"]
-    raise KeyError(f"{cls.__name__} has no field {name!r}")
-
-
-def _check_band(name: str, band: Any) -> None:
-    """A mask band ``(low, high)`` of importance ratios: finite, ``0 < low <= 1 <= high``
-    (a band that excludes 1 would mask on-policy tokens, whose ratio is exactly 1)."""
-    if band is None:
-        return
-    ok = (
-        isinstance(band, (tuple, list))
-        and len(band) == 2
-        and all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in band)
-    )
-    if not ok:
-        raise ConfigError(f"{name}={band!r}; expected a pair (low, high) of finite numbers, or None (off)")
-    low, high = band
-    if low > high:
-        raise ConfigError(f"{name}={tuple(band)}: low={low} > high={high}; expected low <= high")
-    if not (0.0 < low <= 1.0 <= high):
-        raise ConfigError(
-            f"{name}={tuple(band)}; expected 0 < low <= 1 <= high (a ratio of 1, on-policy, must stay inside)"
-        )
-
-
-@dataclass
-class RolloutCorrectionConfig:
-    """Rollout correction: how the mismatch between the engine's ``behavior_log_probs`` and
-    the trainer's ``proximal_log_probs`` (weights ``w_t = exp(proximal_t - behavior_t)``,
-    per loss token) reweights or masks the policy-gradient term of the decoupled PPO loss
-    (Hilton et al. 2021, "Batch size-invariance for policy optimization"; AReaL, Fu et al.
-    2025, Sec. 5). Off by default: every weight is 1. See
-    ``agentrl.trainer.losses.rollout_correction``."""
-
-    is_level: Literal["token", "sequence"] | None = documented(
-        None,
-        doc=(
-            "Importance sampling against the engine's log-probs. None (default): off, every weight is 1. "
-            "'token': truncated IS per token, weight min(w_t, is_cap) (TIS). 'sequence': one weight per "
-            "sequence, exp(sum over its loss tokens of log w_t) (never a sum of per-token ratios), truncated "
-            "at is_cap and applied to every token of the sequence; unbiased for whole-sequence rewards but "
-            "of higher variance. Here w_t = proximal / behavior probability of token t; the weights carry "
-            "no gradient."
-        ),
-    )
-    is_cap: float = documented(
-        2.0,
-        doc=(
-            "Truncation of the importance weights (token or sequence): weights above it are cut to it, "
-            "which trades a little bias for bounded variance (rollout_corr/is_clipped_frac counts the cuts). "
-            "Must be >= 1."
-        ),
-    )
-    token_mask_band: tuple[float, float] | None = documented(
-        None,
-        doc=(
-            "IcePop-style token masking: a loss token whose w_t leaves [low, high] gets no policy-gradient "
-            "term (it still counts in the token-mean normaliser). None: off. Needs 0 < low <= 1 <= high, "
-            "e.g. [0.5, 2.0]."
-        ),
-    )
-    seq_mask_band: tuple[float, float] | None = documented(
-        None,
-        doc=(
-            "Sequence masking: a sequence whose geometric-mean ratio exp(mean over its loss tokens of "
-            "log w_t) leaves [low, high] gets no policy-gradient term on any token (its tokens still count "
-            "in the normalisers). None: off. Needs 0 < low <= 1 <= high, e.g. [0.999, 1.001] for a "
-            "length-independent test of the mismatch."
-        ),
-    )
-
-    @property
-    def enabled(self) -> bool:
-        """True when any correction (importance weights or a mask band) is on."""
-        return self.is_level is not None or self.token_mask_band is not None or self.seq_mask_band is not None
-
-    def validate(self, prefix: str = "rollout_correction.") -> None:
-        """Raise ``ConfigError`` naming the first invalid field (``prefix`` + name)."""
-        if self.is_level is not None and self.is_level not in IS_LEVELS:
-            raise ConfigError(f"{prefix}is_level={self.is_level!r}; expected one of {IS_LEVELS} or None (off)")
-        cap = self.is_cap
-        if not (isinstance(cap, (int, float)) and not isinstance(cap, bool) and math.isfinite(cap) and cap >= 1.0):
-            raise ConfigError(f"{prefix}is_cap={cap!r}; expected a finite number >= 1")
-        _check_band(f"{prefix}token_mask_band", self.token_mask_band)
-        _check_band(f"{prefix}seq_mask_band", self.seq_mask_band)
-
-
-@dataclass
-class KLConfig:
-    """A KL penalty toward a frozen reference policy (the initial policy by default),
-    estimated per loss token with k1, k2 or k3 (Schulman 2020, "Approximating KL
-    Divergence"). Off by default (``coef`` 0). In ``mode='reward'`` use k1 (its policy
-    gradient is the exact gradient of the KL), the default there; in ``mode='loss'`` the
-    estimator sets the reported value and every one gets the gradient of KL(current ||
-    reference), k3 by default. ``estimator=None`` (the default) is resolved at construction
-    by ``mode`` (``KL_DEFAULT_ESTIMATORS``); ``validate`` warns (``UserWarning``, once per
-    process and message) when a penalty in ``mode='reward'`` names k2 or k3. See
-    ``agentrl.trainer.kl`` (Tang & Munos 2025, "On a few pitfalls in KL divergence gradient
-    estimation for RL")."""
-
-    coef: float = documented(
-        0.0,
-        doc=(
-            "Weight of the KL(current || reference) penalty; 0 (default) turns it off and no reference "
-            "model is loaded. Must be >= 0."
-        ),
-    )
-    estimator: Literal["k1", "k2", "k3"] | None = documented(
-        None,
-        doc=(
-            "Per-token estimator of KL(current || reference) with d = log current - log reference "
-            "(Schulman 2020): k1 = d (unbiased, can be negative), k2 = d^2 / 2 (low variance, biased), "
-            "k3 = exp(-d) - 1 + d (unbiased and >= 0, as in GRPO). None (default): k1 in 'reward' mode, k3 in "
-            "'loss' mode. 'reward' mode: use k1, the standard choice of PPO for RLHF, whose policy gradient is "
-            "exactly that of the KL (k2 and k3 there bias it; naming one warns). 'loss' mode: the estimator is "
-            "the value added to the loss and reported (actor/kl_loss); the gradient is the same for all three: "
-            "d * grad log current per sampled token weighted by current / behavior, unbiased for grad "
-            "KL(current || reference) (differentiating the estimate itself gives 0 in expectation for k1 and "
-            "the gradient of KL(reference || current) for k3; Tang & Munos 2025), with the weight truncated at "
-            "rollout_correction.is_cap when its importance weights are on, else at 2 (bounded variance for a "
-            "little bias)."
-        ),
-    )
-    mode: Literal["loss", "reward"] = documented(
-        "loss",
-        doc=(
-            "'loss': coef times the aggregated estimate is added to the loss (loss_agg_mode, global "
-            "normalisers), as in GRPO. 'reward': coef times the per-token estimate, summed over each turn's "
-            "sampled tokens, is subtracted from that turn's reward before the advantage estimator runs, as in "
-            "PPO for RLHF (verl's use_kl_in_reward)."
-        ),
-    )
-    reference_path: str | None = documented(
-        None,
-        doc=(
-            "Hugging Face folder of the reference model; None (default): the initial policy. Its vocabulary "
-            "must equal the policy's."
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        if self.estimator is None and self.mode in KL_DEFAULT_ESTIMATORS:
-            self.estimator = KL_DEFAULT_ESTIMATORS[self.mode]
-
-    def validate(self, prefix: str = "kl.") -> None:
-        """Raise ``ConfigError`` naming the first invalid field (``prefix`` + name).
-
-        Warns (``UserWarning``) when a penalty (``coef > 0``) in ``mode='reward'`` names k2
-        or k3: accepted (a stored run keeps its penalty), but its policy gradient is biased
-        (``agentrl.trainer.kl``). Python's default filter shows a message once per process."""
-        c = self.coef
-        if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c >= 0.0):
-            raise ConfigError(f"{prefix}coef={c!r}; expected a finite number >= 0 (0 turns the KL penalty off)")
-        if self.mode not in KL_MODES:
-            raise ConfigError(f"{prefix}mode={self.mode!r}; expected one of {KL_MODES}")
-        if self.estimator not in KL_ESTIMATORS:
-            raise ConfigError(f"{prefix}estimator={self.estimator!r}; expected one of {KL_ESTIMATORS}")
-        if self.mode == "reward" and self.estimator != "k1" and c > 0:
-            warnings.warn(
-                f"kl.estimator={self.estimator!r} with kl.mode='reward': a per-token {self.estimator} penalty in "
-                "the reward gives a biased policy gradient of KL(current || reference) (its expected score-function "
-                "term is not the KL's; Tang & Munos 2025); k1, the default in reward mode, gives the exact one",
-                UserWarning,
-                stacklevel=1,
-            )
-        if self.reference_path is not None and not (isinstance(self.reference_path, str) and self.reference_path):
-            raise ConfigError(f"{prefix}reference_path={self.reference_path!r}; expected a model folder path or None")
-
 
 def validate_clip_ratios(clip_ratio_low: float | None = None, clip_ratio_high: float | None = None) -> None:
     """The one check of the PPO clip range ``[1 - low, 1 + high]``, used by
@@ -328,7 +156,7 @@ class OptimConfig:
             "PolicyTrainer.save_hf."
         )
     )
-    dtype: str = documented(
+    dtype: DType = documented(
         "float32",
         doc=(
             "Compute dtype: 'float32' (default; exact on CPU, and what the invariant tests use) or 'bfloat16'. "
@@ -337,14 +165,14 @@ class OptimConfig:
             "forward/backward and reduces gradients in fp32."
         ),
     )
-    device: str = documented(
+    device: Device = documented(
         "cpu",
         doc=(
             "'cpu' (process group backend gloo) or 'cuda' (nccl). On CUDA the trainer uses device LOCAL_RANK "
             "(env), else rank % device_count."
         ),
     )
-    attn_implementation: str = documented(
+    attn_implementation: HFAttnImplementation = documented(
         "sdpa",
         doc=(
             "Attention kernel passed to from_pretrained: 'sdpa' (default), 'eager', or 'flash_attention_2' where "
@@ -426,7 +254,7 @@ class OptimConfig:
         validate_optim_fields(self)
 
 
-def validate_optim_fields(cfg: OptimConfig, attn_implementations: tuple[str, ...] = ("sdpa", "eager", "flash_attention_2")) -> None:
+def validate_optim_fields(cfg: OptimConfig, attn_implementations: tuple[str, ...] = HF_ATTN_IMPLEMENTATIONS) -> None:
     """The checks of ``OptimConfig``'s fields: model path, dtype, device, attention kernel,
     AdamW settings, warmup, micro-batching and seed.
 
@@ -472,7 +300,7 @@ class TrainerConfig(OptimConfig):
     row-layout, rollout-correction and KL knobs below. Call ``validate()`` (the trainer
     does) to get a ``ConfigError`` naming any bad value."""
 
-    attn_implementation: str = documented(
+    attn_implementation: PolicyAttnImplementation = documented(
         ATTN_DEFAULT,
         doc=(
             "Attention kernel. 'auto' (default): flash_attention_2 on CUDA when the flash_attn package is installed and "
@@ -548,7 +376,7 @@ class TrainerConfig(OptimConfig):
             "ConfigError instead of being trained."
         ),
     )
-    row_layout: RowLayout = documented(
+    row_layout: PackingMode = documented(
         "packed",
         doc=(
             "'packed' (default): a micro-batch's rows are concatenated into one sequence without padding, "
@@ -598,8 +426,8 @@ class TrainerConfig(OptimConfig):
                 "attention needs device 'cuda' and dtype 'bfloat16' (no CPU or fp32 kernel); 'auto' picks it where "
                 "it can run"
             )
-        if self.row_layout not in ROW_LAYOUTS:
-            raise ConfigError(f"row_layout={self.row_layout!r}; expected one of {ROW_LAYOUTS}")
+        if self.row_layout not in PACKING_MODES:
+            raise ConfigError(f"row_layout={self.row_layout!r}; expected one of {PACKING_MODES}")
         if not (isinstance(self.logprob_chunk_tokens, int) and self.logprob_chunk_tokens >= 1):
             raise ConfigError(f"logprob_chunk_tokens={self.logprob_chunk_tokens!r}; expected an int >= 1")
         if not isinstance(self.rollout_correction, RolloutCorrectionConfig):

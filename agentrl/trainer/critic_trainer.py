@@ -26,7 +26,7 @@ initialises the default process group, then calls every public method on every r
 the same full ``ValueBatch``; rank ``r`` works on rows ``r, r + W, ...``, micro-batched;
 a rank with fewer micro-batches runs dummy one-token passes with zero weight. The loss is
 divided by the *global* number of turns (value positions) of the step and gradients are summed across ranks,
-so they do not depend on the micro-batch size or the number of ranks (design.md,
+so they do not depend on the micro-batch size or the number of ranks (docs/design.md,
 invariant 5).
 """
 
@@ -40,8 +40,8 @@ import torch
 import torch.distributed as dist
 
 from agentrl.errors import ContractError
-from agentrl.trainer import _fsdp_common as fc
 from agentrl.trainer._core import TrainerCore
+from agentrl.trainer.micro_batches import right_pad_rows
 from agentrl.trainer.config import CriticConfig
 from agentrl.trainer.losses import value_loss_terms
 from agentrl.trainer.value_model import TurnValueModel
@@ -254,7 +254,7 @@ class CriticTrainer:
     def _values_of_rows(self, batch: ValueBatch, rows: Sequence[int], *, with_grad: bool) -> torch.Tensor:
         """Forward ``rows`` right-padded; return their turns' values ``[n]`` in order."""
         dev = self.device
-        ids, pos, attn = fc.right_pad_rows(batch.input_ids, batch.position_ids, batch.row_slices(), rows)  # (B, L)
+        ids, pos, attn = right_pad_rows(batch.input_ids, batch.position_ids, batch.row_slices(), rows)  # (B, L)
         tsl = batch.position_slices()
         counts = [tsl[r].stop - tsl[r].start for r in rows]
         k_max = max(max(counts), 1)

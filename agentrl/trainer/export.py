@@ -1,8 +1,8 @@
 """The trainer's side of ``agentrl export``: what turns trainer weights into a plain Hugging
 Face folder, and the independent re-scoring that checks the folder against the trainer.
 
-Imports torch and transformers only (design.md, "Who may import whom"); the run directory,
-checkpoint choice and the command live in ``agentrl.cluster.export``.
+Imports torch and transformers only (docs/design.md, "Who may import whom"); the run directory,
+checkpoint choice and the command live in ``agentrl.commands.export``.
 
 Measured decisions (tiny random SmolLM2, fp32, CPU, 3 chat-template rows of 33 to 46
 tokens):
@@ -18,7 +18,7 @@ tokens):
   one row at a time without padding, gives log-probs bit-identical to the trainer's
   (FSDP2, one row per micro-batch, packed or padded layout). Rows batched together go
   through matrix products of another shape and round differently: up to 7.6e-6 on
-  SmolLM2-135M, with no export involved (``agentrl.cluster.export`` scores one row per
+  SmolLM2-135M, with no export involved (``agentrl.commands.export`` scores one row per
   micro-batch for that reason). The log-prob is taken as ``z[y] - logsumexp(z)`` with
   ``z = logits / T`` (the definition of ``log_softmax`` at the label, and the trainer's
   formula). ``torch.log_softmax(z)[y]`` rounds differently (it subtracts the max first):
@@ -33,7 +33,9 @@ tokens):
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
@@ -182,3 +184,48 @@ def restore_user_config(written: str | os.PathLike[str], source: str | os.PathLi
             cfg[key] = value
     cfg["dtype"] = str(dtype).removeprefix("torch.")
     written.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+# What save_hf copies from the model folder besides what save_pretrained writes: the
+# tokenizer (fast and slow forms) and the chat template (file forms of transformers >= 4.43).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+def write_hf_folder(
+    model: torch.nn.Module,
+    sd: dict[str, torch.Tensor],
+    path: str | os.PathLike[str],
+    model_path: str | os.PathLike[str],
+    dtype: torch.dtype | None,
+    *,
+    max_shard_size: int | str,
+) -> None:
+    """Write ``model`` (a transformers ``PreTrainedModel``) with the full weights ``sd`` as
+    a Hugging Face folder at ``path`` (``PolicyTrainer.save_hf`` documents the layout): the
+    tied copies dropped (``drop_tied_copies``), ``config.json`` restored from
+    ``model_path``'s (``restore_user_config``), the tokenizer and chat-template files of
+    ``model_path`` (``TOKENIZER_FILES``) copied, the files' modes following the umask.
+
+    Raises:
+        ContractError: two weights declared tied hold different values.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    sd = drop_tied_copies(sd, getattr(model, "all_tied_weights_keys", None) or {})
+    model.save_pretrained(path, state_dict=sd, max_shard_size=max_shard_size)
+    src = Path(model_path)
+    restore_user_config(path / "config.json", src / "config.json", dtype or torch.float32)
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, path / name)
+    follow_umask(path)  # safetensors writes 0600; the folder is for users

@@ -1,8 +1,11 @@
 """``PolicyTrainer``: PPO-clip / GRPO policy updates of a Hugging Face causal LM under
 FSDP2, one instance per rank.
 
-Reading order: ``__init__`` (load, shard, optimizer) → ``compute_log_probs`` → ``step`` →
-state (``full_state_dict``, ``save_checkpoint``/``load_checkpoint``, ``save_hf``). Loading,
+Reading order: ``StepResult`` (what a step returns) → ``__init__`` (load, shard, optimizer) →
+``compute_log_probs`` → ``step`` → ``kl_to_reference``. The state methods (``full_state_dict``,
+``save_checkpoint``/``load_checkpoint``, ``save_hf``) are in ``agentrl.trainer.trainer_state``,
+the batch checks in ``agentrl.trainer.batch_check``, the reference policy in
+``agentrl.trainer.reference``. Loading,
 sharding, the optimizer, micro-batching, dummy passes, the epoch loop (all-reduce, clip,
 skipped steps, scheduler) and checkpoint/RNG state are shared with ``CriticTrainer``
 through one ``agentrl.trainer._core.TrainerCore``; this file keeps the scoring and the
@@ -35,50 +38,63 @@ first PPO epoch's log-probs exactly.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shutil
 import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from agentrl.errors import ConfigError, ContractError
 from agentrl.trainer import _fsdp_common as fc
-from agentrl.trainer import packing
 from agentrl.trainer._core import TrainerCore
+from agentrl.trainer.batch_check import check_batch
 from agentrl.trainer.config import KL_ESTIMATORS, TrainerConfig
-from agentrl.trainer.kl import kl_importance_cap
-from agentrl.trainer.losses import (
-    PPO_TOKEN_SUM_METRICS,
+from agentrl.trainer.correction import (
     ROLLOUT_CORR_SUMS,
     RolloutCorrection,
-    kl_penalty,
-    ppo_loss,
     rollout_corr_metrics,
     rollout_correction,
 )
+from agentrl.trainer.kl import kl_importance_cap
+from agentrl.trainer.losses import PPO_TOKEN_SUM_METRICS, ppo_loss
+from agentrl.trainer.memory import PeakMemory
+from agentrl.trainer.micro_batches import padded_positions
+from agentrl.trainer.reference import (
+    ScoreRows,
+    kl_to_reference,
+    load_reference,
+    reference_log_probs,
+)
+from agentrl.trainer.scoring import dummy_score, score_rows
+from agentrl.trainer.trainer_state import PolicyStateMixin
 from agentrl.types import TokenBatch
 
-# What save_hf copies from the model folder besides what save_pretrained writes: the
-# tokenizer (fast and slow forms) and the chat template (file forms of transformers >= 4.43).
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one ``PolicyTrainer.step`` returns: its metrics and, on rank 0, the trainer's
+    value of each token of that step's batch (what the replay store keeps per sampled token).
+
+    Attributes:
+        metrics: the step's metrics, ``{name: float}`` (identical on every rank except
+            ``perf/*``; the names are listed under ``PolicyTrainer.step``).
+        log_probs: ``[T]`` float32 on CPU, aligned with the batch's ``input_ids`` (``T =
+            batch.num_tokens``, every rank's rows): the log-prob the trainer gave each
+            loss token in epoch 0's forward, i.e. at the weights the update started from
+            and with the batch's sampling temperature (the proximal log-prob when the batch
+            carries none); 0 where ``loss_mask`` is 0. ``None`` on ranks other than 0.
+        entropies: ``[T]`` float32 on CPU, aligned as ``log_probs``: the entropy (nats) of
+            the epoch-0 distribution that predicted each loss token; 0 where ``loss_mask``
+            is 0. ``None`` on ranks other than 0.
+    """
+
+    metrics: dict[str, float]
+    log_probs: torch.Tensor | None = None
+    entropies: torch.Tensor | None = None
 
 
-class PolicyTrainer:
+class PolicyTrainer(PolicyStateMixin):
     """Policy-gradient trainer for one rank of an FSDP2 data-parallel group.
 
     Attributes:
@@ -91,7 +107,8 @@ class PolicyTrainer:
             for inspection, e.g. gradients in tests.
         reference: the frozen reference policy of the KL term (``config.kl.coef > 0``),
             FSDP2-sharded like ``model`` but without gradients or an optimizer; ``None``
-            when the KL term is off (then it is never loaded). See ``_load_reference``.
+            when the KL term is off (then it is never loaded). See
+            ``agentrl.trainer.reference.load_reference``.
 
     Raises (constructor):
         ConfigError: invalid config, no process group, CUDA requested but absent, a
@@ -107,44 +124,8 @@ class PolicyTrainer:
         self.rank, self.world_size = self._core.rank, self._core.world_size
         self.device = self._core.device
         self.model = self._core.model
-        self.reference = self._load_reference()
-        self._token_values: torch.Tensor | None = None  # (2, T) of the last step: log-probs, entropies
-
-    def _load_reference(self) -> torch.nn.Module | None:
-        """The frozen reference policy of the KL term, or ``None`` when ``kl.coef == 0``.
-
-        Weights: ``config.kl.reference_path``, or by default the initial policy
-        (``config.model_path``), loaded as the policy is (``load_hf_model``: fp32, dropout
-        off, the same attention kernel), ``requires_grad_(False)``, ``eval()``, and sharded
-        with FSDP2 like the policy (same mesh shape and compute dtype) but with no
-        optimizer. It is not part of the checkpoint: it never changes, so a resumed run
-        loads it again from the same folder (which must therefore still hold the same
-        weights). Memory: one more copy of the weights (sharded over the ranks), and no
-        gradients or optimizer state.
-
-        Raises:
-            ConfigError: the folder cannot be loaded, or its vocabulary (input-embedding
-                rows, or output-embedding rows) differs from the policy's.
-        """
-        cfg = self.config
-        if not cfg.kl.coef > 0:
-            return None
-        path = cfg.kl.reference_path or cfg.model_path
-        ref = fc.load_hf_model(dataclasses.replace(cfg, model_path=path), causal_lm=True)
-        for what, get in (("input", "get_input_embeddings"), ("output", "get_output_embeddings")):
-            mine, theirs = getattr(self.model, get)(), getattr(ref, get)()
-            n_mine = None if mine is None else int(mine.weight.shape[0])
-            n_ref = None if theirs is None else int(theirs.weight.shape[0])
-            if n_mine != n_ref:
-                raise ConfigError(
-                    f"kl.reference_path={path!r} has {n_ref} {what}-embedding rows but the policy "
-                    f"(model_path={cfg.model_path!r}) has {n_mine}; the reference must share the policy's vocabulary"
-                )
-        ref.requires_grad_(False)
-        ref.eval()
-        fc.shard_fsdp2(ref, device=self.device, world_size=self.world_size, dtype=cfg.dtype)
-        packing.install_scorer(ref)  # scored like the policy: LM head only where a loss reads
-        return ref
+        # the frozen reference of the KL term (None when kl.coef == 0)
+        self.reference = load_reference(config, self.model, device=self.device, world_size=self.world_size)
 
     @property
     def global_step(self) -> int:
@@ -172,7 +153,7 @@ class PolicyTrainer:
                 temperature that contradicts ``config.temperature``.
             ContractError: a token id outside the vocabulary.
         """
-        temperature = self._check_batch(batch, for_training=False)
+        temperature = check_batch(batch, self.config, self._core, for_training=False)
         groups = self._aligned_micro_batches(self._my_rows(batch), batch)
         out = torch.zeros(batch.num_tokens, dtype=torch.float32, device=self.device)  # (T,)
         slices = batch.row_slices()
@@ -190,11 +171,11 @@ class PolicyTrainer:
 
     # ------------------------------------------------------------------ training
 
-    def step(self, batch: TokenBatch) -> dict[str, float]:
+    def step(self, batch: TokenBatch) -> StepResult:
         """One training step on ``batch``: ``config.ppo_epochs`` optimizer steps of the
         decoupled PPO loss (``losses.ppo_loss``).
 
-        Three log-probs, kept apart (design.md): ``behavior_log_probs`` (the engine's, in
+        Three log-probs, kept apart (docs/design.md): ``behavior_log_probs`` (the engine's, in
         the batch), ``proximal_log_probs`` (the weights this update starts from: the
         batch's when given, else taken, detached, from epoch 0's own forward, which is
         what the synchronous loop needs) and the current ones. The ratio current /
@@ -215,7 +196,10 @@ class PolicyTrainer:
         Collective: call on every rank with the same batch.
 
         Returns:
-            Metrics (floats; identical on every rank except ``perf/*``): means over
+            A ``StepResult``: the metrics below on every rank, and on rank 0 the per-token
+            log-probs and entropies of epoch 0 for the whole batch (the ranks' rows are
+            reduced to rank 0 only; other ranks hold ``None``). Metrics (floats; identical
+            on every rank except ``perf/*``): means over
             epochs of ``actor/pg_loss`` and ``actor/kl_loss`` (as aggregated),
             ``actor/ppo_kl``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_dual``,
             ``actor/entropy``, ``actor/ratio_mean`` (token means over the batch's loss
@@ -230,17 +214,17 @@ class PolicyTrainer:
             because the gradient was exactly zero, e.g. every advantage 0: AdamW's momentum
             would otherwise still move the weights), ``actor/global_step``; ``perf/tokens_per_s`` (batch
             tokens / step time), ``perf/step_s``, ``perf/padding_frac``,
-            ``perf/peak_memory_mb``. The README's metric table defines each.
+            ``perf/peak_memory_mb``. docs/metrics.md's table defines each.
 
         Raises:
             ConfigError, ContractError: as ``compute_log_probs``; also a loss token at a
                 row's first position, or ranks holding different batches.
         """
         t0 = time.perf_counter()
-        peak = packing.PeakMemory(self.device)  # perf/peak_memory_mb
+        peak = PeakMemory(self.device)  # perf/peak_memory_mb
         peak.start()
         cfg = self.config
-        temperature = self._check_batch(batch, for_training=True)
+        temperature = check_batch(batch, self.config, self._core, for_training=True)
         my_rows = self._my_rows(batch)
         groups = self._aligned_micro_batches(my_rows, batch)
         dev = self.device
@@ -297,7 +281,7 @@ class PolicyTrainer:
                 corrections[g] = corr if correct else None
                 corr_sums.add_(corr.sums)
                 gaps.append(corr.gaps)
-                token_parts.append((rows, lp.detach(), ent.detach()))  # for last_token_values
+                token_parts.append((rows, lp.detach(), ent.detach()))  # the StepResult's per-token values
             loss, m = ppo_loss(
                 lp,
                 prox_lps[g],
@@ -321,9 +305,13 @@ class PolicyTrainer:
             return torch.stack([m[k].double() for k in metric_names])  # (M,)
 
         stats = self._core.optimize(groups, cfg.ppo_epochs, micro_step, len(metric_names))
-        self._token_values = self._assemble_token_values(batch, token_parts)
+        token_values = self._reduce_token_values(batch, token_parts)  # (2, T) on rank 0, else None
         self._core.all_reduce(corr_sums, dist.ReduceOp.SUM)
-        all_gaps = self._gather_gaps(torch.cat(gaps) if gaps else torch.zeros(0, device=dev))  # (N_loss,)
+        # Every rank's |proximal - behavior| gaps in rank order, on every rank: exact (counts
+        # all-gathered, then gaps padded to the largest count), so rollout_corr/gap_abs_p99 and
+        # the max equal the one-rank values; 4 bytes per loss token per rank, once per step.
+        my_gaps = torch.cat(gaps) if gaps else torch.zeros(0, device=dev)  # (N_mine,)
+        all_gaps = fc.all_gather_concat(my_gaps, dev, self.world_size)  # (N_loss,)
         totals = {k: 0.0 for k in metric_names}
         for vals in stats.sums:
             for k, v in zip(metric_names, vals):
@@ -348,27 +336,22 @@ class PolicyTrainer:
                 **self._perf_metrics(batch, peak),  # perf/padding_frac, perf/peak_memory_mb
             }
         )
-        return out
+        if token_values is None:
+            return StepResult(out)
+        return StepResult(out, token_values[0], token_values[1])
 
-    def last_token_values(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The trainer-side value of each token of the last ``step``'s batch, for the replay
-        store: ``(log_probs [T], entropies [T])`` float32 on CPU, aligned with the batch's
-        ``input_ids`` (every rank's rows; 0 where ``loss_mask`` is 0). Both come from epoch
-        0's forward, i.e. at the weights the update started from and with the sampling
-        transform of ``behavior_log_probs`` (temperature): the log-prob the trainer gave each
-        sampled token (the proximal log-prob when the batch carries none) and the entropy
-        (nats) of the distribution that predicted it. ``None`` before the first step.
-        Local: ``step`` already gathered them."""
-        if self._token_values is None:
-            return None
-        return self._token_values[0], self._token_values[1]
-
-    def _assemble_token_values(
+    def _reduce_token_values(
         self, batch: TokenBatch, parts: list[tuple[list[int], torch.Tensor, torch.Tensor]]
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | None:
         """Epoch 0's per-micro-batch log-probs and entropies placed at their rows' token
-        ranges of the full batch, summed over ranks (the rows are disjoint, and ``x + 0`` is
-        exact). Collective. Cost: one all-reduce of ``2 * T`` float32 when ``W > 1``."""
+        ranges of the full batch and summed over ranks onto rank 0 (the rows are disjoint,
+        and ``x + 0`` is exact). Collective. Cost: one reduce of ``2 * T`` float32 to rank 0
+        when ``W > 1``.
+
+        Returns:
+            ``[2, T]`` float32 on CPU on rank 0 (row 0 log-probs, row 1 entropies), ``None``
+            on the other ranks.
+        """
         out = torch.zeros(2, batch.num_tokens, dtype=torch.float32, device=self.device)  # (2, T)
         slices = batch.row_slices()
         for rows, lp, ent in parts:
@@ -376,25 +359,19 @@ class PolicyTrainer:
             out[0, idx] = lp.float()
             out[1, idx] = ent.float()
         if self.world_size > 1:
-            self._core.all_reduce(out, dist.ReduceOp.SUM)
-        return out.cpu()
+            dist.reduce(out, dst=0, op=dist.ReduceOp.SUM)
+        return out.cpu() if self.rank == 0 else None
 
     # ------------------------------------------------------------------ reference policy
 
     @torch.no_grad()
     def kl_to_reference(self, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """Per-token KL estimate of the sampling policy to the reference, for the KL
-        penalty in the reward (``kl.mode: "reward"``; verl's ``use_kl_in_reward``).
-
-        The sampling policy's log-prob of each sampled token is the engine's
-        (``batch.behavior_log_probs``); the reference scores the same tokens at the
-        batch's temperature, with the same scoring function as the policy
-        (``_score_rows``). With ``d_t = behavior_t - reference_t``, the estimator
-        ``config.kl.estimator`` of KL(sampling ‖ reference) (``agentrl.trainer.kl.kl_penalty``,
-        Schulman 2020) is returned per token; the caller scales it by ``kl.coef`` and
-        subtracts it from the reward (``agentrl.credit.kl_reward``). k1 is the estimator
-        for the reward: the policy gradient of a k1 penalty is exactly the gradient of the
-        KL (``agentrl.trainer.kl``).
+        """Per-token KL estimate of the sampling policy (the engine's
+        ``batch.behavior_log_probs``) to the reference, for the KL penalty in the reward
+        (``kl.mode: "reward"``): ``agentrl.trainer.reference.kl_to_reference`` with the
+        reference scored as the policy is (``_score_rows``, the batch's temperature) and
+        ``config.kl.estimator`` (k1 for the reward: its policy gradient is exactly the
+        gradient of the KL; ``agentrl.trainer.kl``).
 
         Collective: call on every rank with the same batch; every rank gets the result.
 
@@ -413,238 +390,32 @@ class PolicyTrainer:
                 f"kl_to_reference needs a reference model, but kl.coef={self.config.kl.coef}; "
                 "set kl.coef > 0 (and kl.mode='reward') to load one"
             )
-        temperature = self._check_batch(batch, for_training=False)
+        temperature = check_batch(batch, self.config, self._core, for_training=False)
         if batch.num_loss_tokens == 0:
             raise ContractError("batch has no loss tokens (sum(loss_mask) == 0); nothing to compare to the reference")
         groups = self._aligned_micro_batches(self._my_rows(batch), batch)
-        ref = torch.zeros(batch.num_tokens, dtype=torch.float32, device=self.device)  # (T,)
-        slices = batch.row_slices()
-        for rows, lp in zip(groups, self._reference_log_probs(batch, groups, temperature)):
-            if lp is not None:
-                idx = torch.cat([torch.arange(slices[r].start, slices[r].stop) for r in rows]).to(self.device)
-                ref[idx] = lp
-        if self.world_size > 1:
-            dist.all_reduce(ref, op=dist.ReduceOp.SUM)  # rows are disjoint across ranks, 0 elsewhere
-        ref = ref.cpu()  # (T,)
-        mask = batch.loss_mask > 0  # (T,)
-        behavior = torch.where(mask, batch.behavior_log_probs.float(), torch.zeros(()))  # (T,)
-        ref = torch.where(mask, ref, torch.zeros(()))  # (T,)
-        n = float(mask.sum())
-        metrics = {
-            f"kl/ref_{k}": float(torch.where(mask, kl_penalty(behavior, ref, k), torch.zeros(())).double().sum()) / n
-            for k in KL_ESTIMATORS
-        }
-        metrics["kl/coef"] = float(self.config.kl.coef)
-        per_token = torch.where(mask, kl_penalty(behavior, ref, self.config.kl.estimator), torch.zeros(()))  # (T,)
-        return per_token, metrics
+        return kl_to_reference(self.reference, batch, groups, self._reference_scorer(batch, temperature),
+                               self.config.kl, device=self.device, world_size=self.world_size)
 
     def _reference_log_probs(
         self, batch: TokenBatch, groups: Sequence[list[int]], temperature: float
     ) -> list[torch.Tensor | None]:
-        """The reference's log-probs of each of this rank's micro-batches ``groups``
-        (aligned: an empty group runs a dummy pass, so every rank joins the reference's
-        FSDP all-gathers), without gradients. Collective.
-
-        Returns:
-            per group ``[Tm]`` float32 on ``self.device`` (``_score_rows`` layout: loss
-            tokens scored, 0 elsewhere), or ``None`` for an empty group.
-        """
+        """``reference.reference_log_probs`` of this rank's aligned micro-batches ``groups``,
+        scored as the policy is (``_score_rows``). Collective."""
         assert self.reference is not None
-        out: list[torch.Tensor | None] = []
-        with torch.no_grad():
-            for rows in groups:
-                if not rows:
-                    _lm_dummy_output(self.reference, torch.zeros(1, 1, dtype=torch.long, device=self.device))
-                    out.append(None)
-                    continue
-                lp, _ = self._score_rows(
-                    batch, rows, temperature, with_grad=False, with_entropy=False, model=self.reference
-                )  # (Tm,)
-                out.append(lp)
-        return out
+        return reference_log_probs(self.reference, groups, self._reference_scorer(batch, temperature), self.device)
 
-    def _gather_gaps(self, gaps: torch.Tensor) -> torch.Tensor:
-        """Every rank's per-token ``|proximal - behavior|`` gaps, concatenated in rank
-        order, on every rank. Collective.
+    def _reference_scorer(self, batch: TokenBatch, temperature: float) -> ScoreRows:
+        """``(rows, model) -> [Tm]`` log-probs of ``batch``'s ``rows`` under ``model``
+        without gradients, scored as the policy is (``reference.ScoreRows``)."""
 
-        Exact, not a histogram: the counts are all-gathered, then each rank's gaps padded
-        to the largest count and all-gathered, so the quantile (``rollout_corr/gap_abs_p99``)
-        and the max are computed from the same numbers on every rank and equal the
-        one-rank values. Cost: 4 bytes per loss token per rank (a 100k-token batch moves
-        0.4 MB), once per step.
-        """
-        if self.world_size == 1:
-            return gaps
-        dev = self.device
-        n = torch.tensor([gaps.numel()], dtype=torch.int64, device=dev)
-        counts = [torch.zeros_like(n) for _ in range(self.world_size)]
-        dist.all_gather(counts, n)
-        sizes = [int(c) for c in counts]
-        padded = torch.zeros(max(max(sizes), 1), dtype=torch.float32, device=dev)  # (max_n,)
-        padded[: gaps.numel()] = gaps.float()
-        bufs = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(bufs, padded)
-        return torch.cat([b[:k] for b, k in zip(bufs, sizes)])  # (sum n,)
+        def score(rows: list[int], model: torch.nn.Module) -> torch.Tensor:
+            lp, _ = self._score_rows(batch, rows, temperature, with_grad=False, with_entropy=False, model=model)
+            return lp  # (Tm,)
 
-    # ------------------------------------------------------------------ state
-
-    def full_state_dict(
-        self, dtype: torch.dtype | None = None, *, copy: bool = True, tied_copies: bool = True
-    ) -> dict[str, torch.Tensor]:
-        """The full (unsharded) model weights with HF parameter names, on CPU.
-
-        What vLLM's ``reload_weights`` takes (platform-notes.md). Collective: every rank
-        must call it; rank 0 gets the dict, other ranks get ``{}``.
-
-        Args:
-            dtype: cast floating-point tensors to this dtype (e.g. ``torch.bfloat16`` for a
-                bf16 engine; note the precision warning in platform-notes.md); ``None``
-                keeps fp32.
-            copy: ``True``: no tensor shares memory with the live parameters. ``False``: on
-                one CPU rank (where the gathered tensors are the parameters themselves) the
-                live tensors are returned uncopied, valid until the next ``step``; for a
-                caller that copies them at once (the weight sync, which packs them into one
-                buffer) and so saves a copy of every weight.
-            tied_copies: ``False`` leaves out each weight the model declares tied to another
-                (``all_tied_weights_keys``: ``lm_head.weight`` when ``tie_word_embeddings``),
-                so a tied tensor is sent once, under its source's name (what vLLM loads).
-
-        Returns:
-            ``{hf_name: tensor}`` on rank 0, ``{}`` elsewhere.
-        """
-        if self.world_size == 1:
-            # One rank: every DTensor's local shard is the whole tensor (same keys and storage
-            # as get_model_state_dict's, measured 10 ms vs 50 ms for SmolLM2-135M on CPU).
-            sd = {}
-            for k, v in self.model.state_dict().items():
-                v = v.to_local() if hasattr(v, "to_local") else v
-                sd[k] = v if v.device.type == "cpu" else v.cpu()
-        else:
-            sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if self.rank != 0:
-            return {}
-        if not tied_copies:
-            for target, source in (getattr(self.model, "all_tied_weights_keys", None) or {}).items():
-                if source in sd:
-                    sd.pop(target, None)
-        # On CPU with one rank the "gathered" tensors are the live parameters themselves;
-        # copy those, or the caller's dict would change with the next optimizer step.
-        live = {fc.storage_ptr(p) for p in self.model.parameters()} if copy else set()
-        out = {}
-        for k, v in sd.items():
-            if fc.storage_ptr(v) in live:
-                v = v.clone()
-            if dtype is not None and v.is_floating_point():
-                v = v.to(dtype)
-            out[k] = v
-        return out
-
-    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Write model, optimizer, scheduler, RNG states and the step counter to ``path``.
-
-        Layout (collective: every rank must call):
-
-        - ``dcp/``: model and optimizer state, sharded, with ``torch.distributed.checkpoint``
-          (each rank writes its own shards; loadable on another world size).
-        - ``trainer_state.pt`` (rank 0): ``global_step``, scheduler state, world size, config.
-        - ``rng_rank{r}.pt`` (each rank): torch (and CUDA), numpy and ``random`` states.
-        - ``COMPLETE`` (rank 0, last, after a barrier): marks the checkpoint as whole.
-
-        Raises:
-            CheckpointError: ``path`` exists and already holds a checkpoint.
-        """
-        self._core.save_checkpoint(path)
-
-    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
-        """Restore what ``save_checkpoint`` wrote. Collective.
-
-        RNG states are per rank: when resuming on a different world size, ranks without
-        a saved state keep their current one (with a warning); model and optimizer
-        re-shard to the new world size.
-
-        Raises:
-            CheckpointError: ``path`` is not a complete checkpoint, or its tensors do not
-                match this model.
-        """
-        self._core.load_checkpoint(path)
-
-    def save_hf(
-        self, path: str | os.PathLike[str], dtype: torch.dtype | None = None, *, max_shard_size: int | str = "5GB"
-    ) -> None:
-        """Write a Hugging Face model folder for users and for engines that load from disk
-        (``AutoModelForCausalLM.from_pretrained``, vLLM): ``model.safetensors`` (or
-        ``model-0000k-of-0000n.safetensors`` shards of at most ``max_shard_size`` with
-        ``model.safetensors.index.json``), ``config.json``, ``generation_config.json`` where
-        the model has one, and the tokenizer and chat-template files found in
-        ``config.model_path`` (``_TOKENIZER_FILES``). Collective; rank 0 writes.
-
-        Tied weights (``tie_word_embeddings``) are stored once, under the key
-        ``from_pretrained`` ties again from (``model.embed_tokens.weight`` for Llama; see
-        ``agentrl.trainer.export.drop_tied_copies``). ``config.json`` carries ``use_cache`` and
-        dropout as the model folder has them (the trainer turns them off for scoring) and
-        the ``dtype`` written. Every file gets the mode of a newly created file under the
-        umask (``export.follow_umask``). ``full_state_dict`` (the weight sync) is unchanged.
-
-        Args:
-            path: target folder (created; files of an earlier save are overwritten).
-            dtype: weight dtype written (``None``: fp32, the master weights).
-            max_shard_size: largest safetensors file (``"5GB"``, or bytes as an int).
-
-        Raises:
-            ContractError: two weights declared tied hold different values.
-        """
-        from agentrl.trainer import export as hf_export
-
-        sd = self.full_state_dict(dtype)
-        if self.rank == 0:
-            path = Path(path)
-            path.mkdir(parents=True, exist_ok=True)
-            sd = hf_export.drop_tied_copies(sd, getattr(self.model, "all_tied_weights_keys", None) or {})
-            self.model.save_pretrained(path, state_dict=sd, max_shard_size=max_shard_size)
-            src = Path(self.config.model_path)
-            hf_export.restore_user_config(path / "config.json", src / "config.json", dtype or torch.float32)
-            for name in _TOKENIZER_FILES:
-                if (src / name).is_file():
-                    shutil.copy2(src / name, path / name)
-            hf_export.follow_umask(path)  # safetensors writes 0600; the folder is for users
-        dist.barrier()
+        return score
 
     # ------------------------------------------------------------------ internals
-
-    def _check_batch(self, batch: TokenBatch, *, for_training: bool) -> float:
-        """Validate what only the trainer can check; return the temperature to use."""
-        s = batch.sampling
-        if s.top_p < 1.0 or s.top_k > 0:
-            raise ConfigError(
-                f"batch sampled with top_p={s.top_p}, top_k={s.top_k}; the trainer can only "
-                "reproduce temperature sampling (top_p=1.0, top_k<=0). Sample without "
-                "truncation or the recomputed log-probs would not match the engine's"
-            )
-        t = float(s.temperature)
-        if not (0.0 < t < float("inf")):
-            raise ConfigError(f"batch.sampling.temperature={t}; expected a finite float > 0")
-        if self.config.temperature is not None and t != self.config.temperature:
-            raise ConfigError(
-                f"batch.sampling.temperature={t} but TrainerConfig.temperature="
-                f"{self.config.temperature}; the rollout and the trainer must agree"
-            )
-        self._core.check_vocab(batch.input_ids)
-        if for_training:
-            starts = torch.cumsum(batch.seq_lens, 0) - batch.seq_lens  # (B,)
-            first = batch.loss_mask[starts] > 0
-            if bool(first.any()):
-                row = int(first.nonzero()[0])
-                raise ContractError(
-                    f"row {row} ({batch.episode_ids[row]}) has loss_mask 1 on its first token, "
-                    "which has no prefix to be scored from; a row must start with a prompt"
-                )
-            fp = [float(batch.num_tokens), float(batch.num_rows), float((batch.input_ids % 9973).sum())]
-            self._core.check_same_on_all_ranks(
-                fp,
-                "ranks hold different batches (token count, row count or id checksum "
-                "differ); every rank must get the same full TokenBatch",
-            )
-        return t
 
     def _my_rows(self, batch: TokenBatch) -> list[int]:
         return self._core.my_rows(batch.num_rows)
@@ -676,7 +447,7 @@ class PolicyTrainer:
         model: torch.nn.Module | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Score ``rows`` (one micro-batch) in ``config.row_layout``; the LM head runs
-        only at the positions before the scored tokens (``agentrl.trainer.packing``).
+        only at the positions before the scored tokens (``agentrl.trainer.scoring``).
 
         Args:
             batch, rows: the full batch and this micro-batch's row indices.
@@ -694,28 +465,20 @@ class PolicyTrainer:
             and the entropy of the distribution that predicted it; 0 at tokens not scored
             (row starts, and with ``"loss"`` every token with ``loss_mask == 0``).
         """
-        sub = batch.select_rows(rows)
-        lens = sub.seq_lens.tolist()
-        inputs = packing.model_inputs(sub.input_ids, sub.position_ids, lens, self._row_layout, self.device)
-        targets = packing.scored_targets(sub.loss_mask, lens, positions)  # (n,)
-        with torch.set_grad_enabled(with_grad):
-            lp_sel, ent_sel = packing.score_tokens(
-                self.model if model is None else model,
-                inputs,
-                targets,
-                sub.input_ids[targets],
-                temperature,
-                chunk_tokens=self.config.logprob_chunk_tokens,
-                with_entropy=with_entropy,
-            )  # (n,) each
-            idx = targets.to(self.device)
-            lp = torch.zeros(sub.num_tokens, dtype=torch.float32, device=self.device).index_put((idx,), lp_sel)  # (Tm,)
-        ent = None
-        if ent_sel is not None:
-            ent = torch.zeros(sub.num_tokens, dtype=torch.float32, device=self.device).index_put((idx,), ent_sel)  # (Tm,)
-        return lp, ent
+        return score_rows(
+            self.model if model is None else model,
+            batch,
+            rows,
+            temperature,
+            layout=self._row_layout,
+            device=self.device,
+            chunk_tokens=self.config.logprob_chunk_tokens,
+            with_grad=with_grad,
+            with_entropy=with_entropy,
+            positions=positions,
+        )
 
-    def _perf_metrics(self, batch: TokenBatch, peak: packing.PeakMemory) -> dict[str, float]:
+    def _perf_metrics(self, batch: TokenBatch, peak: PeakMemory) -> dict[str, float]:
         """``perf/padding_frac`` (share of the positions the model ran on, over all ranks'
         micro-batches, that are padding; 0 when packed) and ``perf/peak_memory_mb`` (of
         ``peak``, started at the beginning of the step). Local: every rank holds the batch
@@ -723,7 +486,7 @@ class PolicyTrainer:
         lens = batch.seq_lens.tolist()
         pad = scored = 0
         for groups in self._core.all_rank_micro_batches(batch.num_rows, lens, self._row_layout):
-            p, n = packing.padded_positions(groups, lens, self._row_layout)
+            p, n = padded_positions(groups, lens, self._row_layout)
             pad, scored = pad + p, scored + n
         return {"perf/padding_frac": pad / scored if scored else 0.0, "perf/peak_memory_mb": peak.peak_mb()}
 
@@ -731,7 +494,7 @@ class PolicyTrainer:
 def _lm_dummy_output(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     """The forward of a dummy pass (``TrainerCore.dummy_forward``): one token through the
     backbone and the LM head, as a real micro-batch; ``[1]`` log-prob."""
-    return packing.dummy_score(model, ids)  # (1,)
+    return dummy_score(model, ids)  # (1,)
 
 
 def _row_slices(batch: TokenBatch, rows: Sequence[int]) -> list[slice]:

@@ -4,7 +4,7 @@ positions: at each turn boundary for a turn-level critic ``V(s_k)`` (ArCHer, Zho
 before every sampled token for a token-level critic (``gae``, PPO as in verl).
 
 It lives in ``agentrl.trainer`` rather than ``critics`` because it needs ``transformers``
-for its backbone, and ``critics`` may import only types, torch and numpy (design.md). The
+for its backbone, and ``critics`` may import only types, torch and numpy (docs/design.md). The
 pure parts (which token is a turn's boundary, turn-level GAE) are in
 ``critics.turn_critic`` and ``critics.gae``.
 

@@ -67,7 +67,7 @@ class HumanEvalEnv(TextEnv):
     judge_kwargs: ClassVar[Mapping[str, Any]] = MappingProxyType({"reward_tests": "hidden"})
     """Constructor kwargs that make this env score as its evaluation judge (the full hidden
     check): ``agentrl eval`` and ``eval.every`` apply them over ``env.kwargs`` to every eval
-    episode (``agentrl.cluster.judge``), whatever reward the training used."""
+    episode (``agentrl.driver.judge``), whatever reward the training used."""
 
     def __init__(
         self,

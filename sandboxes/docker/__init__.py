@@ -1,4 +1,4 @@
-"""The Docker sandbox backend: the only place that imports the ``docker`` SDK (design.md).
+"""The Docker sandbox backend: the only place that imports the ``docker`` SDK (docs/design.md).
 
 * ``sandbox``: ``DockerSandbox``, one container per sandbox; ``exec_io``: the wrapper one
   exec runs under and its stream;

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentrl.errors import ConfigError, SandboxError
+from sandboxes.docker.daemon import docker_client, infra_errors
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,6 @@ def image_exists(image: str, client=None) -> bool:
     """
     import docker.errors
 
-    from sandboxes.docker.daemon import docker_client, infra_errors
 
     client = client if client is not None else docker_client()
     try:

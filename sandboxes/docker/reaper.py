@@ -1,5 +1,5 @@
 """Container reaping: the labels every sandbox container carries, and removing the
-containers whose owner process is gone (design.md invariant 8, case C10).
+containers whose owner process is gone (docs/design.md invariant 8; docs/cases.md, C10).
 
 ``sandboxes.reaper.reap_orphans`` calls ``reap_containers`` when a daemon answers; the first
 ``DockerSandbox`` of a process calls it too (``reap_containers_once``).

@@ -13,7 +13,7 @@ Container (checked by the contract and abuse suites in tests/integration/sandbox
   ``agentrl.owner_start``, ``agentrl.owner_pidns``, ``agentrl.owner_boot``
   (``sandboxes.docker.reaper.container_labels``): the reaper (``sandboxes.docker.reaper``,
   called by ``sandboxes.reaper.reap_orphans``) removes containers whose owner process is
-  gone, judged from the owner's pid namespace only (design.md invariant 8, case C10). The first
+  gone, judged from the owner's pid namespace only (docs/design.md invariant 8; docs/cases.md, C10). The first
   sandbox of a process reaps once; a finalizer removes the container when the sandbox is
   closed, collected, or at interpreter exit. Constructing a sandbox installs no signal
   handler: a program that wants SIGTERM to remove its containers turns SIGTERM into an
@@ -21,7 +21,7 @@ Container (checked by the contract and abuse suites in tests/integration/sandbox
 
 Exec: ``exec_create`` + ``exec_start(socket=True)``; stdin is written to the socket, the
 multiplexed stdout/stderr frames are read as they come into ``BoundedOutput`` (capped,
-incremental UTF-8, case C09). The command runs under a small shell wrapper (bash when the
+incremental UTF-8; docs/cases.md, C09). The command runs under a small shell wrapper (bash when the
 image has it, so that its clean-up scan never forks and still works after a fork bomb has
 used up the pids limit):
 ``timeout -s KILL <timeout_s> <command>`` (the inside limit), and after it returns the

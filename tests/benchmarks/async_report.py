@@ -4,7 +4,7 @@ staleness histogram, the learning curve and an SVG timeline. No Ray, no model, n
 dependency (the SVG is written as text); unit tests in
 ``tests/unit/benchmarks/test_bench_async_report.py``.
 
-Metric names read (written by ``agentrl.cluster.controller`` in both modes):
+Metric names read (written by ``agentrl.driver.controller`` in both modes):
 
 * ``timeline/<phase>_start_s`` / ``timeline/<phase>_end_s``: wall seconds since ``train()``
   started, phases ``rollout`` (async: the update's wait for complete groups), ``credit``,
@@ -141,7 +141,7 @@ def ideal_pipelined_bound(history: Sequence[Mapping[str, Any]]) -> dict[str, Any
     ``train_r = credit_r + update_r + sync_r`` (credit runs on the driver between the two and
     belongs to neither engine work nor idle time). Lock-step costs ``sum_r (rollout_r +
     train_r)``; pipelined, each round costs its slowest stage, ``sum_r max(rollout_r,
-    train_r)`` (issue 12, seed 000). ``bound`` is their ratio (>= 1). It prices overlap
+    train_r)`` (the ideal two-stage pipeline). ``bound`` is their ratio (>= 1). It prices overlap
     only: an asynchronous run that also keeps more episodes in flight (up to
     ``(max_staleness + 1) * tasks_per_iteration`` groups) can beat it when rollout time is
     mostly waiting (environment latency) rather than compute.

@@ -1,25 +1,25 @@
 """Benchmark: synchronous against asynchronous training on the same work and hardware, on an
-environment whose steps have long-tailed latency (issue 12, item 6).
+environment whose steps have long-tailed latency (longtail_env.py).
 
 Run on demand (pytest does not collect this file)::
 
     .venv/bin/python tests/benchmarks/bench_async.py --tiny --out runs/bench-async-tiny     # quick check
     # about 2x throughput at max_staleness 2: 64 episodes per update, so no update waits on a slow
-    # group while almost every sync round does (README, "Asynchronous training")
+    # group while almost every sync round does (docs/benchmarks.md, "Sync against async")
     .venv/bin/python tests/benchmarks/bench_async.py --tiny --tasks 16 --repeats 2 --out runs/bench-async-t16
     .venv/bin/python tests/benchmarks/bench_async.py --iterations 4 --out runs/bench-async  # SmolLM2-135M fp32
     .venv/bin/python tests/benchmarks/bench_async.py --max-staleness 1 --partial-rollout drain --iterations 8
     # learning curves of both modes over three seeds, on a reward the tiny model can climb:
     .venv/bin/python tests/benchmarks/bench_async.py --tiny-semantic --env words --max-guesses 1 --lr 3e-2 \
         --seeds 0 1 2 --out runs/bench-async-words          # add --tasks 16 for the target setting
-    # the issue-12 setting, with a held-out eval of each run's final policy (README numbers):
+    # the issue-12 setting, with a held-out eval of each run's final policy (docs/benchmarks.md numbers):
     .venv/bin/python tests/benchmarks/bench_async.py --tiny-semantic --env words --max-guesses 1 --lr 1e-2 \
         --tasks 16 --iterations 40 --seeds 0 1 2 3 4 --eval-tasks 32 --out runs/bench-async-t16-i40-policy
     # the same report again from an earlier --out folder's runs, with this file's statistics:
     .venv/bin/python tests/benchmarks/bench_async.py --report runs/bench-async-t16-i40-policy
 
 One invocation, one Ray instance started here, two runs one after the other with
-``agentrl.cluster.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
+``agentrl.driver.controller.train``: ``controller.mode=sync``, then ``controller.mode=async``
 with ``--max-staleness`` and ``--partial-rollout`` (``--repeats N``: N such pairs, interleaved;
 every run and each pair's ratio are printed, and each mode's best run is the one reported). The two configs differ in ``controller.*``
 and ``run.dir`` only: same model, seed, tasks (the same task order), group size, iterations,
@@ -140,7 +140,7 @@ def run_mode(args: argparse.Namespace, mode: str, model_path: str, repeat: int =
     """Train one run of ``mode`` with ``run.seed = seed`` (None: ``--seed``) into
     ``--out``/``mode`` (``mode-<repeat>`` after the first repeat, ``-s<seed>`` with several
     seeds) and summarise it from its metrics.jsonl."""
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from agentrl.config import load_config
 
     seeds = getattr(args, "seeds", None) or [args.seed]
@@ -204,11 +204,11 @@ def eval_final_policy(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]
     """Held-out evaluation of a run's final policy (its last checkpoint: ``run.checkpoint_every``
     is ``--iterations``), after ``train()`` returned, so it costs neither mode any training
     time: ``--eval-tasks`` test tasks x ``--eval-samples`` samples, the rollout's sampling
-    (temperature 1.0) and limits, seed 0 for both modes (``agentrl.cluster.evaluate``, as
+    (temperature 1.0) and limits, seed 0 for both modes (``agentrl.commands.evaluate``, as
     ``agentrl eval RUN``). Compares the two modes' policies after the same number of updates on
     the same number of episodes, which the training curve cannot: async mode's training rewards
     come from policies up to ``max_staleness`` versions older than the one being trained."""
-    from agentrl.cluster.evaluate import evaluate
+    from agentrl.commands.evaluate import evaluate
 
     t0 = time.perf_counter()
     result = evaluate(str(run_dir), [
@@ -495,7 +495,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run.iterations of each run (updates; the first one's start-up costs weigh less with more)")
     p.add_argument("--tasks", type=int, default=4,
                    help="env.tasks_per_iteration: groups per update (16: about 2x throughput at max_staleness 2 here, "
-                        "updates long enough that k of them cover a slow step; README, Asynchronous training)")
+                        "updates long enough that k of them cover a slow step; docs/benchmarks.md)")
     p.add_argument("--group-size", type=int, default=4, help="env.group_size")
     p.add_argument("--engines", type=int, default=1, help="rollout.num_engines (both modes)")
     p.add_argument("--repeats", type=int, default=1,
@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         except AgentRLError as exc:
             print(f"bench_async: error: {exc}", file=sys.stderr)
             return 2
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
     from agentrl.config import load_config
     from agentrl.model_zoo import prepare_model
 
@@ -579,12 +579,12 @@ def main(argv: list[str] | None = None) -> int:
           f"async: max_staleness={args.max_staleness}, partial_rollout={args.partial_rollout}; env {args.env}; "
           f"seeds {args.seeds or [args.seed]}; {args.engines} engine(s), {args.max_new_tokens} new tokens per turn, "
           f"{args.max_guesses} turns; load average {_load_avg()}", flush=True)
-    from agentrl.cluster.cpu_threads import role_threads
+    from agentrl.cluster.actors.cpu_threads import role_threads
 
     for mode in args.modes:
         c = load_config(None, overrides(args, mode, model, args.out / "unused"))
         print(f"  {mode}: OpenMP threads per engine {role_threads(c, 'rollout')}, per trainer rank "
-              f"{role_threads(c, 'trainer')} (agentrl.cluster.cpu_threads)", flush=True)
+              f"{role_threads(c, 'trainer')} (agentrl.cluster.actors.cpu_threads)", flush=True)
     all_runs: list[dict[str, Any]] = []
     started = connect(load_config(None, [f"run.dir={args.out / 'ray'}"]))
     try:

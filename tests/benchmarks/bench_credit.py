@@ -10,8 +10,8 @@ Run on demand (pytest does not collect this file)::
 Default: ``agentrl/GuessNumber-v0`` (secret 1..10, 5 guesses), SmolLM2-135M-Instruct, 8
 tasks x 4 rollouts per iteration, full-history prompts. It is the environment in which the
 135M model on a CPU gets a learning signal: it solves roughly 10-20 % of games untrained,
-while on Sokoban none of its first 64 replies was a valid move (see the README's "Credit
-assignment benchmark"). ``--env agentrl/Sokoban-v0 --env-kwargs '{"dim_room": [6, 6],
+while on Sokoban none of its first 64 replies was a valid move (see docs/benchmarks.md, "Credit
+assignment"). ``--env agentrl/Sokoban-v0 --env-kwargs '{"dim_room": [6, 6],
 "num_boxes": 1}' --mode per_step`` runs the same comparison on Sokoban.
 
 What is held equal. Every estimator trains from the same initial weights on the same task
@@ -46,7 +46,7 @@ def run(estimator: str, args: argparse.Namespace) -> list[dict]:
     """Train one estimator; return its per-iteration metrics rows."""
     import shutil
 
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from agentrl.config import load_config
 
     run_dir = Path(args.out) / estimator

@@ -1,5 +1,5 @@
 """Benchmark: what dispatching a batch in chunks costs a rollout engine, the measurement
-behind ``agentrl.cluster.engine_pool``'s up-front split.
+behind ``agentrl.cluster.engines.pool``'s up-front split.
 
 Run on demand (pytest does not collect this file)::
 
@@ -37,8 +37,10 @@ def main() -> None:
 
     import ray
 
-    from agentrl.cluster.actors import RolloutActor, env_task_ids
-    from agentrl.cluster.engine_pool import EnginePool
+    from agentrl.cluster.actors.env_factory import env_task_ids
+
+    from agentrl.cluster.actors.rollout_actor import RolloutActor
+    from agentrl.cluster.engines.pool import EnginePool
     from agentrl.config import load_config
     from agentrl.model_zoo import resolve_model_path
     from agentrl.tasks import TaskSource

@@ -16,7 +16,7 @@ For each engine count N (``--engines``, default ``1 2``), in one Ray instance st
    tool calls run in the sandboxes and the answers are graded, overlapped with generation.
    tokens/s = sampled tokens (every turn's completion) / the rollout call's wall seconds.
 2. ``sync``: ``--syncs`` weight syncs from a 1-rank trainer to the N engines
-   (``EnginePool.update_weights``, i.e. ``agentrl.cluster.weight_sync.sync_weights`` with
+   (``EnginePool.update_weights``, i.e. ``agentrl.cluster.engines.weight_sync.sync_weights`` with
    ``cluster.weight_sync``): ``time/sync_s`` and each engine's ``sync/engine_{i}_s``, after
    the trainer's start-up warm-up (``warm_weight_sync``, as the controller runs it) and
    ``--sync-gap-s`` apart. The weights do not change between syncs; a load costs the same
@@ -38,7 +38,7 @@ Steps 1 and 3 run ``--rounds`` times (2), each round on the next tasks of the ta
 and each round's raw replays use that round's prompts (the prefix cache reset before each).
 
 Printed: a table per round (tokens, seconds, tokens/s, the load average before and after),
-the ratio loop / raw per N, median over rounds (issue 11's target: >= 0.9x), N=2 / N=1 (best
+the ratio loop / raw per N, median over rounds (target: >= 0.9x), N=2 / N=1 (best
 rounds), and the sync times. The machine's load changes while this runs (2 cores shared by
 other jobs here): compare ratios measured in one run. Exits 1 when a target is missed on the
 real model (not with --tiny).
@@ -139,10 +139,10 @@ def _split(n_items: int, parts: int) -> list[slice]:
 
 
 def run_one(n: int, args, model_path: str, run_dir: Path) -> dict:
-    from agentrl.cluster.actors import env_task_ids
-    from agentrl.cluster.engine_pool import EnginePool
-    from agentrl.cluster.ray_setup import role_options
-    from agentrl.cluster.trainer_group import TrainerGroup
+    from agentrl.cluster.actors.env_factory import env_task_ids
+    from agentrl.cluster.engines.pool import EnginePool
+    from agentrl.cluster.actors.placement import role_options
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
     from agentrl.config import load_config
     from agentrl.tasks import TaskSource
 
@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
 
-    import agentrl.cluster.weight_sync  # noqa: F401  (imports torch, as the controller's driver has: not in the first sync's time)
-    from agentrl.cluster.ray_setup import connect
+    import agentrl.cluster.engines.weight_sync  # noqa: F401  (imports torch, as the controller's driver has: not in the first sync's time)
+    from agentrl.cluster.actors.ray_connect import connect
     from agentrl.config import load_config
     from agentrl.model_zoo import prepare_model
 

@@ -20,7 +20,7 @@ Rows (the batch of one iteration; the script says which source it used):
 * default (no ``--replay-db``, no ``--synthetic``): such a database made first by a short
   real run, ``agentrl train run.iterations=1 model.path=tiny-random-smollm2`` (the embedded
   default job with the tiny random model sampling), in a temporary run directory.
-* ``--synthetic``: 16 rows with the default job's lengths from issue 10 (563 to 1,036
+* ``--synthetic``: 16 rows with the default job's lengths (563 to 1,036
   tokens, 10,915 tokens, 2,560 loss tokens: each row a prompt and 160 sampled tokens).
 
 Micro-batches: those of the run's own config (``trainer.row_layout``,
@@ -48,9 +48,8 @@ best time, against the noise of a shared machine (the load average is printed):
 * ``bare packed, head at loss``: the trainer's packed micro-batches and attention kernel in
   the bare loop: the like-for-like floor of ``trainer packed``.
 * with ``--baseline-commit SHA``: ``PolicyTrainer.step`` of that commit (``git archive`` of
-  ``agentrl/`` and ``critics/`` into a temporary folder), e.g. ``c03bdb7``, the trainer
-  before issue 10 (padded micro-batches, full logits): the update before and after on the
-  same rows.
+  ``agentrl/`` and ``critics/`` into a temporary folder), e.g. ``c03bdb7``, the last
+  trainer with padded micro-batches and full logits: the two updates on the same rows.
 
 Also the log-prob step alone: peak memory of the LM head's forward and backward at the
 batch's loss positions, in chunks of 256 and 1,024 (``logprob_chunk_tokens``) and all at
@@ -58,7 +57,7 @@ once as the bare loop does, beside the bound chunk x vocabulary x 4 bytes.
 
 Printed: tokens/s (batch tokens / step seconds), the step's peak memory growth, and the
 process's peak RSS (``ru_maxrss``: model, optimizer and step); ratios trainer / bare (same
-layout, same kernel) and packed / padded, against the targets of issue 10: trainer >= 0.9x
+layout, same kernel) and packed / padded, against these targets: trainer >= 0.9x
 bare, packed >= 1.3x padded, the default job's update under 6 GB peak. Exits 1 when a
 target is missed (targets apply to the real model, not ``--tiny``).
 """
@@ -225,11 +224,11 @@ def _bare_step(model, opt, batch, layout: str, head: str, micro_batch_size: int,
     (ratio exp(lp - lp.detach()), clip 0.2), gradient clipping at 1.0."""
     import torch
 
-    from agentrl.trainer import _fsdp_common as fc
+    from agentrl.trainer import micro_batches as fc
     from agentrl.trainer import packing
 
     lens = batch.seq_lens.tolist()
-    groups = (packing.pack_micro_batches(range(batch.num_rows), lens, budget) if layout == "packed"
+    groups = (fc.pack_micro_batches(range(batch.num_rows), lens, budget) if layout == "packed"
               else fc.micro_batches(range(batch.num_rows), lens, micro_batch_size, None))
     n_loss = float(batch.loss_mask.sum())
     temperature = batch.sampling.temperature
@@ -309,7 +308,7 @@ def measure(variant: str, rows_file: str, model_path: str, steps: int, micro_bat
         for _ in range(steps):
             meter.start()
             t0 = time.perf_counter()
-            m = trainer.step(batch)
+            m = trainer.step(batch).metrics
             times.append(time.perf_counter() - t0)
             peaks.append(meter.peak_mb())
         extra = {"perf/padding_frac": m.get("perf/padding_frac"), "perf/peak_memory_mb": m.get("perf/peak_memory_mb"),
@@ -357,7 +356,7 @@ def _logprob_worker(model_path: str, n: int, chunk: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.trainer import packing
+    from agentrl.trainer import scoring
 
     head = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).get_output_embeddings()
     vocab, width = head.weight.shape
@@ -367,7 +366,7 @@ def _logprob_worker(model_path: str, n: int, chunk: int) -> dict:
     meter = _RssPeak()
     meter.start()
     if chunk > 0:
-        lp, _ = packing.chunked_head_logprobs(head, hidden, labels, 1.0, chunk_tokens=chunk, with_entropy=True)
+        lp, _ = scoring.chunked_head_logprobs(head, hidden, labels, 1.0, chunk_tokens=chunk, with_entropy=True)
     else:
         lp = torch.log_softmax(head(hidden), dim=-1).gather(-1, labels[:, None]).squeeze(-1)  # (n,)
     lp.sum().backward()
@@ -387,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay-db", type=Path, help="replay.db of a real run (default: make one with a tiny-model run)")
     p.add_argument("--run-id", help="run in the database (default: the last one)")
     p.add_argument("--iteration", type=int, help="iteration whose episodes are the batch (default: the first)")
-    p.add_argument("--synthetic", action="store_true", help="the default job's lengths from issue 10, random ids")
+    p.add_argument("--synthetic", action="store_true", help="the default job's lengths, random ids")
     p.add_argument("--tiny", action="store_true", help="the tiny random model (quick check; targets not applied)")
     p.add_argument("--model", help="model folder (default: smollm2-135m-instruct, or the tiny one with --tiny)")
     p.add_argument("--steps", type=int, default=1, help="timed steps per variant and round (best reported)")
@@ -399,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=VARIANTS, help="measure only these variants")
     p.add_argument("--baseline-commit",
                    help="also time PolicyTrainer.step as of this git commit on the same rows (its own scoring, "
-                        "padded micro-batches of --micro-batch-size rows), e.g. c03bdb7, the trainer before issue 10")
+                        "padded micro-batches of --micro-batch-size rows), e.g. c03bdb7, the last padded trainer")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--worker", choices=VARIANTS + (BASELINE, "logprob"), help=argparse.SUPPRESS)
     p.add_argument("--rows-file", help=argparse.SUPPRESS)
@@ -422,14 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agentrl.model_zoo import prepare_model
-    from agentrl.trainer.packing import padded_positions
+    from agentrl.trainer.micro_batches import padded_positions
 
     model = args.model or str(prepare_model("tiny-random-smollm2" if args.tiny else "smollm2-135m-instruct"))
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         tmp_path = Path(tmp)
         if args.synthetic:
             rows, sampling, stored = synthetic_rows(), None, None
-            source = "synthetic rows with the default job's lengths (issue 10)"
+            source = "synthetic rows with the default job's lengths"
         else:
             db = args.replay_db or generate_replay(tmp_path)
             rows, sampling, source, stored = replay_rows(db, args.run_id, args.iteration)

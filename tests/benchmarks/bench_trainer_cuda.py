@@ -48,8 +48,8 @@ calls (the slowest rank's time per step):
   them.
 
 Printed: tokens/s per GPU and in total, MFU, the step's peak memory
-(``torch.cuda.max_memory_allocated``, reset at each step), the ratios, the anchor of
-issue 10 ("a peer reports 11.9k tokens/s and 11.1 % MFU for a 0.6B model at 16k packed
+(``torch.cuda.max_memory_allocated``, reset at each step), the ratios, the anchor
+("a peer reports 11.9k tokens/s and 11.1 % MFU for a 0.6B model at 16k packed
 tokens on one H100"), and last one JSON line with every number.
 
 MFU = model FLOPs of the step / (step seconds x GPUs x peak bf16 dense FLOP/s). Model
@@ -99,7 +99,7 @@ ANCHOR = {
     "tokens_per_s_per_gpu": 11900.0,
     "mfu": 0.111,
     "params": 0.6e9,
-    "source": "issue 10, item 8",
+    "source": "a peer's report: 0.6B model, 16k packed tokens, one H100",
 }
 
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
@@ -322,9 +322,9 @@ def slowest_rank(seconds: list[float], device, world: int) -> list[float]:
 def timed_steps(step, steps: int, device, world: int) -> tuple[list[float], float, dict]:
     """Warm-up ``step()`` once, then ``steps`` timed calls; per-step seconds (slowest
     rank), the largest per-step peak memory (MB) and the last call's return value."""
-    from agentrl.trainer import packing
+    from agentrl.trainer import memory
 
-    meter = packing.PeakMemory(device)
+    meter = memory.PeakMemory(device)
     step()
     times, peaks, last = [], [], {}
     for _ in range(steps):
@@ -351,11 +351,11 @@ def resident_mb(device) -> float:
     the process's resident set."""
     import torch
 
-    from agentrl.trainer import packing
+    from agentrl.trainer import memory
 
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device) / 2**20
-    return packing._rss_kb() / 1024.0
+    return memory._rss_kb() / 1024.0
 
 
 # ---------------------------------------------------------------- variants
@@ -373,7 +373,7 @@ def run_trainer(layout: str, args: argparse.Namespace, model_path: str, attn: st
     trainer = PolicyTrainer(cfg)
     device, world = trainer.device, trainer.world_size
     kernel = trainer.model.config._attn_implementation
-    times, peak, m = timed_steps(lambda: trainer.step(batch), args.steps, device, world)
+    times, peak, m = timed_steps(lambda: trainer.step(batch).metrics, args.steps, device, world)
     out = {
         "step_s": times, "step_peak_mb": peak, "resident_mb": resident_mb(device), "attn_kernel": kernel,
         "micro_batches": len(trainer._core.micro_batches(trainer._my_rows(batch), batch.seq_lens.tolist(), layout)),
@@ -387,13 +387,13 @@ def run_trainer(layout: str, args: argparse.Namespace, model_path: str, attn: st
 
 def bare_step(model, opt, batch, rows: list[int], budget: int, device, autocast_dtype) -> None:
     """One bare forward / backward / AdamW pass over ``rows`` of ``batch``: the trainer's
-    packed micro-batches (``packing.pack_micro_batches``, ``packing.model_inputs``), the
+    packed micro-batches (``micro_batches.pack_micro_batches``, ``packing.model_inputs``), the
     LM head on the positions before loss tokens, on-policy PPO token-mean loss (ratio
     ``exp(lp - lp.detach())``, clip 0.2, as ``bench_trainer.py``'s bare loop), gradient
     clipping at 1.0, AdamW."""
     import torch
 
-    from agentrl.trainer import packing
+    from agentrl.trainer import micro_batches, packing
 
     lens = batch.seq_lens.tolist()
     sub_all = batch.select_rows(rows)
@@ -402,7 +402,7 @@ def bare_step(model, opt, batch, rows: list[int], budget: int, device, autocast_
     backbone = getattr(model, model.base_model_prefix)
     head = model.get_output_embeddings()
     opt.zero_grad(set_to_none=True)
-    for group in packing.pack_micro_batches(rows, lens, budget):
+    for group in micro_batches.pack_micro_batches(rows, lens, budget):
         sub = batch.select_rows(group)
         inp = packing.model_inputs(sub.input_ids, sub.position_ids, sub.seq_lens.tolist(), "packed", device)
         targets = torch.nonzero(sub.loss_mask > 0).flatten().to(device)  # (n,)
@@ -426,7 +426,7 @@ def run_bare(args: argparse.Namespace, model_path: str, attn: str, batch, rank: 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl.trainer import attention, packing
+    from agentrl.trainer import attention, micro_batches
     from agentrl.trainer.config import TrainerConfig
 
     kernel = attention.resolve_attn_implementation(attn, device=device.type, dtype=args.dtype)
@@ -447,7 +447,7 @@ def run_bare(args: argparse.Namespace, model_path: str, attn: str, batch, rank: 
     )
     out = {"step_s": times, "step_peak_mb": peak, "resident_mb": resident_mb(device),
            "attn_kernel": model.config._attn_implementation,
-           "micro_batches": len(packing.pack_micro_batches(rows, batch.seq_lens.tolist(), args.micro_batch_tokens))}
+           "micro_batches": len(micro_batches.pack_micro_batches(rows, batch.seq_lens.tolist(), args.micro_batch_tokens))}
     del model, opt
     free(device)
     return out
@@ -618,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
             "trainer_packed/trainer_padded": ratio("trainer_packed", "trainer_padded"),
         }
         targets = {"trainer_packed/bare_packed": 0.9, "trainer_packed/trainer_padded": 1.3}
-        log(rank, "ratios (tokens/s; issue 10's targets, measured on CPU there, shown for reference):")
+        log(rank, "ratios (tokens/s; the targets were set on CPU, shown for reference):")
         for k, val in ratios.items():
             if val is not None:
                 log(rank, f"  {k:32s} {val:5.2f}x   target >= {targets[k]}x: {'met' if val >= targets[k] else 'missed'}")

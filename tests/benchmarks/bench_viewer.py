@@ -219,7 +219,7 @@ def _deep_cursor(url: str, n: int) -> str:
     from sqlalchemy import create_engine, select
 
     from agentrl.replay.models import EpisodeRow
-    from agentrl.replay.queries import encode_cursor
+    from agentrl.replay.read.listing import encode_cursor
 
     e = EpisodeRow.__table__
     engine = create_engine(url)

@@ -6,7 +6,7 @@ does).
 Why
     Real agentic steps (a test suite, a tool call) mostly take a fraction of a second and
     sometimes several seconds. In a synchronous round the rollout then waits for its slowest
-    episode while the trainer idles (issue 12). The game itself is GuessNumber unchanged
+    episode while the trainer idles, which asynchronous training removes. The game itself is GuessNumber unchanged
     (same tasks, prompts, feedback, rewards, anchors: a task SmolLM2-135M gets a learning
     signal on), so the learning curves of a synchronous and an asynchronous run compare like
     for like; only the wall time of each ``step`` differs.

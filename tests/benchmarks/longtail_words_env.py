@@ -4,7 +4,7 @@ latency of ``bench/LongTailGuess-v0`` (``tests/benchmarks/bench_async.py --env w
 bench-only: registered when this module is imported, through ``env.import_modules``).
 
 Why
-    The learning-curve half of issue 12's benchmark needs a reward that moves: the tiny model
+    The learning-curve half of the async benchmark (bench_async.py) needs a reward that moves: the tiny model
     never finds GuessNumber's secret (reward 0 in both modes, nothing to compare), and
     SmolLM2 training does not fit beside the other jobs on this machine. Here every reply
     earns a graded score, so GRPO has a signal from the first update.

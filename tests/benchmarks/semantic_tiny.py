@@ -3,7 +3,7 @@ embedding matrix is SmolLM2-135M's projected onto its top 64 principal component
 ``tests/benchmarks/bench_async.py --env words --model-variant semantic``.
 
 Why
-    The learning-curve half of issue 12's benchmark needs a model that learns something
+    The learning-curve half of the async benchmark (bench_async.py) needs a model that learns something
     within 20 updates on this machine, and SmolLM2 training does not fit beside the other
     jobs (15 GB per step). The random tiny model learns it slowly and late: its embeddings
     are random, so any class of tokens a text reward favours (say, lowercase words) is

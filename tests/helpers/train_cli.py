@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 def train_cli(args: list[str], kill_at: str | None = None, timeout_s: float = 420, *,
               kill_signal: str = "KILL") -> tuple[int, str]:
     """Run ``agentrl train ARGS`` to its end or its kill (``kill_at``: the value of
-    ``$AGENTRL_TEST_KILL_AT``, ``agentrl.cluster.checkpoint.kill_point``; ``kill_signal``
+    ``$AGENTRL_TEST_KILL_AT``, ``agentrl.driver.checkpoint.kill_point``; ``kill_signal``
     ``"TERM"``: the driver SIGTERMs itself there instead, ``$AGENTRL_TEST_KILL_SIGNAL``);
     returns (exit code, output). It runs in its own process group, which is SIGKILLed
     afterwards: the Ray head and workers a SIGKILLed driver leaves behind go with it."""

@@ -149,8 +149,8 @@ def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict
     optionally ``"off_policy": off_policy_batch kwargs``, applied with the scored
     log-probs): build a fresh ``PolicyTrainer``, score the batch, take one ``step``, and
     collect ``log_probs``, ``metrics``, ``grads`` (after the step's last backward, clipped),
-    ``weights`` (after the update) and ``token_values`` (``last_token_values``: what the
-    replay store keeps). Collective; rank 0 gets the results, other ranks
+    ``weights`` (after the update) and ``token_values`` (the step's ``(log_probs,
+    entropies)``: what the replay store keeps). Collective; rank 0 gets the results, other ranks
     ``{name: {"metrics": ...}}`` only. Used to compare set-ups that must agree (micro-batch
     sizes, world sizes)."""
     import torch.distributed as dist
@@ -165,12 +165,13 @@ def run_trainer_cases(model_path: str, cases: dict[str, dict]) -> dict[str, dict
         log_probs = trainer.compute_log_probs(batch)
         if "off_policy" in case:
             batch = off_policy_batch(batch, log_probs, **case["off_policy"])
-        metrics = trainer.step(batch)
+        step = trainer.step(batch)
+        metrics = step.metrics
         grads = full_grads(trainer)
         weights = trainer.full_state_dict()
         if dist.get_rank() == 0:
             results[name] = {"log_probs": log_probs, "metrics": metrics, "grads": grads, "weights": weights,
-                             "token_values": trainer.last_token_values()}
+                             "token_values": (step.log_probs, step.entropies)}
         else:
             results[name] = {"metrics": metrics}
     return results

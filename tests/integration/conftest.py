@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
+from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers import postgres_ctl
 from tests.integration.viewer.real_runs import RealRuns, add_xss_episode, train_runs
+
+POSTGRES_ENV = "AGENTRL_TEST_POSTGRES_URL"
+REQUIRE_POSTGRES_ENV = "AGENTRL_REQUIRE_POSTGRES"
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +35,29 @@ def dead_socket(tmp_path):
     s.bind(str(path))
     s.close()
     return f"unix://{path}"
+
+
+@pytest.fixture(scope="module")
+def postgres_module_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test module (``CREATE DATABASE`` on the server at
+    ``$AGENTRL_TEST_POSTGRES_URL``, which scripts/test.sh starts: tests/helpers/postgres_ctl.py),
+    dropped after the module. Without the variable the PostgreSQL cases are skipped, or fail
+    with ``AGENTRL_REQUIRE_POSTGRES=1`` (set by scripts/test.sh)."""
+    admin_url = os.environ.get(POSTGRES_ENV)
+    if not admin_url:
+        _missing(f"no PostgreSQL server: ${POSTGRES_ENV} is not set (scripts/test.sh starts one: "
+                 "tests/helpers/postgres_ctl.py)")
+    try:
+        url = postgres_ctl.create_database(admin_url, "agentrl_replay")
+    except Exception as exc:  # server down, bad credentials, missing driver
+        _missing(f"PostgreSQL at ${POSTGRES_ENV} is not usable: {exc}")
+    try:
+        yield url
+    finally:
+        postgres_ctl.drop_database(admin_url, url)
+
+
+def _missing(what: str) -> None:
+    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
+        pytest.fail(f"{REQUIRE_POSTGRES_ENV}=1 but {what}")
+    pytest.skip(what)

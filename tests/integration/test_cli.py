@@ -122,7 +122,6 @@ def test_an_error_is_one_whole_line_in_a_narrow_pipe(tmp_path, args, needle):
     """Under COLUMNS=40 with stderr a pipe (not a terminal), an error naming a 300-character
     path is one line: not broken at the console's width, the path whole, brackets in it kept
     as written (not read as markup)."""
-    import os
 
     path = _long_path(tmp_path)
     assert len(str(path)) > 300
@@ -156,7 +155,6 @@ def test_a_usage_error_is_one_plain_line_naming_the_value(tmp_path, args, needle
     """typer's own usage errors (a bad option value, an unknown option or command, a missing
     argument) read like the CLI's other errors: one plain line in a narrow pipe, exit 2, not a
     box broken at the console's width."""
-    import os
 
     path = _long_path(tmp_path)
     r = _cli_in_a_narrow_pipe(args, path)

@@ -1,11 +1,11 @@
-"""Packed rows give the padded rows' numbers (design.md, invariant 5; issue 10, items 5-6).
+"""Packed rows give the padded rows' numbers (design.md, invariant 5).
 
 ``row_layout="packed"`` scores a micro-batch as one unpadded sequence with block-diagonal
 causal attention, micro-batches bin-packed by ``micro_batch_tokens``, and the LM head run
 only where a loss reads. Here: its log-probs equal the padded layout's within 1e-5 and its
 gradients within 1e-6 (fp32, CPU), for every loss aggregation mode, across token budgets
 and for 1 vs 2 ranks; both equal a plain Hugging Face forward / autograd computed without
-the trainer; and cases C04 and C06 of ``../shared/cases`` hold in both layouts.
+the trainer; and cases C04 and C06 (docs/cases.md) hold in both layouts.
 
 Real parts only: a real (tiny, random) Llama, real FSDP2, real gloo groups (one in-process
 rank, two spawned ranks).
@@ -244,7 +244,7 @@ def test_C04_trainer_log_prob_and_entropy(tmp_path: Path, layout: str) -> None:
             assert lp[s.start + 1].item() == pytest.approx(want[k % 4].item(), abs=1e-5), (layout, temperature, k)
         if temperature == 0.5:
             assert lp[batch.row_slices()[0].start + 1].item() == pytest.approx(-0.14508, abs=1e-5)
-        m = trainer.step(batch)
+        m = trainer.step(batch).metrics
         p = torch.softmax(C04_LOGITS / temperature, dim=-1)
         assert m["actor/entropy"] == pytest.approx(float(-(p * p.log()).sum()), abs=1e-5), (layout, temperature)
         if temperature == 0.5:
@@ -268,7 +268,7 @@ def _c06_run(model_path: str, configs: dict[str, dict]) -> dict[str, dict]:
     out = {}
     for name, kw in configs.items():
         trainer = PolicyTrainer(TrainerConfig(model_path=model_path, lr=1e-3, max_grad_norm=None, **kw))
-        metrics = trainer.step(_c06_batch())
+        metrics = trainer.step(_c06_batch()).metrics
         grads = full_grads(trainer)
         if dist.get_rank() == 0:
             out[name] = {"metrics": metrics, "grads": grads}

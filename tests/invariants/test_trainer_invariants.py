@@ -28,7 +28,7 @@ BASE = {"lr": 1e-3, "max_grad_norm": 1.0, "eps": 1e-6}
 def _assert_same(a: dict, b: dict, what: str) -> None:
     torch.testing.assert_close(a["log_probs"], b["log_probs"], atol=TOL, rtol=0, msg=f"{what}: log_probs")
     for k, (x, y) in enumerate(zip(a["token_values"], b["token_values"])):  # the replay store's per-token values
-        torch.testing.assert_close(x, y, atol=TOL, rtol=0, msg=f"{what}: last_token_values[{k}]")
+        torch.testing.assert_close(x, y, atol=TOL, rtol=0, msg=f"{what}: token_values[{k}]")
     assert a["grads"].keys() == b["grads"].keys()
     for name in a["grads"]:
         torch.testing.assert_close(a["grads"][name], b["grads"][name], atol=TOL, rtol=0, msg=f"{what}: grad {name}")
@@ -161,7 +161,7 @@ def test_pinned_loss_curve(tiny_llama_path: str) -> None:
     keys = ("actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/entropy", "actor/grad_norm", "actor/lr")
     curve = []
     for _ in range(5):
-        m = trainer.step(batch)
+        m = trainer.step(batch).metrics
         curve.append([m[k] for k in keys])
     for step, (got, want) in enumerate(zip(curve, PINNED_CURVE)):
         for k, g, w in zip(keys, got, want):

@@ -148,14 +148,14 @@ def test_driver_log_records_are_filtered_on_the_handler(tmp_path, fresh_console,
     logs.attach_log_file(tmp_path / "console.log")
     ray_like = logging.getLogger("ray._private.authentication.authentication_token_setup")
     ray_like.warning(CAPTURED_DRIVER[0])  # propagates to the root handler here (Ray's own handler: same filter)
-    logging.getLogger("agentrl.cluster.controller").warning("removed %d sandbox processes", 3)
+    logging.getLogger("agentrl.driver.controller").warning("removed %d sandbox processes", 3)
     logging.getLogger("py.warnings").warning("x.py:1: FutureWarning: `torch.distributed.reduce_op` is deprecated")
     shown = stream.getvalue()  # (Python warnings reach "py.warnings": logging.captureWarnings)
     assert "Token authentication is enabled" not in shown and "reduce_op" not in shown
     assert "removed 3 sandbox processes" in shown
     console.close()
     text = (tmp_path / "console.log").read_text()
-    assert "[hidden ray-token-auth-enabled]" in text and "[shown] WARNING agentrl.cluster.controller: removed 3" in text
+    assert "[hidden ray-token-auth-enabled]" in text and "[shown] WARNING agentrl.driver.controller: removed 3" in text
 
 
 def test_ray_forwarded_lines_pass_the_filter_before_rays_printer(tmp_path, fresh_console):

@@ -25,7 +25,7 @@ def test_import_agentrl_loads_nothing_heavy():
 def test_the_public_names_are_the_functions_they_forward_to():
     import critics
     from agentrl import replay
-    from agentrl.cluster import controller
+    from agentrl.driver import controller
     from agentrl.config import Config, code_defaults, load_config, load_default_config
 
     assert agentrl.__version__ == metadata.version("agentrl")

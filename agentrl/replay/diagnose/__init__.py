@@ -1,7 +1,7 @@
 """``agentrl diagnose``: the symptom table checked against one run's own data.
 
-    with ReplayStore(url, read_only=True) as store:
-        d = diagnose(store, run_id)        # Diagnosis: findings, task classes
+    db = ReadOnlyDB(url)                   # agentrl.replay.read; or a ReplayStore
+    d = diagnose(db, run_id)               # Diagnosis: findings, task classes
     d.fired()                              # the checks that fire
     d.to_json()                            # the --json form
 

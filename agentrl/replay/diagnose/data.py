@@ -1,6 +1,6 @@
 """What ``agentrl diagnose`` reads of a run: per-iteration metrics and one small record per
-stored episode, through the replay store's read API (``ReplayStore.list_episodes``,
-``get_episode``, ``get_trainer_values``, ``metrics``). Nothing here writes.
+stored episode, through the read functions of ``agentrl.replay.read`` (``list_runs``,
+``metrics``, ``list_episodes``, ``get_episode``, ``trainer_values``). Nothing here writes.
 
 Final answers are normalised so that two samples that say the same thing compare equal
 (``agentrl.replay.diagnose.answers.normalize_answer``: the last ``\\boxed{...}`` read with
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from agentrl.errors import ContractError
 from agentrl.replay.diagnose.answers import normalize_answer
+from agentrl.replay import read
+from agentrl.replay.read import ReplayDB
 from agentrl.replay.store import ReplayStore
 from agentrl.types import TerminationReason
 
@@ -88,13 +90,15 @@ class RunData:
                 if key in m and m[key] is not None and math.isfinite(m[key])]
 
 
-def _trainer_stats(store: ReplayStore, episode_id: str, behavior: list[list[float]]) -> tuple[float | None, float | None]:
-    get = getattr(store, "get_trainer_values", None)
-    if get is None:
-        return None, None
+RunSource = ReplayDB | ReplayStore
+"""What a run is read from: a read handle (the viewer's ``ReadOnlyDB``) or a store, whose
+``ReplayStore.db`` is read."""
+
+
+def _trainer_stats(db: ReplayDB, episode_id: str, behavior: list[list[float]]) -> tuple[float | None, float | None]:
     gaps: list[float] = []
     ents: list[float] = []
-    for (lps, entropies), blps in zip(get(episode_id), behavior):
+    for (lps, entropies), blps in zip(read.trainer_values(db, episode_id) or [], behavior):
         if lps is not None:
             gaps.extend(abs(a - b) for a, b in zip(lps, blps))
         if entropies is not None:
@@ -102,29 +106,33 @@ def _trainer_stats(store: ReplayStore, episode_id: str, behavior: list[list[floa
     return (sum(gaps) / len(gaps) if gaps else None), (sum(ents) / len(ents) if ents else None)
 
 
-def load_run(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODES) -> RunData:
-    """Read one run's metrics and episodes (see ``EpisodeFacts``).
+def load_run(source: RunSource, run_id: str, *, max_episodes: int = MAX_EPISODES) -> RunData:
+    """Read one run's metrics and episodes (see ``EpisodeFacts``) from ``source``.
 
     Raises:
-        ContractError: ``run_id`` is not in the store (the message lists the runs there).
+        ContractError: ``run_id`` is not in the database (the message lists the runs there).
     """
-    known = [r.run_id for r in store.runs()]
-    if run_id not in known:
-        raise ContractError(f"run {run_id!r} is not in {store.url}; runs there: {', '.join(known) or 'none'}")
-    metrics = store.metrics(run_id)
+    db = source.db if isinstance(source, ReplayStore) else source
+    run = read.get_run(db, run_id)
+    if run is None:
+        known = [r.run_id for r in read.list_runs(db)]
+        raise ContractError(f"run {run_id!r} is not in {db.url}; runs there: {', '.join(known) or 'none'}")
+    metrics = read.metrics(db, run_id)
     # the version each iteration's update started from: the metric is the version after it
     start_version = {it: int(m["policy_version"]) - 1 for it, m in metrics.items()
                      if m.get("policy_version") is not None and math.isfinite(m["policy_version"])}
-    total = store.count_episodes(run_id)
+    total = read.count_episodes(db, run_id)
     offset = max(0, total - max_episodes)
-    data = RunData(run_id, metrics, truncated=offset > 0, config=store.get_run(run_id).config)
+    data = RunData(run_id, metrics, truncated=offset > 0, config=run.config)
     while offset < total:
-        page = store.list_episodes(run_id, limit=1000, offset=offset)
+        page = read.list_episodes(db, run_id, limit=1000, offset=offset)
         if not page:
             break
         offset += len(page)
         for s in page:
-            ep = store.get_episode(s.episode_id)
+            ep = read.get_episode(db, s.episode_id)
+            if ep is None:  # deleted after its page was read (a rewind by a resuming run)
+                continue
             turns = ep.turns
             success = ep.success if ep.success is not None else (
                 None if s.total_reward is None else s.total_reward >= 1.0)
@@ -132,7 +140,7 @@ def load_run(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODE
             lag = None
             if trained and s.policy_version_min is not None and s.iteration in start_version:
                 lag = max(0, start_version[s.iteration] - s.policy_version_min)
-            gap, ent = _trainer_stats(store, s.episode_id, [t.behavior_log_probs for t in turns])
+            gap, ent = _trainer_stats(db, s.episode_id, [t.behavior_log_probs for t in turns])
             data.episodes.append(EpisodeFacts(
                 episode_id=s.episode_id, iteration=s.iteration, group_id=s.group_id, env_id=s.env_id,
                 task_id=s.task_id, kind=s.kind, reward=s.total_reward, success=success if s.total_reward is not None else None,

@@ -18,9 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from agentrl.replay.diagnose.checks import CHECKS, Finding, training_episodes
-from agentrl.replay.diagnose.data import MAX_EPISODES, RunData, load_run
+from agentrl.replay.diagnose.data import MAX_EPISODES, RunData, RunSource, load_run
 from agentrl.replay.diagnose.tasks import TaskVerdict, classify_tasks
-from agentrl.replay.store import ReplayStore
 
 
 MAX_TASK_ROWS = 10
@@ -74,13 +73,14 @@ def diagnose_data(data: RunData) -> Diagnosis:
                      len(data.episodes), len(data.metrics), data.truncated, len(data.episodes) - len(train))
 
 
-def diagnose(store: ReplayStore, run_id: str, *, max_episodes: int = MAX_EPISODES) -> Diagnosis:
-    """Load ``run_id`` from ``store`` and run every check.
+def diagnose(source: RunSource, run_id: str, *, max_episodes: int = MAX_EPISODES) -> Diagnosis:
+    """Load ``run_id`` from ``source`` (a ``ReplayDB`` or a ``ReplayStore``; see ``load_run``)
+    and run every check.
 
     Raises:
-        ContractError: ``run_id`` is not in the store.
+        ContractError: ``run_id`` is not in the database.
     """
-    return diagnose_data(load_run(store, run_id, max_episodes=max_episodes))
+    return diagnose_data(load_run(source, run_id, max_episodes=max_episodes))
 
 
 def _fires(f: Finding) -> Text:

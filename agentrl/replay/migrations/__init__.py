@@ -4,7 +4,8 @@ a database and ``check_current`` when it opens one read-only.
 
 Revisions (``versions/``): ``0005`` is the baseline, equal to ``schema_version`` 5 (the last
 schema before Alembic); ``0006`` adds what the viewer needs (see ``agentrl.replay.models``);
-``0007`` the index of ``metrics`` by key (the viewer's run pages).
+``0007`` the index of ``metrics`` by key (the viewer's run pages); ``0008`` numbers the stored
+iterations from 1 (a data migration: the rows of 0-based iterations shifted by one).
 A database made before Alembic has a ``schema_version`` table and no ``alembic_version``: of
 schema 3 or 4 it is first brought to 5 by the steps the store always had, then the baseline is
 stamped and the later revisions run. The ``schema_version`` row keeps being updated
@@ -25,10 +26,11 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
 
 from agentrl.errors import ContractError
+from agentrl.replay.models import SCHEMA_VERSION, IterationRow
 
 BASELINE = "0005"
 """Revision equal to ``schema_version`` 5 (made before Alembic)."""
-HEAD = "0007"
+HEAD = "0008"
 """The newest revision this agentrl knows."""
 LEGACY_VERSIONS = (3, 4, 5)
 """``schema_version`` values of pre-Alembic databases that are upgraded in place."""
@@ -77,8 +79,6 @@ def _newer_error(where: str, rev: str) -> ContractError:
 def check_current(conn: Connection, where: str) -> None:
     """Raise ``ContractError`` unless the database is at ``HEAD`` (read-only: nothing is
     written). The message names both revisions."""
-    from agentrl.replay.models import SCHEMA_VERSION
-
     rev = current_revision(conn)
     if rev == HEAD and _schema_version(conn) == SCHEMA_VERSION:
         return
@@ -113,8 +113,6 @@ def upgrade(conn: Connection, where: str, foreign_tables: set[str]) -> None:
             without any version. The messages name both versions.
     """
     from alembic import command
-
-    from agentrl.replay.models import SCHEMA_VERSION
 
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY})"))
@@ -161,8 +159,6 @@ def _legacy_to_5(conn: Connection, found: int) -> None:
     """The in-place steps of the pre-Alembic store: 3 -> 4 adds the ``iterations`` table
     (older iterations stay unmarked), 4 -> 5 adds ``turns.policy_versions`` (NULL: every
     token at the turn's version)."""
-    from agentrl.replay.models import IterationRow
-
     if found == 3:
         IterationRow.__table__.create(conn, checkfirst=True)
         found = 4

@@ -1,4 +1,4 @@
-"""``agentrl view``: a read-only web viewer of replay stores (issue 13).
+"""``agentrl view``: a read-only web viewer of replay stores.
 
     db = open_db("runs/humaneval-smollm2")       # a run directory, a replay.db file or a URL
     app = create_app(db)                          # FastAPI; serve(app, "127.0.0.1", 8765)
@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentrl.errors import ConfigError
-from agentrl.replay.queries import ReadOnlyDB
+from agentrl.replay.read import ReadOnlyDB, ReplayDB
 from agentrl.replay.viewer.app import CSP, TokenText, create_app
 
 __all__ = ["CSP", "ReadOnlyDB", "TokenText", "create_app", "open_db", "resolve_db_url", "serve"]
@@ -54,7 +54,7 @@ def open_db(target: str, run_dir_url: str | None = None) -> ReadOnlyDB:
     return ReadOnlyDB(resolve_db_url(target, run_dir_url))
 
 
-def serve(db: ReadOnlyDB, host: str = "127.0.0.1", port: int = 8765,
+def serve(db: ReplayDB, host: str = "127.0.0.1", port: int = 8765,
           token_text: TokenText | None = None, log_level: str = "warning") -> None:
     """Serve the viewer with uvicorn until interrupted (blocking)."""
     import uvicorn

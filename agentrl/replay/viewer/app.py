@@ -1,7 +1,8 @@
 """The viewer's FastAPI application: security headers, templates, error pages, static files.
 
 ``create_app(db)`` builds the app over an open ``ReadOnlyDB``; the pages are in
-``agentrl.replay.viewer.routes``. Security (issue 13, point 5):
+``agentrl.replay.viewer.routes``, what they share in ``agentrl.replay.viewer.state``.
+Security:
 
 * Jinja2 autoescaping is on for every template (text and attribute values, always quoted),
   so model output, observations and sandbox output are shown as text. Data for scripts goes
@@ -19,24 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from agentrl.errors import AgentRLError, InfraError
-from agentrl.replay.queries import ReadOnlyDB, model_paths
-from agentrl.replay.viewer.charts import fmt
+from agentrl.replay.read import ReplayDB
+from agentrl.replay.viewer.routes import router
+from agentrl.replay.viewer.state import HERE, TokenText, Viewer
 
-HERE = Path(__file__).resolve().parent
+__all__ = ["CSP", "LOCAL_HOSTS", "SECURITY_HEADERS", "TokenText", "WARM_UP_WAIT_S", "create_app"]
+
+log = logging.getLogger(__name__)
+
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 SECURITY_HEADERS = {
@@ -45,75 +46,6 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
 }
-TokenText = Callable[[str, Sequence[int]], "list[str] | None"]
-"""``token_text(model_path, ids)``: one display string per token id, decoded with the
-tokenizer of the run's ``model.path`` (given by the CLI, which may load a tokenizer; the
-replay room may not); ``None`` when that tokenizer cannot be loaded (the ids are shown).
-It keeps what it loads: the viewer calls ``token_text(model_path, [])`` for the newest runs'
-models in a background thread when it starts (``Viewer.warm_up``), so the first token view
-does not wait for a tokenizer."""
-
-log = logging.getLogger(__name__)
-
-
-def template_env() -> Environment:
-    """The Jinja2 environment of the viewer: autoescape on for every template, undefined
-    names are errors (a typo fails a test instead of rendering empty)."""
-    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["num"] = _num
-    env.filters["short"] = lambda v, n=28: v if len(v) <= n else "…" + v[-(n - 1):]  # ids share long prefixes
-    env.globals["qs"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v not in (None, "")})
-    return env
-
-
-def _num(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return str(v)
-    if f != f:
-        return "–"
-    return fmt(f) if digits == 3 else f"{f:.{digits}f}"
-
-
-class Viewer:
-    """What the routes share: the database, the templates, the token decoder."""
-
-    def __init__(self, db: ReadOnlyDB, token_text: TokenText | None) -> None:
-        self.db = db
-        self.env = template_env()
-        self.token_text = token_text
-
-    def render(self, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
-        ctx.setdefault("db_url", self.db.url)
-        return HTMLResponse(self.env.get_template(name).render(**ctx), status_code=status_code)
-
-    def warm_up(self) -> threading.Thread:
-        """Start (and return) a daemon thread that compiles the templates and loads the token
-        decoders of the newest runs' models (``queries.model_paths``), so that the first
-        request of each page costs what later ones do. A failure there is logged; the page
-        that needs the piece then loads it itself."""
-        def work() -> None:
-            try:
-                for name in self.env.list_templates(extensions=["html"]):
-                    self.env.get_template(name)
-                if self.token_text is not None:
-                    for path in model_paths(self.db):
-                        self.token_text(path, [])
-            except Exception as exc:  # noqa: BLE001 - warming up is an optimisation only
-                log.warning("viewer warm-up: %s", exc)
-
-        thread = threading.Thread(target=work, name="viewer-warm-up", daemon=True)
-        thread.start()
-        return thread
-
 
 WARM_UP_WAIT_S = 3.0
 """How long the server waits for ``Viewer.warm_up`` before it takes requests (loading
@@ -124,7 +56,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 """Host headers the viewer always answers (its loopback names)."""
 
 
-def create_app(db: ReadOnlyDB, token_text: TokenText | None = None, *, host: str | None = None,
+def create_app(db: ReplayDB, token_text: TokenText | None = None, *, host: str | None = None,
                allowed_hosts: Sequence[str] = ()) -> FastAPI:
     """The viewer app over ``db`` (read-only). ``token_text`` decodes token ids for the token
     view (see ``TokenText``); without it the ids are shown.
@@ -132,10 +64,6 @@ def create_app(db: ReadOnlyDB, token_text: TokenText | None = None, *, host: str
     Requests whose ``Host`` header is not a loopback name (``LOCAL_HOSTS``), ``host`` (the
     ``--host`` it serves on) or one of ``allowed_hosts`` get 400: a page of another site
     that rebinds its DNS name to 127.0.0.1 cannot read the viewer (DNS rebinding)."""
-    from starlette.middleware.trustedhost import TrustedHostMiddleware
-
-    from agentrl.replay.viewer.routes import router
-
     viewer = Viewer(db, token_text)
 
     @asynccontextmanager

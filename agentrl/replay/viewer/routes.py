@@ -18,20 +18,23 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse
 
-from agentrl.replay import episode_queries as eq
-from agentrl.replay import queries as q
-from agentrl.replay.viewer.app import Viewer
+from agentrl.replay import read
+from agentrl.replay.diagnose import diagnose
+from agentrl.replay.read import EpisodeFilter, RunInfo, Sort, TokenPage
+from agentrl.replay.viewer.state import Viewer
 from agentrl.replay.viewer.run_charts import METRIC_KEYS, SPLIT_KEYS, run_charts, token_table
 from agentrl.types import TerminationReason
 
 router = APIRouter()
 PAGE_SIZES = (25, 50, 100, 200)
-HEAT_FIELDS = ("loss_mask",) + eq.TOKEN_FIELDS
+HEAT_FIELDS = ("loss_mask",) + read.TOKEN_FIELDS
 HEAT_BUCKETS = 10
 TOKEN_ROWS = 200
+"""Iterations shown in the run page's token accounting table (the last ones)."""
 INT_LIMIT = 2**63
 """Integer parameters lie in [-INT_LIMIT, INT_LIMIT) (the 64-bit integers of SQLite and PostgreSQL)."""
-"""Iterations shown in the run page's token accounting table (the last ones)."""
+RERUNS_SHOWN = 20
+"""Reruns listed on the episode page (the newest)."""
 
 
 def _viewer(request: Request) -> Viewer:
@@ -74,8 +77,8 @@ def _need(request: Request, name: str) -> str:
     return value
 
 
-def _run_or_404(v: Viewer, run_id: str) -> q.RunSummary:
-    run = q.get_run(v.db, run_id)
+def _run_or_404(v: Viewer, run_id: str) -> RunInfo:
+    run = read.get_run(v.db, run_id)
     if run is None:
         raise HTTPException(404, f"run {run_id!r} is not in {v.db.url}")
     return run
@@ -84,7 +87,7 @@ def _run_or_404(v: Viewer, run_id: str) -> q.RunSummary:
 @router.get("/", response_class=HTMLResponse)
 def runs_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
-    return v.render("runs.html", runs=q.list_runs(v.db))
+    return v.render("runs.html", runs=read.list_runs(v.db))
 
 
 @router.get("/run", response_class=HTMLResponse)
@@ -92,13 +95,13 @@ def run_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
     run_id = _need(request, "id")
     run = _run_or_404(v, run_id)
-    metrics = q.run_metrics(v.db, run_id, METRIC_KEYS)
-    done = q.completed_iterations(v.db, run_id)
+    metrics = read.metric_series(v.db, run_id, METRIC_KEYS)
+    done = read.completed_iterations(v.db, run_id)
 
     # A run that evaluates (eval.every) stores its eval episodes at the iteration they follow:
     # train points then link to kind=train, eval points to kind=eval, so neither mixes in the other.
     # So do a difficulty profile's episodes (kind=profile, time/profile_s) and an eval before
-    # training's (kind=eval at iteration 0, time/eval_before_s), stored beside the training rows.
+    # training's (kind=eval among iteration 1's rows, ids under <run>/eval-before/it0/, time/eval_before_s), stored beside the training rows.
     split = v.db.has_kind and any(k.startswith("eval/") or k in SPLIT_KEYS for k in metrics)
 
     qs = v.env.globals["qs"]
@@ -111,15 +114,15 @@ def run_page(request: Request) -> HTMLResponse:
                         eval_link=lambda it: link(it, "eval" if v.db.has_kind else None))
     tokens = token_table(metrics)
     return v.render("run.html", run=run, charts=charts, tokens=tokens[-TOKEN_ROWS:], tokens_total=len(tokens), done=done,
-                    in_progress=sorted({it for s in metrics.values() for it, _ in s} - done))
+                    in_progress=sorted({it for s in metrics.values() for it, _ in s} - set(done)))
 
 
-def _filters(request: Request) -> q.EpisodeFilter:
+def _filters(request: Request) -> EpisodeFilter:
     termination = _param(request, "termination")
     valid = {r.value for r in TerminationReason} | {"none"}
     if termination is not None and termination not in valid:
         raise HTTPException(400, f"parameter termination={termination[:80]!r}; expected one of {sorted(valid)}")
-    return q.EpisodeFilter(
+    return EpisodeFilter(
         env=_param(request, "env"), task=_param(request, "task"), iteration=_param(request, "iteration", int),
         reward_min=_param(request, "reward_min", float), reward_max=_param(request, "reward_max", float),
         termination=termination, success=_param(request, "success", bool), group=_param(request, "group"),
@@ -134,21 +137,21 @@ def episodes_page(request: Request) -> HTMLResponse:
     run = _run_or_404(v, run_id)
     f = _filters(request)
     sort_key = _param(request, "sort", default="default")
-    if sort_key not in q.SORTS:
-        raise HTTPException(400, f"parameter sort={sort_key[:80]!r}; expected one of {sorted(q.SORTS)}")
-    sort = q.Sort(sort_key, desc=_param(request, "desc", bool, False))
+    if sort_key not in read.SORTS:
+        raise HTTPException(400, f"parameter sort={sort_key[:80]!r}; expected one of {sorted(read.SORTS)}")
+    sort = Sort(sort_key, desc=_param(request, "desc", bool, False))
     limit = _param(request, "limit", int, 50)
     if limit not in PAGE_SIZES:
         raise HTTPException(400, f"parameter limit={limit}; expected one of {list(PAGE_SIZES)}")
     cursor = _param(request, "cursor")
-    page = q.episode_page(v.db, run_id, f, sort, cursor, limit)
+    page = read.episode_page(v.db, run_id, f, sort, cursor, limit)
     params = {k: val for k, val in request.query_params.items() if k != "cursor" and val != ""}
     return v.render("episodes.html", run=run, page=page, f=f, sort=sort, limit=limit, params=params,
-                    sorts=list(q.SORTS), page_sizes=PAGE_SIZES, has_kind=v.db.has_kind,
+                    sorts=list(read.SORTS), page_sizes=PAGE_SIZES, has_kind=v.db.has_kind,
                     terminations=sorted(r.value for r in TerminationReason) + ["none"], first_page=cursor is None)
 
 
-def _heat_classes(page: eq.TokenPage, field: str) -> list[str]:
+def _heat_classes(page: TokenPage, field: str) -> list[str]:
     """CSS class per token: ``m0``/``m1`` by loss_mask, or ``h0..h9`` by ``field``'s value
     on this page (``hn``: no value)."""
     if field == "loss_mask":
@@ -167,7 +170,7 @@ def _f(x: float, digits: int = 4) -> str:
     return "" if not np.isfinite(x) else f"{x:.{digits}g}"
 
 
-def _token_rows(v: Viewer, page: eq.TokenPage, heat: str, model_path: str | None) -> list[dict[str, Any]]:
+def _token_rows(v: Viewer, page: TokenPage, heat: str, model_path: str | None) -> list[dict[str, Any]]:
     """One dict of display strings per token of ``page`` (the template escapes them)."""
     ids = [int(i) for i in page.ids]
     texts = v.token_text(model_path, ids) if v.token_text is not None and model_path and ids else None
@@ -185,7 +188,7 @@ def _token_rows(v: Viewer, page: eq.TokenPage, heat: str, model_path: str | None
 def episode_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
     episode_id = _need(request, "id")
-    ep = eq.get_episode(v.db, episode_id)
+    ep = read.episode_view(v.db, episode_id)
     if ep is None:
         raise HTTPException(404, f"episode {episode_id!r} is not in {v.db.url}")
     heat = _param(request, "heat", default="loss_mask")
@@ -194,9 +197,10 @@ def episode_page(request: Request) -> HTMLResponse:
     start = _param(request, "tok", int, 0)
     if start < 0:
         raise HTTPException(400, f"parameter tok={start}; expected a token offset >= 0")
-    tokens = eq.token_page(v.db, episode_id, start, eq.TOKEN_PAGE_SIZE)
+    tokens = read.token_page(v.db, episode_id, start, read.TOKEN_PAGE_SIZE)
     return v.render("episode.html", ep=ep, s=ep.summary, tokens=tokens, heat=heat, heat_fields=HEAT_FIELDS,
-                    token_rows=_token_rows(v, tokens, heat, q.model_path(v.db, ep.summary.run_id)) if tokens else [], page_size=eq.TOKEN_PAGE_SIZE, reruns=eq.get_reruns(v.db, episode_id),
+                    token_rows=_token_rows(v, tokens, heat, read.model_path(v.db, ep.summary.run_id)) if tokens else [],
+                    page_size=read.TOKEN_PAGE_SIZE, reruns=read.reruns(v.db, episode_id, limit=RERUNS_SHOWN),
                     has_reruns_table=v.db.table("reruns") is not None)
 
 
@@ -205,7 +209,7 @@ def group_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
     run_id, group_id = _need(request, "run"), _need(request, "id")
     run = _run_or_404(v, run_id)
-    group = eq.get_group(v.db, run_id, group_id)
+    group = read.get_group(v.db, run_id, group_id)
     if not group.episodes:
         raise HTTPException(404, f"group {group_id!r} has no episodes in run {run_id!r}")
     anchor_index = {a: k for k, a in enumerate(group.anchor_groups)}
@@ -218,7 +222,7 @@ def group_page(request: Request) -> HTMLResponse:
 @router.get("/diff", response_class=HTMLResponse)
 def diff_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
-    runs = q.list_runs(v.db)
+    runs = read.list_runs(v.db)
     a, b = _param(request, "a"), _param(request, "b")
     ia, ib = _param(request, "ia", int), _param(request, "ib", int)
     ctx: dict[str, Any] = dict(runs=runs, a=a, b=b, ia=ia, ib=ib, tasks=[], task=None, rows=[], ea=None, eb=None)
@@ -228,15 +232,15 @@ def diff_page(request: Request) -> HTMLResponse:
         _run_or_404(v, rid)
     if a == b and ia == ib:
         raise HTTPException(400, "the two sides are the same; choose two runs, or two iterations (ia, ib) of one run")
-    tasks = eq.common_tasks(v.db, (a, ia), (b, ib))
+    tasks = read.common_tasks(v.db, (a, ia), (b, ib))
     task = _param(request, "task") or (tasks[0] if tasks else None)
     ctx.update(tasks=tasks, task=task)
     if task is not None:
-        ida, idb = eq.first_episode(v.db, a, ia, task), eq.first_episode(v.db, b, ib, task)
+        ida, idb = read.first_episode(v.db, a, ia, task), read.first_episode(v.db, b, ib, task)
         if ida is None or idb is None:
             raise HTTPException(404, f"task {task!r} was not run on both sides")
-        ea, eb = eq.get_episode(v.db, ida), eq.get_episode(v.db, idb)
-        ctx.update(ea=ea, eb=eb, rows=eq.align_turns(ea, eb))
+        ea, eb = read.episode_view(v.db, ida), read.episode_view(v.db, idb)
+        ctx.update(ea=ea, eb=eb, rows=read.align_turns(ea, eb))
     return v.render("diff.html", **ctx)
 
 
@@ -248,18 +252,11 @@ DIAGNOSE_EPISODES = 2000
 def diagnose_page(request: Request) -> HTMLResponse:
     """``agentrl diagnose``'s checks of one run (``agentrl.replay.diagnose``), with links to
     the episodes they name. Reads the newest ``max`` episodes (one query each: seconds)."""
-    from agentrl.replay import ReplayStore
-    from agentrl.replay.diagnose import diagnose
-
     v = _viewer(request)
     run_id = _need(request, "run")
     run = _run_or_404(v, run_id)
     limit = _param(request, "max", int, DIAGNOSE_EPISODES)
     if not 1 <= limit <= 20_000:
         raise HTTPException(400, f"parameter max={limit}; expected 1..20000 episodes")
-    store = ReplayStore(v.db.source_url, read_only=True)
-    try:
-        report = diagnose(store, run_id, max_episodes=limit).to_json()
-    finally:
-        store.close()
+    report = diagnose(v.db, run_id, max_episodes=limit).to_json()
     return v.render("diagnose.html", run=run, d=report, limit=limit)

@@ -4,7 +4,7 @@ each phase per iteration (stacked); the engine↔trainer log-prob gap; staleness
 
 Metric names are the ones the training loop writes (``rollout/reward_mean``,
 ``tokens/generated``, ``time/rollout_s``, ``timeline/checkpoint_start_s``,
-``rollout_corr/gap_abs_mean``, ``async/staleness_mean`` ...; ``agentrl.cluster.iteration``).
+``rollout_corr/gap_abs_mean``, ``async/staleness_mean`` ...; ``agentrl.driver.iteration``).
 Iterations are 0-based, as stored.
 """
 
@@ -22,7 +22,7 @@ PHASES = ("rollout", "credit", "update", "sync", "replay", "checkpoint")
 TOKEN_KEYS = ("tokens/generated", "tokens/trained", "tokens/discarded")
 EVAL_KEYS = (("eval pass@1", "eval/pass@1"), ("eval pass@1 95% low", "eval/pass@1_low"),
              ("eval pass@1 95% high", "eval/pass@1_high"))
-"""The held-out evaluation drawn beside the train reward (``agentrl.cluster.evaluate``: the
+"""The held-out evaluation drawn beside the train reward (``agentrl.commands.evaluate``: the
 eval after an iteration is stored at that iteration, its episodes ``kind='eval'``)."""
 GAP_KEYS = (("mean |gap|", "rollout_corr/gap_abs_mean"), ("p99 |gap|", "rollout_corr/gap_abs_p99"),
             ("max |gap|", "rollout_corr/gap_abs_max"))
@@ -34,7 +34,7 @@ METRIC_KEYS = tuple(dict.fromkeys((
     "rollout/reward_mean", "rollout/success_rate", "rollout/generated_tokens", *TOKEN_KEYS, "time/iteration_s",
     *(f"time/{ph}_s" for ph in PHASES), *(f"timeline/{ph}_{end}_s" for ph in PHASES for end in ("start", "end")),
     *(k for _, k in EVAL_KEYS + GAP_KEYS + STALENESS_KEYS), *SPLIT_KEYS)))
-"""Every metric the run page reads (``queries.run_metrics(..., keys=METRIC_KEYS)``): about 35
+"""Every metric the run page reads (``read.metric_series(..., keys=METRIC_KEYS)``): about 35
 of the 100 or so keys a training iteration writes."""
 
 
@@ -78,7 +78,7 @@ def phase_seconds(metrics: Series, its: list[int]) -> dict[str, list[float]]:
 def run_charts(metrics: Series, link: Callable[[int], str], is_async: bool,
                eval_link: Callable[[int], str] | None = None) -> list[Chart]:
     """Every chart of the run page from ``metrics`` (each series ascending by iteration, as
-    ``queries.run_metrics`` returns it); ``link(iteration)`` is the URL of that iteration's (train)
+    ``read.metric_series`` returns it); ``link(iteration)`` is the URL of that iteration's (train)
     episodes, ``eval_link(iteration)`` that of its eval episodes (the eval pass@1 points;
     ``link`` when not given). Each link is made once per iteration (a run of 1,000
     iterations draws about 120 points per series but has a link for every iteration)."""

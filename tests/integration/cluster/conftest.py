@@ -29,7 +29,7 @@ _state = {"ours": False}  # whether the Ray instance of this process is the one 
 def _start():
     import ray
 
-    from agentrl.cluster.ray_setup import LOCAL_SYSTEM_CONFIG
+    from agentrl.cluster.actors.ray_connect import LOCAL_SYSTEM_CONFIG
 
     ray.init(address="local", num_cpus=_NUM_CPUS, include_dashboard=False, logging_level="WARNING",
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
@@ -116,7 +116,7 @@ def trained_run(tmp_path_factory, tiny_model_path):
     Runs on the Ray instance ``ray_session`` manages (started here when none is up)."""
     import ray
 
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from test_train_loop import make_cfg
 
     if not ray.is_initialized():

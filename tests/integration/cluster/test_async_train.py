@@ -1,4 +1,4 @@
-"""Asynchronous training (``controller.mode: async``, issue 12 items 1 and 3) on real parts:
+"""Asynchronous training (``controller.mode: async``: streaming rollout, bounded staleness) on real parts:
 Ray, streaming vLLM engines (CPU, tiny model), the FSDP2 trainer, the SQLite replay store,
 on GuessNumber (no sandbox: the cheapest built-in env). Two engines, so groups span engines
 and weight loads land while episodes are in flight; ``max_staleness=1``.
@@ -7,7 +7,7 @@ From the metrics and the store: no trained row older than k, the staleness histo
 exactly the trained rows, per-token versions never decrease, every trained group is complete
 (all its members trained, none aborted among them), and each group is trained at most once.
 
-The chaos test (issue 12 item 5) runs ``agentrl train`` in async mode and SIGKILLs the driver
+The chaos test runs ``agentrl train`` in async mode and SIGKILLs the driver
 at four points (mid-rollout, mid-update, mid-sync, mid-checkpoint with the trainers' state
 written but not the controller's; the complete-but-unnamed checkpoint is
 test_resume_no_duplicates.py's, sync mode), resuming after each; ``run.checkpoint_every=2`` so a resume also drops iterations stored after the
@@ -88,7 +88,7 @@ EVAL_ARGS = [f"eval.every={EVAL_EVERY}", "eval.before_training=true", "eval.spli
 
 
 def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, every: int = EVAL_EVERY) -> dict[int, int]:
-    """Eval during async training (issue 14 item 2; ``agentrl.cluster.async_eval``): each
+    """Eval during async training (``agentrl.driver.dedicated_eval``): each
     landed eval's episodes carry exactly the version it claims (every sampled token) and are
     stored as kind 'eval' with the line that reports it; every due eval landed once or was
     counted skipped; the driver blocked on evals only in the last line, which carries the
@@ -141,7 +141,7 @@ def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, ever
 def test_async_training_keeps_the_staleness_bound(ray_session, tmp_path, tiny_model_path):
     """Two streaming engines, ``max_staleness=1``, and evaluation during training
     (``eval.every=2``) on a dedicated eval engine beside them (one run for both: CI time)."""
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from agentrl.config import load_config
     from agentrl.replay import ReplayStore
 
@@ -167,8 +167,8 @@ def test_async_mode_actors_get_their_share_of_the_cores(ray_session, tmp_path):
     runs that many threads; sync mode keeps every core for the rank."""
     import os
 
-    from agentrl.cluster.cpu_threads import role_threads
-    from agentrl.cluster.ray_setup import role_options
+    from agentrl.cluster.actors.cpu_threads import role_threads
+    from agentrl.cluster.actors.placement import role_options
     from agentrl.config import load_config
 
     @ray_session.remote(num_cpus=0)
@@ -198,7 +198,7 @@ def test_async_mode_actors_get_their_share_of_the_cores(ray_session, tmp_path):
     sync = role_options(load_config(None, [*base, "controller.mode=sync"]), "trainer")
     assert sync["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == str(cores)
 
-# -- chaos: SIGKILL the driver at the four points of issue 12 item 5, resume after each --------
+# -- chaos: SIGKILL the driver mid-rollout, -update, -sync and -checkpoint, resume after each --
 CHAOS_ITERATIONS, CHAOS_CHECKPOINT_EVERY = 4, 2
 CHAOS_KILLS = [  # (kill point, iterations whose episodes and metrics are written when it fires, signal)
     ("mid_rollout:it=3", 2, "KILL"),  # iteration 3's groups collected, its update not started

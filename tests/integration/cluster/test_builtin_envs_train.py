@@ -41,7 +41,7 @@ def test_one_iteration_on_shell_tasks(ray_session, request):
 ])  # each env once, each prompt mode twice (the modes live in the env-agnostic loop: unit tests);
 # GuessNumber trains in the resume and async tests (test_resume_no_duplicates.py, test_async_train.py)
 def test_one_iteration_on_builtin_env(ray_session, tmp_path, tiny_model_path, env_id, mode):
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from agentrl.config import load_config
 
     name = env_id.split("/")[1].replace("-", "") + "_" + mode

@@ -1,4 +1,4 @@
-"""Acceptance (issue 9): an advantage estimator registered from a user module, loaded through
+"""A user's own advantage estimator end to end: an advantage estimator registered from a user module, loaded through
 ``env.import_modules``, trains one real iteration (Ray, vLLM on CPU, FSDP2 trainer, HumanEval
 in bubblewrap, the tiny model): ``algorithm.advantage: my_mean_baseline`` is what credit
 calls, and the trained advantages are the ones it returned."""
@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 def test_a_user_estimator_trains_one_iteration(tmp_path, tiny_model_path, monkeypatch):
     import numpy as np
 
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from test_train_loop import make_cfg
 
     # the module must import in every process that validates the config: the driver (here)

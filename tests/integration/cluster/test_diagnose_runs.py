@@ -1,4 +1,4 @@
-"""Acceptance (issue 14): runs made on purpose to show each symptom, on real parts (Ray, vLLM on
+"""``agentrl diagnose`` end to end: runs made on purpose to show each symptom, on real parts (Ray, vLLM on
 CPU with the tiny model, the FSDP2 trainer, the SQLite replay store), and ``agentrl diagnose``
 names the right cause for each and not the others.
 
@@ -30,8 +30,8 @@ def test_diagnose_names_the_cause_of_each_symptom(ray_session, tmp_path, tiny_mo
     from typer.testing import CliRunner
 
     from agentrl.cli import app
-    from agentrl.cluster.controller import train
-    from agentrl.cluster.evaluate import evaluate
+    from agentrl.driver.controller import train
+    from agentrl.commands.evaluate import evaluate
     from agentrl.config import load_config
     from agentrl.replay import ReplayStore
     from agentrl.replay.diagnose import diagnose

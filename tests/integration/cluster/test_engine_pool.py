@@ -3,7 +3,7 @@ share a batch; an engine killed in the middle of a rollout loses its in-flight e
 ``aborted`` (flagged, stored, never scored), which the survivor rolls out again; with every
 with ``cluster.node_wait_s > 0`` a replacement engine takes the lost episodes; with every
 engine lost the pool stops with a ``ClusterError``. Each engine runs its own OpenMP threads
-on its own cores (``agentrl.cluster.cpu_threads``, applied through the actor's runtime_env),
+on its own cores (``agentrl.cluster.actors.cpu_threads``, applied through the actor's runtime_env),
 and ``ready()`` is bounded when other actors hold the CPUs an engine asks for.
 
 One local Ray instance for the module. ``ray.kill`` raises the same ``ActorDiedError`` in
@@ -30,7 +30,7 @@ def _cfg(tmp_path, tiny_model_path, *extra):
 
 
 def _requests(cfg, iteration: int):
-    from agentrl.cluster.actors import env_task_ids
+    from agentrl.cluster.actors.env_factory import env_task_ids
     from agentrl.tasks import TaskSource
 
     tasks = TaskSource(cfg.env.id, env_task_ids(cfg.env.id, cfg.env.split), 0, GROUP, run_id="pool-test")
@@ -40,7 +40,7 @@ def _requests(cfg, iteration: int):
 
 @pytest.fixture(scope="module")
 def pool(ray_session, tmp_path_factory, tiny_model_path):
-    from agentrl.cluster.engine_pool import EnginePool
+    from agentrl.cluster.engines.pool import EnginePool
 
     cfg = _cfg(tmp_path_factory.mktemp("pool"), tiny_model_path, "rollout.num_engines=2")
     p = EnginePool(cfg, cfg.model_dump(mode="json"), tiny_model_path, "pool-test")
@@ -160,8 +160,8 @@ def test_an_engine_runs_its_own_threads_on_its_own_cores_whatever_the_job_says(r
     before the worker imports torch, and OpenMP runs that many threads on the engine's cores."""
     import os
 
-    from agentrl.cluster.cpu_threads import engine_cores
-    from agentrl.cluster.ray_setup import role_options
+    from agentrl.cluster.actors.cpu_threads import engine_cores
+    from agentrl.cluster.actors.placement import role_options
 
     ray = ray_session
 
@@ -198,7 +198,7 @@ def test_ready_is_bounded_when_other_actors_hold_the_cpus(ray_session, tmp_path)
     """The cluster has the CPUs an engine asks for, but another actor holds them: ready()
     fails within cluster.rendezvous_timeout_s, naming the engine, its ask and what is free
     (Ray alone would keep the engine pending for ever)."""
-    from agentrl.cluster.engine_pool import EnginePool
+    from agentrl.cluster.engines.pool import EnginePool
     from agentrl.errors import ClusterError
 
     ray = ray_session

@@ -10,7 +10,7 @@ import time
 
 import ray
 
-from agentrl.cluster.engine_stream import StreamingEnginePool
+from agentrl.cluster.engines.stream import StreamingEnginePool
 from agentrl.config import load_config
 from agentrl.tasks import TaskSource
 from agentrl.types import Episode, TerminationReason, Turn

@@ -1,4 +1,4 @@
-"""``make_env_factory``: the sandbox backend is chosen once per run, and environments that
+"""``EnvFactory``: the sandbox backend is chosen once per run, and environments that
 declare ``uses_sandbox = False`` get no sandbox (none is started for them)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import sandboxes
-from agentrl.cluster.actors import make_env_factory
+from agentrl.cluster.actors.env_factory import EnvFactory
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
 from agentrl.types import EpisodeRequest
@@ -23,7 +23,7 @@ def _req(env_id: str, task_id: str):
 
 def test_in_process_envs_get_no_sandbox():
     for env_id, task in (("agentrl/Sokoban-v0", "sokoban/0"), ("agentrl/GuessNumber-v0", "guess/0")):
-        factory = make_env_factory(_cfg(env_id), "run-factory-test")
+        factory = EnvFactory(_cfg(env_id), "run-factory-test")
         env, sandbox = factory(_req(env_id, task))
         try:
             assert sandbox is None and factory.backend is None and factory.pool is None
@@ -33,7 +33,7 @@ def test_in_process_envs_get_no_sandbox():
 
 
 def test_sandboxed_env_gets_a_real_bwrap_sandbox():
-    factory = make_env_factory(_cfg("agentrl/ShellTasks-v0"), "run-factory-test")
+    factory = EnvFactory(_cfg("agentrl/ShellTasks-v0"), "run-factory-test")
     env, sandbox = factory(_req("agentrl/ShellTasks-v0", "shell/rename_ext"))
     try:
         assert factory.backend == "bwrap"
@@ -57,7 +57,7 @@ def test_auto_is_resolved_once_per_run(monkeypatch, tmp_path):
     monkeypatch.setenv(sandboxes.docker.daemon.DOCKERD_STATE_VAR, str(tmp_path / "no-state.json"))
     monkeypatch.setattr(sandboxes.docker.daemon, "DOCKER_SOCKET", str(tmp_path / "no-daemon.sock"))
     monkeypatch.setattr(sandboxes, "choose_sandboxes", counted)
-    factory = make_env_factory(_cfg("agentrl/ShellTasks-v0", "auto"), "run-factory-test")
+    factory = EnvFactory(_cfg("agentrl/ShellTasks-v0", "auto"), "run-factory-test")
     made = [factory(_req("agentrl/ShellTasks-v0", "shell/rename_ext")) for _ in range(3)]
     try:
         assert factory.backend == "bwrap" and len(calls) == 1

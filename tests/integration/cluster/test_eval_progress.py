@@ -17,7 +17,7 @@ GUESS = "agentrl/GuessNumber-v0"
 
 
 def test_profile_reports_its_budget_then_episodes_finished_of_the_total(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.profile import profile_tasks
+    from agentrl.commands.profile import profile_tasks
 
     calls: list[tuple] = []
     threads: set[str] = set()

@@ -28,8 +28,8 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
     same eval settings, samples exactly the same tokens as the after-training eval."""
     import json
 
-    from agentrl.cluster.controller import train
-    from agentrl.cluster.evaluate import evaluate
+    from agentrl.driver.controller import train
+    from agentrl.commands.evaluate import evaluate
     from agentrl.config import load_config
     from agentrl.eval.report import training_eval_lines
     from agentrl.replay import ReplayStore

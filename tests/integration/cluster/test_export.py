@@ -35,7 +35,7 @@ def _agentrl(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def run_dir(ray_session, tmp_path_factory, tiny_model_path) -> Path:
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from test_train_loop import make_cfg
 
     base = tmp_path_factory.mktemp("export-run")
@@ -110,7 +110,7 @@ def test_transformers_reloads_it_tied_and_scores_like_the_trainer(exported, run_
     """The trainer loaded from the checkpoint and the exported folder in plain transformers
     give the same log-probs on the run's own sampled rows (1e-6, fp32). One row per
     micro-batch on the trainer's side: rows batched together round differently
-    (``agentrl.cluster.export._export_trainer_config``)."""
+    (``agentrl.commands.export._export_trainer_config``)."""
     import torch
 
     from agentrl.trainer import PolicyTrainer, TrainerConfig

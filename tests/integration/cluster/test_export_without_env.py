@@ -45,8 +45,8 @@ def _run_without_its_env(tmp_path: Path, model_path: str) -> Path:
 
 
 def test_export_needs_neither_the_env_module_nor_its_estimator_and_files_follow_the_umask(tmp_path, tiny_model_path):
-    from agentrl.cluster.checkpoint import RunDir
-    from agentrl.cluster.export import export_config, export_run, prepare_export
+    from agentrl.driver.checkpoint import RunDir
+    from agentrl.commands.export import export_config, export_run, prepare_export
     from agentrl.errors import ConfigError
 
     run = _run_without_its_env(tmp_path, tiny_model_path)
@@ -69,7 +69,7 @@ def test_export_needs_neither_the_env_module_nor_its_estimator_and_files_follow_
 
 
 def test_a_broken_config_yaml_is_a_clear_error(tmp_path):
-    from agentrl.cluster.export import export_config
+    from agentrl.commands.export import export_config
     from agentrl.errors import ConfigError
 
     (tmp_path / "config.yaml").write_text("model:\n  dtype: float7\n")

@@ -24,8 +24,8 @@ def test_the_filter_skips_tasks_at_0_or_1_pays_for_the_profile_and_agentrl_tasks
     from typer.testing import CliRunner
 
     from agentrl.cli import app
-    from agentrl.cluster.controller import train
-    from agentrl.cluster.profile import profile_seed
+    from agentrl.driver.controller import train
+    from agentrl.driver.difficulty import profile_seed
     from agentrl.config import load_default_config
     from agentrl.eval.difficulty import read_profile
     from agentrl.replay import ReplayStore

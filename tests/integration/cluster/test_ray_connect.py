@@ -76,7 +76,7 @@ def fresh():
 
 
 def test_unset_address_starts_a_local_instance_whatever_RAY_ADDRESS_says(head, fresh, monkeypatch):
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
 
     monkeypatch.setenv("RAY_ADDRESS", head.address)
     # What the controller did before: address None follows RAY_ADDRESS, then refuses num_cpus.
@@ -89,7 +89,8 @@ def test_unset_address_starts_a_local_instance_whatever_RAY_ADDRESS_says(head, f
 
 
 def test_auto_joins_RAY_ADDRESS_and_checks_placement_on_its_nodes(head, fresh, monkeypatch):
-    from agentrl.cluster.ray_setup import check_placement, connect, role_options
+    from agentrl.cluster.actors.placement import check_placement, role_options
+    from agentrl.cluster.actors.ray_connect import connect
 
     monkeypatch.setenv("RAY_ADDRESS", head.address)
     cfg = load_config(None, ["cluster.address=auto", "cluster.placement.trainer.resources={trainer: 1}"])
@@ -108,7 +109,7 @@ def test_auto_joins_RAY_ADDRESS_and_checks_placement_on_its_nodes(head, fresh, m
         check_placement(nowhere)
 
     # A real actor death, as the controller reports it: one line naming actor and node.
-    from agentrl.cluster.ray_setup import actor_failure_message, as_cluster_error
+    from agentrl.cluster.actors.actor_errors import actor_failure_message, as_cluster_error
 
     @ray.remote
     class Probe:
@@ -132,7 +133,7 @@ def test_auto_joins_RAY_ADDRESS_and_checks_placement_on_its_nodes(head, fresh, m
 
 
 def test_a_dead_address_is_a_ClusterError_at_once(fresh, monkeypatch):
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     port = _free_port()
@@ -146,7 +147,8 @@ def test_a_dead_address_is_a_ClusterError_at_once(fresh, monkeypatch):
 def test_memory_monitor_kill_is_one_line_naming_actor_node_and_memory(head, fresh, monkeypatch):
     """A real kill: a second node whose memory monitor has its threshold at 5% of the node's
     memory (every machine is above that) kills the actor's worker while it runs a call."""
-    from agentrl.cluster.ray_setup import as_cluster_error, connect
+    from agentrl.cluster.actors.actor_errors import as_cluster_error
+    from agentrl.cluster.actors.ray_connect import connect
 
     monkeypatch.setenv("RAY_ADDRESS", head.address)
     connect(load_config(None, ["cluster.address=auto"]))
@@ -184,7 +186,7 @@ def test_memory_monitor_kill_is_one_line_naming_actor_node_and_memory(head, fres
 def test_stale_record_of_a_dead_cluster_does_not_break_an_unset_address(head, fresh, monkeypatch):
     from ray._private.utils import read_ray_address
 
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     dead = head.address

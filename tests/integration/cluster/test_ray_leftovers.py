@@ -1,6 +1,6 @@
 """A run's local Ray instance does not outlive its killed driver for long: after SIGKILL of
 the driver, Ray's agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) usually stay,
-reparented to init; the next local start (``ray_setup.connect``) or ``agentrl sandbox gc`` ends them,
+reparented to init; the next local start (``ray_connect.connect``) or ``agentrl sandbox gc`` ends them,
 and leaves alone the instance of a run whose driver still runs and a cluster started without
 agentrl's label."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.cluster.ray_local import labelled_ray_processes, reap_dead_ray_instances
+from agentrl.cluster.actors.ray_local import labelled_ray_processes, reap_dead_ray_instances
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 _DRIVER = """
 import json, os, sys, time
 from agentrl.config import load_config
-from agentrl.cluster.ray_setup import connect
+from agentrl.cluster.actors.ray_connect import connect
 cfg = load_config(None, ["cluster.num_cpus=1"])
 connect(cfg)
 import ray

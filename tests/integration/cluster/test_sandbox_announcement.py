@@ -1,5 +1,5 @@
 """A run says which sandboxes it uses, and on which Docker daemon, in its first lines on the
-driver's console (``agentrl.cluster.sandbox_choice``), against the real daemon scripts/test.sh
+driver's console (``agentrl.cluster.actors.sandbox_choice``), against the real daemon scripts/test.sh
 runs at the default socket; the CLI checks run ``agentrl train`` up to its first error."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.cluster.sandbox_choice import ANNOUNCE_LOGGER, sandbox_line
+from agentrl.cluster.actors.sandbox_choice import ANNOUNCE_LOGGER, sandbox_line
 from agentrl.config import load_config
 from agentrl.errors import SandboxError
 from agentrl.logs import ConsoleLog

@@ -12,15 +12,8 @@ import time
 import pytest
 
 import environments  # noqa: F401  (registers agentrl/HumanEval-v0)
-from agentrl.cluster.sandbox_host import (
-    HostBalancer,
-    HostLost,
-    RemoteSandbox,
-    make_remote_sandbox,
-    sandbox_spec,
-    start_sandbox_hosts,
-    stop_sandbox_hosts,
-)
+from agentrl.cluster.actors.remote_sandbox import HostBalancer, HostLost, RemoteSandbox, make_remote_sandbox
+from agentrl.cluster.actors.sandbox_host import sandbox_spec, start_sandbox_hosts, stop_sandbox_hosts
 from agentrl.config import load_config
 from agentrl.errors import ClusterError, ConfigError, InfraError, SandboxError
 from sandboxes.labels import sandbox_root
@@ -119,7 +112,7 @@ def test_remote_exec_files_listeners_and_close(cluster, host):
 
 
 def test_env_factory_with_hosts_scores_a_humaneval_episode_from_another_actor(cluster, host):
-    """``make_env_factory`` in a Ray actor on the driver's node: the HumanEval env it makes
+    """``EnvFactory`` in a Ray actor on the driver's node: the HumanEval env it makes
     gets a RemoteSandbox on the sandbox node, a tool call and the canonical solution run
     there, and the episode scores 1."""
     ray = cluster
@@ -129,14 +122,14 @@ def test_env_factory_with_hosts_scores_a_humaneval_episode_from_another_actor(cl
         def episode(self, cfg_dict, run_id, hosts):
             import json
 
-            from agentrl.cluster.actors import make_env_factory
-            from agentrl.cluster.sandbox_host import RemoteSandbox
+            from agentrl.cluster.actors.env_factory import EnvFactory
+            from agentrl.cluster.actors.remote_sandbox import RemoteSandbox
             from agentrl.config import Config
             from agentrl.types import EpisodeRequest
             from environments.humaneval import get_task
 
             cfg = Config.model_validate(cfg_dict)
-            factory = make_env_factory(cfg, run_id, hosts, engine_index=1)
+            factory = EnvFactory(cfg, run_id, hosts, engine_index=1)
             env, sb = factory(EpisodeRequest(env_id=cfg.env.id, task_id="HumanEval/3", seed=0, group_id="g",
                                              sample_seed=0))
             execs = []

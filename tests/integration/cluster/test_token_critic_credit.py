@@ -35,8 +35,8 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
     import ray
 
     import critics
-    from agentrl.cluster.actors import sampling_of
-    from agentrl.cluster.trainer_group import TrainerGroup
+    from agentrl.cluster.actors.rollout_actor import sampling_of
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
     from agentrl.config import load_config
     from agentrl.credit import assign_credit, critic_rows
     from agentrl.types import ValueBatch
@@ -79,7 +79,7 @@ def test_token_critic_credit_on_multi_turn_episodes_in_both_modes(ray_session, t
         assert math.isfinite(credit.metrics["critic/values_mean_rollout"])
 
         policy = ray.get(trainer.step.remote(batch))
-        assert math.isfinite(policy["actor/pg_loss"])
+        assert math.isfinite(policy.metrics["actor/pg_loss"])
         m = ray.get(trainer.critic_step.remote(critic_batch))
         assert m["train/num_value_positions"] == 12 and m["losses/value_loss"] > 0
         assert all(math.isfinite(v) for v in m.values())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 
 import pytest
 
@@ -89,7 +88,7 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     on an epoch boundary and the second (after 3) mid-epoch; the last start runs through the
     next boundary. (Two chains of three starts each, one per resume point, cost two more
     starts and sixteen more iterations in CI.)"""
-    from agentrl.cluster.controller import load_run_config, train
+    from agentrl.driver.controller import load_run_config, train
 
     extra = ["env.tasks_per_iteration=1", f"env.task_ids={json.dumps(['HumanEval/1', 'HumanEval/2'])}"]
     straight = _cfg(tmp_path, tiny_model_path, "straight", "run.iterations=4", *extra)
@@ -102,7 +101,7 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     a, b = _losses(tmp_path / "straight"), _losses(tmp_path / "resumed")
     assert [x[0] for x in b] == [1, 2, 3, 4]  # nothing repeated or skipped
     assert a == b  # same tasks, same samples, same losses (CPU, fp32)
-    # TensorBoard (logging.tensorboard, agentrl/cluster/metric_sinks.py) across both resumes:
+    # TensorBoard (logging.tensorboard, agentrl/driver/metric_sinks.py) across both resumes:
     # metrics.jsonl's names and values, each iteration once
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -132,7 +131,7 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
 
 
 def test_turn_critic_trains_policy_and_critic(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
 
     # with the KL penalty in the reward (verl's use_kl_in_reward): the reference (the
     # initial policy) scores each iteration's rows before credit, and the per-turn penalties
@@ -176,7 +175,7 @@ def _check_critic_metrics(m):
 
 
 def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import load_run_config, train
+    from agentrl.driver.controller import load_run_config, train
     from agentrl.replay import ReplayStore
 
     # head_init_std > 0: the critic's values (and so the advantages) are not all zero from the start;
@@ -216,7 +215,7 @@ def test_gae_trains_policy_and_token_critic_and_resumes(ray_session, tmp_path, t
 
 
 def test_dynamic_sampling_refills_then_skips_an_update_with_no_signal(ray_session, tmp_path, tiny_model_path):
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
 
     # The tiny random model never solves HumanEval: every group has equal (zero) rewards,
     # so every group is dropped, refilled twice, and no update happens (nothing to learn).
@@ -231,10 +230,10 @@ def test_dynamic_sampling_refills_then_skips_an_update_with_no_signal(ray_sessio
 
 @pytest.mark.docker
 def test_humaneval_end_to_end_on_docker_sandboxes(ray_session, tmp_path, tiny_model_path):
-    """Issue 3: HumanEval runs on the Docker backend end to end (real containers)."""
+    """HumanEval runs on the Docker backend end to end (real containers)."""
     import os
 
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from sandboxes.docker.daemon import docker_daemon_answers
 
     if not docker_daemon_answers():

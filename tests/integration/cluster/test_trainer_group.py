@@ -1,8 +1,8 @@
 """The trainer ranks on a Ray cluster of two nodes on this machine
 (``ray.cluster_utils.Cluster``, each node holding one ``trainer`` resource, every rank asking
 for one through ``cluster.placement.trainer``, so the two ranks land on different nodes):
-they meet at rank 0's node IP and a port rank 0 bound there, and one ``step`` gives the
-metrics of a one-rank run; a meeting that cannot complete (a rank that never sets up, a rank
+they meet at rank 0's node IP and a port rank 0 bound there, and one ``train_step`` gives the
+metrics and per-token values of a one-rank run; a meeting that cannot complete (a rank that never sets up, a rank
 that cannot be placed) fails within the bound ``cluster.rendezvous_timeout_s`` sets, with a
 ``ClusterError`` naming the node and the port."""
 
@@ -47,14 +47,16 @@ def _cfg(model_path: str, num_ranks: int, *extra: str, timeout_s: float = RENDEZ
 
 
 def _group(cfg, model_path: str, group_cls=None):
-    from agentrl.cluster.ray_setup import role_options
-    from agentrl.cluster.trainer_group import TrainerGroup
+    from agentrl.cluster.actors.placement import role_options
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
 
     return (group_cls or TrainerGroup)(cfg, cfg.model_dump(mode="json"), model_path, role_options(cfg, "trainer"))
 
 
 def test_two_ranks_meet_at_rank0_node_and_step_like_one_rank(cluster, tiny_llama_path, process_group):
     from agentrl.config import trainer_configs
+    import torch
+
     from agentrl.trainer import PolicyTrainer
     from tests.helpers.trainer import make_batch
 
@@ -71,11 +73,20 @@ def test_two_ranks_meet_at_rank0_node_and_step_like_one_rank(cluster, tiny_llama
         assert not group.master_addr.startswith("127.") and 0 < group.master_port < 65536
 
         batch = make_batch(num_rows=6, seed=3)
-        two = group.step(batch)
+        two_step = group.train_step(batch)
+        # a second update, called on each rank directly: only rank 0 sends per-token values back
+        put = ray.put(batch)
+        per_rank = ray.get([a.step.remote(put) for a in group.actors])
+        assert per_rank[0].log_probs is not None and per_rank[0].entropies is not None
+        assert per_rank[1].log_probs is None and per_rank[1].entropies is None and per_rank[1].metrics
     finally:
         group.kill()
 
-    one = PolicyTrainer(trainer_configs(cfg, tiny_llama_path)[0]).step(batch)  # a one-rank run, in this process
+    one_step = PolicyTrainer(trainer_configs(cfg, tiny_llama_path)[0]).step(batch)  # a one-rank run, in this process
+    one, two = one_step.metrics, two_step.metrics
+    for got, want in ((two_step.log_probs, one_step.log_probs), (two_step.entropies, one_step.entropies)):
+        assert got.shape == (batch.num_tokens,) and got.dtype == torch.float32  # every rank's rows, on rank 0
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     assert two.keys() == one.keys()
     assert one["actor/grad_norm"] > 1e-3 and one["actor/num_loss_tokens"] > 0  # a real update to compare
     for key, value in one.items():
@@ -84,7 +95,7 @@ def test_two_ranks_meet_at_rank0_node_and_step_like_one_rank(cluster, tiny_llama
 
 
 def test_rendezvous_with_a_rank_that_never_sets_up_fails_in_bounded_time(cluster, tiny_llama_path):
-    from agentrl.cluster.trainer_group import TrainerGroup, rendezvous_deadline_s
+    from agentrl.cluster.actors.trainer_group import TrainerGroup, rendezvous_deadline_s
 
     class OnlyRankZeroMeets(TrainerGroup):
         """world_size 2, but only rank 0 is asked to set up: rank 1 never arrives."""
@@ -115,7 +126,7 @@ def test_a_rank_dialing_a_port_nobody_listens_on_fails_in_bounded_time(cluster, 
     its store connect gives up on its own, naming the address and port."""
     import socket
 
-    from agentrl.cluster.actors import TrainerActor
+    from agentrl.cluster.actors.trainer_actor import TrainerActor
 
     ray = cluster
     cfg = _cfg(tiny_llama_path, 2)
@@ -142,8 +153,8 @@ def test_a_rank_dialing_a_port_nobody_listens_on_fails_in_bounded_time(cluster, 
 
 
 def test_a_rank_no_node_can_hold_is_a_bounded_placement_error(cluster, tiny_llama_path, monkeypatch):
-    from agentrl.cluster import trainer_group
-    from agentrl.cluster.trainer_group import TrainerGroup
+    from agentrl.cluster.actors import trainer_group
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
 
     monkeypatch.setattr(trainer_group, "START_S", 0.0)  # the start allowance (60 s) is not what is tested here
 

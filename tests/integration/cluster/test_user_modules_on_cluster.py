@@ -133,7 +133,7 @@ def _validate(cfg_dict: dict) -> str:
 
 
 def test_the_users_module_reaches_every_node(ray_start_cluster, tiny_model_path, tmp_path):
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
 
     address, _ = ray_start_cluster
     cfg = _cfg(address, tiny_model_path, tmp_path)
@@ -153,13 +153,13 @@ def test_an_actor_that_cannot_import_it_says_so_on_the_one_line(ray_start_cluste
                                                                monkeypatch):
     """Without the modules shipped (as before), the trainer rank's constructor fails on the
     node; the error's one line carries that cause, not Ray's creation-task header."""
-    from agentrl.cluster import ray_join, ray_setup
-    from agentrl.cluster.trainer_group import TrainerGroup
+    from agentrl.cluster.actors import ray_connect, ray_join
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
 
     address, _ = ray_start_cluster
     cfg = _cfg(address, tiny_model_path, tmp_path)
     monkeypatch.setattr(ray_join, "ship_user_modules", lambda cfg, runtime_env: None)
-    assert ray_setup.connect(cfg)
+    assert ray_connect.connect(cfg)
     try:
         opts = {"num_cpus": 0.5, "resources": {"far": 0.5}}
         with pytest.raises(ClusterError) as err:
@@ -177,7 +177,7 @@ def test_auto_finds_a_cluster_started_with_its_own_temp_dir(ray_start_cluster, t
                                                             monkeypatch):
     """``ray start --temp-dir DIR`` records the cluster in ``DIR/ray_current_cluster`` only;
     ``auto`` (no ``RAY_ADDRESS``) finds it through the head running here."""
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
 
     address, _ = ray_start_cluster
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # no record under the default temp dir

@@ -1,6 +1,6 @@
 """Weight sync, proven: after an update is synced, vLLM's log-probs of a fixed sequence equal
 the trainer's (fp32 engine and trainer, max abs gap < 1e-4), and before the sync they do not;
-through ``agentrl.cluster.weight_sync.sync_weights`` to two engines, on the object-store path
+through ``agentrl.cluster.engines.weight_sync.sync_weights`` to two engines, on the object-store path
 and on the collective path (gloo on CPU: trainer rank 0 broadcasting to both engines over a
 group of its own), with the engines loading in place (not vLLM's generic reload).
 The collective path's group is also tested alone (three actor processes, gloo; a member that
@@ -15,7 +15,7 @@ import socket
 import pytest
 import torch
 
-from agentrl.cluster.weight_sync import GroupSpec
+from agentrl.cluster.engines.weight_sync import GroupSpec
 from agentrl.types import SamplingRecord, TokenBatch, TokenSequence
 
 pytestmark = pytest.mark.slow
@@ -24,8 +24,8 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def actors(ray_session, tmp_path_factory, tiny_model_path):
-    from agentrl.cluster.actors import RolloutActor
-    from agentrl.cluster.trainer_group import TrainerGroup
+    from agentrl.cluster.actors.rollout_actor import RolloutActor
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
     from agentrl.config import load_config
 
     cfg = load_config(None, [f"run.dir={tmp_path_factory.mktemp('ws')}", f"model.path={tiny_model_path}",
@@ -79,7 +79,7 @@ SEQ = [1, 4093, 198, 33, 3060, 314, 216, 34, 1225, 28, 216, 35, 47, 2]
 def _step_and_sync(ray, trainer, engines, method):
     """One real update, then ``sync_weights``; returns (metrics, trainer's log-probs after,
     each engine's log-probs after)."""
-    from agentrl.cluster.weight_sync import sync_weights
+    from agentrl.cluster.engines.weight_sync import sync_weights
 
     batch = _batch(SEQ)
     before = ray.get(trainer.compute_log_probs.remote(batch))[1:]
@@ -112,7 +112,7 @@ def test_sync_weights_to_two_engines(actors, method):
         m3, after3, synced3 = _step_and_sync(ray, trainer, [second], method)  # another set of engines: new group
         assert "sync/group_setup_s" in m3 and "sync/engine_1_s" not in m3
         assert (synced3[0] - after3).abs().max().item() < TOL
-        from agentrl.cluster.weight_sync import sync_weights
+        from agentrl.cluster.engines.weight_sync import sync_weights
 
         sync_weights([trainer], engines)  # both engines at the trainer's weights again (C04 needs equal weights)
 
@@ -121,7 +121,7 @@ def test_input_embedding_gemm_is_rebuilt_at_first_use_from_the_new_weights(actor
     """``weight_load`` defers the input embedding's GEMM handler (unused by Llama-like models)
     to its first use: if it is used, it is exactly the handler an eager repack builds."""
     ray, trainer, rollout, _ = actors
-    from agentrl.cluster.weight_sync import sync_weights
+    from agentrl.cluster.engines.weight_sync import sync_weights
 
     def _input_embedding_gemm(actor_self):
         """In the engine: the input embedding's GEMM (what a model multiplying by it would call)
@@ -199,7 +199,7 @@ def _member_class(ray):
         def join(self, spec: GroupSpec, rank: int) -> None:
             import ray as _ray
 
-            from agentrl.cluster.weight_sync import WeightGroup
+            from agentrl.cluster.engines.weight_sync import WeightGroup
 
             self.group = WeightGroup(spec, rank, _ray.util.get_node_ip_address(), listen_sock=self.sock if rank == 0 else None)
 
@@ -208,7 +208,7 @@ def _member_class(ray):
             buffer's views, default group's world size, default group still usable)."""
             import torch.distributed as dist
 
-            from agentrl.cluster.weight_sync import FlatBuffer, FlatLayout
+            from agentrl.cluster.engines.weight_sync import FlatBuffer, FlatLayout
 
             g = torch.Generator().manual_seed(seed)
             state = {"a.weight": torch.randn(64, 32, generator=g), "b.weight": torch.randn(7, generator=g),

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import environments
-from environments.shell_lookup import FAMILIES, lookup_task
+from environments.shell_lookup import lookup_task
 from sandboxes import SandboxSpec, make_sandbox
 
 

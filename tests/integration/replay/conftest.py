@@ -4,7 +4,6 @@ multi-turn episodes."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -16,11 +15,7 @@ from agentrl.replay.models import Base
 from agentrl.replay.search import FTS_TABLE
 from agentrl.types import Episode
 
-from tests.helpers import postgres_ctl
 from tests.integration.replay.episode_factory import build_episode
-
-POSTGRES_ENV = "AGENTRL_TEST_POSTGRES_URL"
-REQUIRE_POSTGRES_ENV = "AGENTRL_REQUIRE_POSTGRES"
 
 
 def _drop_all(url: str) -> None:
@@ -56,37 +51,11 @@ def make_pre_alembic(url: str) -> None:
         engine.dispose()
 
 
-@pytest.fixture(scope="module")
-def postgres_module_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test module (``CREATE DATABASE`` on the server at
-    ``$AGENTRL_TEST_POSTGRES_URL``, which scripts/test.sh starts: tests/helpers/postgres_ctl.py),
-    dropped after the module. Without the variable the PostgreSQL cases are skipped, or fail
-    with ``AGENTRL_REQUIRE_POSTGRES=1`` (set by scripts/test.sh)."""
-    admin_url = os.environ.get(POSTGRES_ENV)
-    if not admin_url:
-        _missing(f"no PostgreSQL server: ${POSTGRES_ENV} is not set (scripts/test.sh starts one: "
-                 "tests/helpers/postgres_ctl.py)")
-    try:
-        url = postgres_ctl.create_database(admin_url, "agentrl_replay")
-    except Exception as exc:  # server down, bad credentials, missing driver
-        _missing(f"PostgreSQL at ${POSTGRES_ENV} is not usable: {exc}")
-    try:
-        yield url
-    finally:
-        postgres_ctl.drop_database(admin_url, url)
-
-
-def _missing(what: str) -> None:
-    if os.environ.get(REQUIRE_POSTGRES_ENV) == "1":
-        pytest.fail(f"{REQUIRE_POSTGRES_ENV}=1 but {what}")
-    pytest.skip(what)
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     """A URL to a replay database without rows: a new SQLite file under ``tmp_path``, or the
-    test module's PostgreSQL database (``postgres_module_url``), emptied after each test
-    (``_empty``: it may already hold the schema at the head revision)."""
+    test module's PostgreSQL database (``postgres_module_url``, tests/integration/conftest.py),
+    emptied after each test (``_empty``: it may already hold the schema at the head revision)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'replay.db'}"
         return

@@ -1,5 +1,5 @@
 """Four OS processes writing episodes (turns, sandbox events, metrics) into one new replay
-database at once lose nothing and duplicate nothing (issue 13, item 7): SQLite (one file, WAL,
+database at once lose nothing and duplicate nothing (as rollout workers on several nodes do): SQLite (one file, WAL,
 ``BEGIN IMMEDIATE`` with a busy timeout and retries) and PostgreSQL (row locks; an advisory
 lock serializes the schema set-up of the new database). Real processes
 (``concurrent_writer.py``), real databases."""

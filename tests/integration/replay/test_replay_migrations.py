@@ -1,4 +1,4 @@
-"""Replay schema through Alembic (schema 7): a schema-5 file made by the store before
+"""Replay schema through Alembic (schema 8): a schema-5 file made by the store before
 Alembic is upgraded in place; the revisions build exactly the tables of ``models``; the
 new columns and tables round-trip (episode ``kind``, trainer-side log-probs and entropies,
 ``reruns``); full-text search over actions and observations; read-only opening. Real
@@ -21,15 +21,17 @@ from agentrl.errors import ConfigError, ContractError
 from agentrl.replay import SCHEMA_VERSION, ReplayStore
 from agentrl.replay.models import Base, EpisodeRow, SchemaVersionRow
 from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, matching_turns, rebuild_sqlite_index, search_terms
+from tests.integration.replay.data import make_rev7_db as rev7
 from tests.integration.replay.data.make_schema5_db import ADVANTAGES, METRICS, expected_schema5_episodes
 
 SCHEMA5_DB = Path(__file__).parent / "data" / "replay_schema5.db"
+REV7_DB = Path(__file__).parent / "data" / "replay_rev7.db"
 
 
 def test_head_is_the_script_directorys_head() -> None:
     script = ScriptDirectory(str(Path(migrations.__file__).parent))
     assert script.get_current_head() == migrations.HEAD
-    assert migrations.known_revisions() == [migrations.BASELINE, "0006", migrations.HEAD]
+    assert migrations.known_revisions() == [migrations.BASELINE, "0006", "0007", migrations.HEAD]
 
 
 def _not_ours(obj, name, type_, reflected, compare_to) -> bool:
@@ -57,11 +59,11 @@ def test_a_schema_5_file_of_the_store_before_alembic_is_upgraded_in_place(tmp_pa
     with ReplayStore(f"sqlite:///{path}") as store:
         with store.engine.connect() as conn:
             assert migrations.current_revision(conn) == migrations.HEAD
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 7
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 8
         assert [r.run_id for r in store.runs()] == ["run-schema5"]
-        assert store.completed_iterations("run-schema5") == [0]
+        assert store.completed_iterations("run-schema5") == [1]  # numbered from 1 (revision 0008)
         for it, eps in expected_schema5_episodes().items():
-            assert [s.episode_id for s in store.list_episodes("run-schema5", it)] == [e.episode_id for e in eps]
+            assert [s.episode_id for s in store.list_episodes("run-schema5", it + 1)] == [e.episode_id for e in eps]
             for k, ep in enumerate(eps):
                 assert store.get_episode(ep.episode_id) == ep  # tokens, log-probs, events bit-exact
                 adv = ADVANTAGES.get(it, {}).get(str(k))
@@ -69,12 +71,65 @@ def test_a_schema_5_file_of_the_store_before_alembic_is_upgraded_in_place(tmp_pa
                 assert store.get_trainer_values(ep.episode_id) == [(None, None)] * len(ep.turns)
         assert store.get_episode("spans-update").turns[1].policy_versions[-1] == 1 + 4 % 3 + 0
         assert all(s.kind == "train" for s in store.list_episodes("run-schema5"))
-        assert store.metrics("run-schema5") == {it: dict(sorted(m.items())) for it, m in METRICS.items()}
+        assert store.metrics("run-schema5") == {it + 1: dict(sorted(m.items())) for it, m in METRICS.items()}
         with store.engine.connect() as conn:  # text stored before the upgrade is searchable
             hits = conn.execute(matching_turns("sqlite", "echo 5 0")).all()
         assert {tuple(h) for h in hits} == {(expected_schema5_episodes()[1][1].episode_id, 0)}
-        store.add_episodes("run-schema5", 1, [expected_schema5_episodes()[1][1]])  # replace works
+        store.add_episodes("run-schema5", 2, [expected_schema5_episodes()[1][1]])  # replace works
         assert store.count_episodes("run-schema5") == 6
+
+
+def test_revision_0008_numbers_the_iterations_of_a_revision_7_file_from_1(tmp_path) -> None:
+    path = tmp_path / "replay.db"
+    shutil.copy(REV7_DB, path)  # made by the store of revision 0007 (data/make_rev7_db.py)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchone() == ("0007",)
+    with ReplayStore(f"sqlite:///{path}") as store:
+        with store.engine.connect() as conn:
+            assert migrations.current_revision(conn) == migrations.HEAD
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 8
+        run = rev7.RUN
+        assert store.iterations(run) == [1, 2] and store.completed_iterations(run) == [1]
+        for it, eps in rev7.expected_rev7_episodes().items():  # ids kept (0-based), rows under it + 1
+            got = store.list_episodes(run, it + 1, kind="train")
+            assert [s.episode_id for s in got] == [e.episode_id for e in eps]
+            assert all(s.iteration == it + 1 for s in got)
+            assert [store.get_episode(e.episode_id) for e in eps] == eps  # turns and events intact
+        assert [s.episode_id for s in store.list_episodes(run, 1, kind="eval")] == [f"{run}/eval/it0/x/0/a0"]
+        metrics = store.metrics(run)  # the column now equals the line's own `iteration`
+        assert {it: m["iteration"] for it, m in metrics.items()} == {1: 1.0, 2: 2.0}
+        assert store.get_run(run).iterations == 2
+        # `agentrl eval`'s rows are iteration 0 before and after
+        assert store.iterations(rev7.EVAL_RUN) == [0] and store.completed_iterations(rev7.EVAL_RUN) == [0]
+        assert store.metrics(rev7.EVAL_RUN) == {0: {"eval/pass@1": 1.0}}
+        # a resume of the old run after its checkpoint (1 iteration done) drops iteration 2 only
+        assert store.rewind(run, 1) == 2 and store.iterations(run) == [1]
+    with ReplayStore(f"sqlite:///{path}") as store:  # opening again changes nothing
+        assert store.iterations(rev7.RUN) == [1] and store.iterations(rev7.EVAL_RUN) == [0]
+
+
+def test_revision_0008_downgrade_and_upgrade_round_trip(db_url: str, make_episode) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    with ReplayStore(db_url) as store:
+        store.start_run("run-d", {})
+        store.add_episodes("run-d", 1, [make_episode(0)])
+        store.add_metrics("run-d", 1, {"iteration": 1.0})
+        store.add_metrics("run-d", 2, {"iteration": 2.0})
+        store.mark_complete("run-d", 2)
+        store.start_run("eval-d", {"kind": "eval"})
+        store.add_metrics("eval-d", 0, {"eval/pass@1": 0.5})
+        store.mark_complete("eval-d", 0)
+        with store.engine.begin() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0007")
+            assert sorted(conn.execute(select(EpisodeRow.iteration)).scalars()) == [0]
+    with ReplayStore(db_url) as store:  # upgraded again on open
+        assert store.iterations("run-d") == [1, 2] and store.completed_iterations("run-d") == [1, 2]
+        assert store.iterations("eval-d") == [0] and store.completed_iterations("eval-d") == [0]
 
 
 def test_kind_trainer_values_and_reruns_round_trip(store: ReplayStore, make_episode) -> None:

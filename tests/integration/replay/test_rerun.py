@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 import environments
 from agentrl.cli import app
-from agentrl.cluster.rerun import rerun_stored_episode
+from agentrl.commands.rerun import rerun_stored_episode
 from agentrl.config import load_default_config
 from agentrl.replay import ReplayStore
 from agentrl.types import Episode, StepInfo, TerminationReason, Turn

@@ -1,4 +1,4 @@
-"""Weight loads with requests in flight on a real vLLM engine (issue 12, item 4): after
+"""Weight loads with requests in flight on a real vLLM engine (asynchronous training loads weights mid-rollout): after
 every load no KV block computed under the old weights is reused.
 
 Requests run, new (perturbed) weights load between two engine steps (``continue`` mode:

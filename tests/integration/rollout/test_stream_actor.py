@@ -22,7 +22,7 @@ def local_ray():
     ``ray_session`` lives in tests/integration/cluster/conftest.py and serves that folder)."""
     import ray
 
-    from agentrl.cluster.ray_setup import LOCAL_SYSTEM_CONFIG
+    from agentrl.cluster.actors.ray_connect import LOCAL_SYSTEM_CONFIG
 
     started = not ray.is_initialized()
     if started:
@@ -35,7 +35,7 @@ def local_ray():
 
 
 def _requests(cfg, first_position: int, n_groups: int):
-    from agentrl.cluster.actors import env_task_ids
+    from agentrl.cluster.actors.env_factory import env_task_ids
     from agentrl.tasks import TaskSource
 
     tasks = TaskSource(cfg.env.id, env_task_ids(cfg.env.id, cfg.env.split), 0, GROUP, run_id="stream-test")
@@ -47,7 +47,7 @@ def _payload(ray, model_path: str) -> list:
     """New weights in the object store, as ``TrainerActor.state_dict_ref`` puts them."""
     from transformers import AutoModelForCausalLM
 
-    from agentrl.cluster.weight_sync import FlatBuffer
+    from agentrl.cluster.engines.weight_sync import FlatBuffer
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     gen = torch.Generator().manual_seed(5)
@@ -60,7 +60,7 @@ def _payload(ray, model_path: str) -> list:
 
 
 def test_stream_with_a_weight_load_in_flight(local_ray, tmp_path, tiny_model_path):
-    from agentrl.cluster.actors import RolloutActor
+    from agentrl.cluster.actors.rollout_actor import RolloutActor
     from agentrl.config import load_config
     from agentrl.errors import ClusterError
 

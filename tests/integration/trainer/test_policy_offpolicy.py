@@ -65,13 +65,13 @@ def test_on_policy_proximal_and_correction_give_todays_step(tiny_llama_path: str
     lp = _trainer(tiny_llama_path).compute_log_probs(base)
     on_policy = _repack(base, lp)
     plain = _trainer(tiny_llama_path, max_grad_norm=None)
-    m_plain = plain.step(on_policy)
+    m_plain = plain.step(on_policy).metrics
     corrected = _trainer(
         tiny_llama_path, max_grad_norm=None,
         rollout_correction=RolloutCorrectionConfig(is_level="token", is_cap=1.5, token_mask_band=(0.9, 1.1),
                                                    seq_mask_band=(0.95, 1.05)),
     )
-    m_corr = corrected.step(_repack(base, lp, proximal=lp))
+    m_corr = corrected.step(_repack(base, lp, proximal=lp)).metrics
     g_plain, g_corr = full_grads(plain), full_grads(corrected)
     assert m_plain["actor/grad_norm"] > 1e-3
     for name, g in g_plain.items():
@@ -87,7 +87,7 @@ def test_a_given_proximal_is_the_ratio_denominator(tiny_llama_path: str) -> None
     every loss token (not 1, as with proximal taken from the forward)."""
     base = make_batch(num_rows=4, seed=41)
     lp = _trainer(tiny_llama_path).compute_log_probs(base)
-    m = _trainer(tiny_llama_path).step(_repack(base, lp, proximal=lp - 0.1))
+    m = _trainer(tiny_llama_path).step(_repack(base, lp, proximal=lp - 0.1)).metrics
     assert m["actor/ratio_mean"] == pytest.approx(math.exp(0.1), abs=1e-5)
     assert m["actor/ppo_kl"] == pytest.approx(math.exp(0.1) - 1 - 0.1, abs=1e-6)
     assert m["rollout_corr/gap_abs_mean"] == pytest.approx(0.1, abs=1e-5)  # |proximal - behavior|
@@ -101,12 +101,12 @@ def test_reference_is_the_initial_policy_frozen_and_not_checkpointed(tiny_llama_
     trainer = _trainer(tiny_llama_path, kl=KLConfig(coef=0.1, estimator="k3"))
     assert all(not p.requires_grad for p in trainer.reference.parameters()) and not trainer.reference.training
     batch = make_batch(num_rows=4, seed=42)
-    first = trainer.step(batch)
+    first = trainer.step(batch).metrics
     # the reference is the initial policy: at step 1 every estimator of KL(current || ref) is 0
     for k in ("kl/ref_k1", "kl/ref_k2", "kl/ref_k3", "actor/kl_loss"):
         assert abs(first[k]) < 1e-7, k
     assert first["kl/coef"] == 0.1
-    second = trainer.step(batch)
+    second = trainer.step(batch).metrics
     assert second["kl/ref_k2"] > 1e-6 and second["kl/ref_k3"] > 1e-6
     assert second["actor/kl_loss"] == pytest.approx(0.1 * second["kl/ref_k3"], rel=1e-5)  # token-mean
     # frozen: its weights are still the folder's
@@ -131,7 +131,7 @@ def test_kl_loss_gradient_matches_a_hand_built_loss(tiny_llama_path: str, refere
     batch = make_batch(num_rows=4, seed=43, temperature=temperature)
     trainer = _trainer(tiny_llama_path, max_grad_norm=None, micro_batch_tokens=30,
                        kl=KLConfig(coef=coef, estimator=estimator, reference_path=reference_path))
-    m = trainer.step(batch)
+    m = trainer.step(batch).metrics
     got = full_grads(trainer)
 
     policy = transformers.AutoModelForCausalLM.from_pretrained(tiny_llama_path, dtype=torch.float32)
@@ -185,21 +185,21 @@ def test_kl_to_reference_known_values(tiny_llama_path: str) -> None:
     assert m["kl/ref_k3"] == pytest.approx(math.exp(-delta) - 1 + delta, abs=1e-5)
     assert m["kl/coef"] == 0.05
     # reward mode adds nothing to the loss
-    s = trainer.step(base)
+    s = trainer.step(base).metrics
     assert s["actor/kl_loss"] == 0.0 and "kl/ref_k3" not in s
 
 
 # ---------------------------------------------------------------- metric names
 
 
-def _readme_metric_names() -> set[str]:
-    """The policy-update names of the README's Metrics table (``actor/*``,
+def _docs_metric_names() -> set[str]:
+    """The policy-update names of docs/metrics.md's Metrics table (``actor/*``,
     ``rollout_corr/*``, ``kl/*``, ``perf/*``), with shorthand such as ``_max`` after
     ``rollout_corr/gap_abs_mean`` expanded to ``rollout_corr/gap_abs_max``."""
     import re
 
-    text = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    section = text.split("### Metrics", 1)[1].split("\n#", 1)[0]
+    text = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    section = text.split("\n## Metrics\n", 1)[1].split("\n#", 1)[0]
     names: set[str] = set()
     for line in section.splitlines():
         if not line.startswith("| `"):
@@ -214,13 +214,13 @@ def _readme_metric_names() -> set[str]:
     return {n for n in names if n.split("/")[0] in ("actor", "rollout_corr", "kl", "perf")}
 
 
-def test_readme_metric_table_names_exactly_what_step_returns(tiny_llama_path: str) -> None:
-    """The README's table is the contract of metrics.jsonl: every name it lists is returned
+def test_docs_metric_table_names_exactly_what_step_returns(tiny_llama_path: str) -> None:
+    """docs/metrics.md's table is the contract of metrics.jsonl: every name it lists is returned
     by a real step with every term on (a reference loaded, so kl/ref_* are present), and
     the step returns no policy name the table leaves out."""
     trainer = _trainer(tiny_llama_path, kl=KLConfig(coef=0.1), dual_clip_c=3.0,
                        rollout_correction=RolloutCorrectionConfig(is_level="token", token_mask_band=(0.5, 2.0)))
-    got = set(trainer.step(make_batch(num_rows=4, seed=3)))
-    table = _readme_metric_names()
+    got = set(trainer.step(make_batch(num_rows=4, seed=3)).metrics)
+    table = _docs_metric_names()
     assert len(table) > 20  # the parse found the table
     assert table == got, (sorted(table - got), sorted(got - table))

@@ -83,11 +83,11 @@ def test_behavior_gap_is_zero_at_equal_weights_and_measures_an_offset(tiny_llama
     base = make_batch(num_rows=4, seed=5, temperature=0.8)
     lp = _trainer(tiny_llama_path).compute_log_probs(base)
 
-    m = _trainer(tiny_llama_path).step(_with_behavior(base, lp))
+    m = _trainer(tiny_llama_path).step(_with_behavior(base, lp)).metrics
     assert m["rollout_corr/gap_abs_mean"] < 1e-6
     assert m["rollout_corr/gap_abs_max"] < 1e-5
 
-    m = _trainer(tiny_llama_path).step(_with_behavior(base, lp - 0.25))
+    m = _trainer(tiny_llama_path).step(_with_behavior(base, lp - 0.25)).metrics
     assert m["rollout_corr/gap_abs_mean"] == pytest.approx(0.25, abs=1e-5)
     assert m["rollout_corr/gap_abs_max"] == pytest.approx(0.25, abs=1e-5)
 
@@ -99,8 +99,8 @@ def test_C03_garbage_behavior_log_probs_at_observation_positions_change_nothing(
         dirty = dataclasses.replace(
             clean, behavior_log_probs=torch.where(off, torch.full_like(clean.behavior_log_probs, garbage), clean.behavior_log_probs)
         )
-        m_clean = _trainer(tiny_llama_path, ppo_epochs=2).step(clean)
-        m_dirty = _trainer(tiny_llama_path, ppo_epochs=2).step(dirty)
+        m_clean = _trainer(tiny_llama_path, ppo_epochs=2).step(clean).metrics
+        m_dirty = _trainer(tiny_llama_path, ppo_epochs=2).step(dirty).metrics
         for k in m_clean:
             if not k.startswith("perf/"):
                 assert m_dirty[k] == m_clean[k], (garbage, k)
@@ -129,7 +129,7 @@ def test_temperature_must_match_config_when_pinned(tiny_llama_path: str) -> None
     trainer = _trainer(tiny_llama_path, temperature=1.0)
     with pytest.raises(ConfigError, match=r"batch.sampling.temperature=0.7 but TrainerConfig.temperature=1.0"):
         trainer.step(make_batch(num_rows=2, temperature=0.7))
-    assert trainer.step(make_batch(num_rows=2, temperature=1.0))["actor/num_loss_tokens"] > 0
+    assert trainer.step(make_batch(num_rows=2, temperature=1.0)).metrics["actor/num_loss_tokens"] > 0
 
 
 def test_bad_batches_are_refused_with_clear_errors(tiny_llama_path: str) -> None:
@@ -199,7 +199,7 @@ def test_bfloat16_compute_keeps_fp32_master_weights(tiny_llama_path: str) -> Non
     assert (bf16 - fp32).abs().max() < 0.1  # bf16 forward, fp32 log-softmax
     assert (bf16 - fp32).abs().max() > 0  # and it really ran in bf16
     before = trainer.full_state_dict()
-    m = trainer.step(batch)
+    m = trainer.step(batch).metrics
     after = trainer.full_state_dict()
     assert all(np.isfinite(v) for v in m.values())
     assert all(t.dtype == torch.float32 for t in after.values())
@@ -208,7 +208,7 @@ def test_bfloat16_compute_keeps_fp32_master_weights(tiny_llama_path: str) -> Non
 
 def test_step_metrics_have_fixed_names_and_sane_values(tiny_llama_path: str) -> None:
     batch = make_batch(num_rows=4, seed=4)
-    m = _trainer(tiny_llama_path, warmup_steps=4).step(batch)
+    m = _trainer(tiny_llama_path, warmup_steps=4).step(batch).metrics
     assert set(m) == {
         "actor/pg_loss", "actor/ppo_kl", "actor/pg_clipfrac", "actor/pg_clipfrac_dual", "actor/entropy",
         "actor/ratio_mean", "actor/kl_loss", "actor/grad_norm", "actor/lr", "actor/num_loss_tokens",
@@ -250,10 +250,10 @@ def test_a_batch_with_every_advantage_zero_moves_no_weight(tiny_llama_path: str)
     flat = dataclasses.replace(flat, advantages=torch.zeros_like(flat.advantages))
 
     trainer = _trainer(tiny_llama_path, weight_decay=0.01, ppo_epochs=2)
-    m = trainer.step(first)
+    m = trainer.step(first).metrics
     assert m["actor/no_signal_steps"] == 0.0 and m["actor/grad_norm"] > 0
     after_first = weights(trainer)
-    m = trainer.step(flat)
+    m = trainer.step(flat).metrics
     assert m["actor/grad_norm"] == 0.0 and m["actor/no_signal_steps"] == 2.0 and m["actor/skipped_step"] == 0.0
     assert m["actor/global_step"] == 2.0
     assert all(torch.equal(v, after_first[k]) for k, v in weights(trainer).items())
@@ -275,17 +275,16 @@ def test_a_batch_with_every_advantage_zero_moves_no_weight(tiny_llama_path: str)
     assert not torch.equal(w.detach(), moved_once)
 
 
-def test_last_token_values_are_epoch_zeros_log_probs_and_entropies(tiny_llama_path: str) -> None:
-    """What the replay store keeps per sampled token (``last_token_values``): the log-prob at
+def test_step_token_values_are_epoch_zeros_log_probs_and_entropies(tiny_llama_path: str) -> None:
+    """What the replay store keeps per sampled token (``StepResult.log_probs`` / ``entropies``): the log-prob at
     the weights the update started from (a plain HF forward agrees) and the entropy whose
     token mean is ``actor/entropy``; 0 off the loss tokens; the metrics are those of a step
     on a fresh trainer (the capture changes nothing)."""
     batch = make_batch(num_rows=4, seed=5)
     trainer = _trainer(tiny_llama_path)
-    assert trainer.last_token_values() is None
     ref = _reference_log_probs(tiny_llama_path, batch, batch.sampling.temperature)  # (T,) at the start weights
-    m = trainer.step(batch)
-    lp, ent = trainer.last_token_values()
+    result = trainer.step(batch)
+    m, lp, ent = result.metrics, result.log_probs, result.entropies
     mask = batch.loss_mask > 0
     assert lp.shape == ent.shape == (batch.num_tokens,) and lp.dtype == ent.dtype == torch.float32
     assert lp.device.type == ent.device.type == "cpu"
@@ -293,7 +292,7 @@ def test_last_token_values_are_epoch_zeros_log_probs_and_entropies(tiny_llama_pa
     assert bool((lp[~mask] == 0).all()) and bool((ent[~mask] == 0).all())
     assert bool((ent[mask] > 0).all()) and float(ent[mask].max()) <= np.log(256) + 1e-4
     assert float(ent[mask].double().mean()) == pytest.approx(m["actor/entropy"], abs=1e-6)
-    again = _trainer(tiny_llama_path).step(batch)
+    again = _trainer(tiny_llama_path).step(batch).metrics
     assert {k: v for k, v in again.items() if not k.startswith("perf/")} == \
         {k: v for k, v in m.items() if not k.startswith("perf/")}
 
@@ -347,7 +346,7 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_llama_path: str, tmp
     a.step(b2)
     a.save_checkpoint(tmp_path / "ck")
     rng_after_save = (torch.rand(4), np.random.rand(2), random.random())
-    cont = [a.step(b1), a.step(b2)]
+    cont = [a.step(b1).metrics, a.step(b2).metrics]
     w_cont = a.full_state_dict()
 
     torch.manual_seed(123), np.random.seed(123), random.seed(123)  # disturb the RNGs
@@ -357,7 +356,7 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_llama_path: str, tmp
     assert torch.equal(torch.rand(4), rng_after_save[0])
     assert np.array_equal(np.random.rand(2), rng_after_save[1])
     assert random.random() == rng_after_save[2]
-    resumed = [b.step(b1), b.step(b2)]
+    resumed = [b.step(b1).metrics, b.step(b2).metrics]
     for mc, mr in zip(cont, resumed):
         for k in mc:
             if not k.startswith("perf/"):
@@ -368,7 +367,7 @@ def test_checkpoint_round_trip_resumes_bit_identically(tiny_llama_path: str, tmp
         assert torch.equal(w_res[k], w_cont[k]), k
 
     # a fresh trainer without the checkpoint does differ (the test can fail)
-    fresh = _trainer(tiny_llama_path, **cfg).step(b1)
+    fresh = _trainer(tiny_llama_path, **cfg).step(b1).metrics
     assert fresh["actor/pg_loss"] != cont[0]["actor/pg_loss"]
 
 

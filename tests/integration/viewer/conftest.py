@@ -1,4 +1,10 @@
-"""Fixtures of the viewer's browser tests: replay databases written by real training runs
+"""Fixtures of the viewer tests.
+
+HTTP-level tests (``test_viewer_pages.py`` and others): a replay database filled once per
+module (``viewer_data.fill``: SQLite, and PostgreSQL when the suite has a server), and an HTTP
+client of the viewer over it (read-only).
+
+Browser tests (``test_viewer_browser.py``): replay databases written by real training runs
 (``real_runs``, tests/integration/conftest.py: SQLite, and here the same rows copied into
 PostgreSQL), ``agentrl view`` serving each of them, and Debian's Chromium driven headless by
 Playwright.
@@ -29,8 +35,14 @@ from urllib.parse import quote
 from urllib.request import urlopen
 
 import pytest
+from fastapi.testclient import TestClient
+
+from agentrl.replay import ReplayStore
+from agentrl.replay.read import ReadOnlyDB
+from agentrl.replay.viewer import create_app
 
 from tests.integration.viewer.real_runs import RealRuns, copy_database
+from tests.integration.viewer.viewer_data import fill
 
 REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("AGENTRL_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -62,6 +74,40 @@ def postgres_copy(real_runs: RealRuns) -> Iterator[str]:
     finally:
         drop_database(admin_url, url)
 
+
+# -- HTTP level: one filled database per module, a TestClient over it -------------------------
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def viewer_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The URL of a database filled by ``fill`` (SQLite file, or a fresh PostgreSQL database)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('viewer') / 'replay.db'}"
+    else:
+        # a fresh database per module on the suite's server (tests/integration/conftest.py:
+        # skipped without one, a failure under AGENTRL_REQUIRE_POSTGRES=1)
+        url = request.getfixturevalue("postgres_module_url")
+    store = ReplayStore(url)
+    try:
+        fill(store)
+    finally:
+        store.close()
+    return url
+
+
+@pytest.fixture(scope="module")
+def viewer_db(viewer_db_url: str) -> Iterator[ReadOnlyDB]:
+    db = ReadOnlyDB(viewer_db_url)
+    yield db
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def client(viewer_db: ReadOnlyDB) -> Iterator[TestClient]:
+    with TestClient(create_app(viewer_db, allowed_hosts=["testserver"])) as c:
+        yield c
+
+
+# -- browser: `agentrl view` over real runs, Chromium -------------------------------------------
 
 def free_port() -> int:
     with socket.socket() as s:

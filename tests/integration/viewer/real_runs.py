@@ -1,5 +1,5 @@
 """Replay databases written by real training runs, for the viewer's browser tests and the
-README screenshots (scripts/viewer_screenshots.py).
+screenshots in docs/viewer.md (scripts/viewer_screenshots.py).
 
 ``train_runs`` runs ``agentrl.train`` (real Ray, vLLM's CPU build with the tiny model, the
 bubblewrap sandbox, the FSDP2 trainer) on ``agentrl/ShellTasks-v0`` into one replay database:
@@ -65,8 +65,8 @@ def train_runs(workdir: Path, model_path: str, names: tuple[str, ...] = ("viewer
     initialised in this process, and shut down afterwards if started here."""
     import ray
 
-    from agentrl.cluster.controller import train
-    from agentrl.cluster.ray_setup import LOCAL_SYSTEM_CONFIG
+    from agentrl.driver.controller import train
+    from agentrl.cluster.actors.ray_connect import LOCAL_SYSTEM_CONFIG
     from agentrl.config import load_config
 
     db_url = f"sqlite:///{workdir / 'replay.db'}"

@@ -1,5 +1,5 @@
 """``agentrl view`` in a real browser (Debian's Chromium driven by Playwright), over replay
-databases written by real training runs, on SQLite and on PostgreSQL (issue 13, point 7).
+databases written by real training runs, on SQLite and on PostgreSQL.
 
 Every expected value is read back from the same database through ``ReplayStore``; nothing
 about the runs is hard-coded beyond the training set-up in real_runs.py.
@@ -132,7 +132,7 @@ def test_an_episode_shows_its_sandbox_commands_and_coloured_tokens(page, viewer,
             if res.stdout:
                 assert cmd.get_by_test_id("stdout").inner_text().rstrip("\n") == res.stdout.rstrip("\n")
 
-    from agentrl.replay.episode_queries import TOKEN_PAGE_SIZE
+    from agentrl.replay.read import TOKEN_PAGE_SIZE
 
     # loss_mask as stored: 0 on each turn's prompt ids, 1 on its sampled ids, in order
     expected = [m for t in ep.turns for m in ["0"] * len(t.prompt_ids) + ["1"] * len(t.completion_ids)]
@@ -194,7 +194,7 @@ XSS_PAGES = ("/episode?id={ep}", "/episodes?run={run}", "/group?run={run}&id={gr
 
 
 def test_model_output_with_html_is_shown_as_text_and_never_runs(page, viewer, stored):
-    """Issue 13's acceptance: a ``<script>`` element and an ``onerror`` attribute in model
+    """Model output is never run as code: a ``<script>`` element and an ``onerror`` attribute in model
     output (and in the observation, anchor, command and sandbox output) are text: no dialog
     opens and ``window.__pwned`` stays undefined on every page that shows them."""
     server, runs = viewer

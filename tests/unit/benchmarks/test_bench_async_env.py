@@ -61,7 +61,7 @@ def test_the_game_is_guess_number_with_each_step_waiting_its_latency():
 
 
 def test_registered_for_the_run_with_the_game_tasks():
-    from agentrl.cluster.actors import env_task_ids
+    from agentrl.cluster.actors.env_factory import env_task_ids
     from environments.registry import env_class
 
     assert env_class(lt.ENV_ID) is lt.LongTailGuessEnv and lt.LongTailGuessEnv.uses_sandbox is False

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl.cluster.async_eval import BEFORE, EvalJob, EvalSchedule, eval_engine_config, resumed_evals
+from agentrl.cluster.engines.eval_engine import eval_engine_config
+from agentrl.driver.dedicated_eval import BEFORE, EvalJob, EvalSchedule, resumed_evals
 from agentrl.errors import ConfigError, ContractError
 
 GUESS = "agentrl/GuessNumber-v0"
@@ -86,7 +87,7 @@ def test_a_resume_reruns_the_checkpoints_own_version_and_drops_older_ones():
 
 
 def test_eval_engine_settings_are_checked_at_start():
-    from agentrl.cluster.ray_setup import check_placement, dedicated_eval_engines
+    from agentrl.cluster.actors.placement import check_placement, dedicated_eval_engines
     from agentrl.config import load_config
 
     with pytest.raises(ConfigError, match="eval.engine='rollout' with controller.mode='async'"):
@@ -117,7 +118,7 @@ def test_eval_engine_settings_are_checked_at_start():
 
 
 def test_the_eval_engine_gets_a_thread_share_without_shrinking_the_others():
-    from agentrl.cluster.cpu_threads import actor_env_vars, role_threads
+    from agentrl.cluster.actors.cpu_threads import actor_env_vars, role_threads
     from agentrl.config import load_config
 
     base = ["controller.mode=async", "eval.every=1", "cluster.placement.trainer.num_cpus=2"]

@@ -1,5 +1,5 @@
 """The async driver leaves at once on an interrupt while the trainer step runs in its
-background thread (``agentrl.cluster.async_controller.step_while_pumping``). End to end (a
+background thread (``agentrl.driver.stream_source.step_while_pumping``). End to end (a
 SIGTERM to ``agentrl train`` mid-update, the run marked interrupted, the resume training every
 task instance once): ``tests/integration/cluster/test_async_train.py``'s chaos test."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agentrl.cluster.async_controller import in_background, step_while_pumping
+from agentrl.driver.stream_source import in_background, step_while_pumping
 
 
 def test_an_interrupt_while_the_step_runs_propagates_without_waiting_for_it():

@@ -1,4 +1,4 @@
-"""Issue 12 item 2, last sentence: one group whose members were sampled under two policy
+"""Credit ignores policy versions within a group: one group whose members were sampled under two policy
 versions (a partial rollout: member 1's first turn spans a weight update, its second turn is
 all new-version tokens) gets exactly the credit it would get had every token come from one
 version. GiGPO's anchor groups are keyed by group and anchor state, never by version or

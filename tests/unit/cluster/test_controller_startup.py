@@ -20,7 +20,7 @@ def _hf_folder(path, vocab_size: int) -> str:
 def test_a_reference_with_another_vocabulary_stops_train_before_ray_starts(tmp_path) -> None:
     import ray
 
-    from agentrl.cluster.controller import train
+    from agentrl.driver.controller import train
     from agentrl.config import load_config
 
     policy = _hf_folder(tmp_path / "policy", 49152)

@@ -1,11 +1,11 @@
-"""Per-actor OpenMP threads and engine cores (agentrl.cluster.cpu_threads). On real Ray (that
+"""Per-actor OpenMP threads and engine cores (agentrl.cluster.actors.cpu_threads). On real Ray (that
 an actor's env_vars win over the job's, reach the worker before torch is imported, and bind
 OpenMP): tests/integration/cluster/test_engine_pool.py."""
 
 from __future__ import annotations
 
-from agentrl.cluster.cpu_threads import actor_env_vars, engine_cores, role_threads
-from agentrl.cluster.ray_setup import role_options
+from agentrl.cluster.actors.cpu_threads import actor_env_vars, engine_cores, role_threads
+from agentrl.cluster.actors.placement import role_options
 from agentrl.config import load_config
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from ray.exceptions import ActorDiedError
 
-from agentrl.cluster.engine_pool import (abort_requests, assign_requests, describe_engine, merge_rollout_metrics,
-                                         split_contiguous)
+from agentrl.cluster.engines.dispatch import (abort_requests, assign_requests, describe_engine, merge_rollout_metrics,
+                                             split_contiguous)
 from agentrl.config import AlgorithmConfig
 from agentrl.credit import assign_credit
 from agentrl.rollout.loop import rollout_metrics

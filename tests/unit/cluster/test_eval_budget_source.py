@@ -1,7 +1,7 @@
 """Where ``agentrl eval``'s budget comes from, said where a user reads it: ``budget_source``
 (the run's stored config, the packaged default config, or the built-in defaults; the
 overrides that change it), the line ``agentrl eval`` prints before it rolls out, its
-``--help`` and the README, whose numbers must be those of the configs they name."""
+``--help`` and docs/eval-and-diagnose.md, whose numbers must be those of the configs they name."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from agentrl.cli import app
-from agentrl.cluster.evaluate import budget_source, eval_config, resolve_target
+from agentrl.commands.evaluate import budget_source, eval_config, resolve_target
 from agentrl.config import EvalConfig, load_default_config
 from agentrl.eval.report import format_budget
 
@@ -82,7 +82,7 @@ def test_agentrl_eval_prints_its_budget_before_anything_runs(tmp_path):
     assert out.index("budget:") < out.index("error: replay store url='nosuch://x'")
 
 
-def test_help_and_readme_name_the_source_and_its_numbers():
+def test_help_and_docs_name_the_source_and_its_numbers():
     r = CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "300"})
     assert r.exit_code == 0
     text = re.sub(r"[\s│]+", " ", r.output)
@@ -93,8 +93,8 @@ def test_help_and_readme_name_the_source_and_its_numbers():
     assert (f"otherwise the built-in defaults (temperature {b.temperature:.1f}, max_turns {b.max_turns}, "
             f"max_new_tokens {b.max_new_tokens}, all tasks)") in text and b.num_tasks is None
     assert "printed before the rollout" in text
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Held-out evaluation"):readme.index("## Task difficulty")]
+    page = (REPO / "docs" / "eval-and-diagnose.md").read_text()
+    section = page[page.index("## Held-out evaluation"):page.index("## Task difficulty")]
     assert (f"temperature {d.temperature:g}, {d.max_turns} turns, {d.max_new_tokens} new tokens, {d.num_tasks} tasks "
             f"x {d.samples} samples") in section
     assert f"temperature {b.temperature:.1f}, {b.max_turns} turns, {b.max_new_tokens} new tokens, all tasks" in section

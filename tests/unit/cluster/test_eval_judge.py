@@ -1,4 +1,4 @@
-"""The eval judge kept apart from the training reward (agentrl/cluster/judge.py): an env's
+"""The eval judge kept apart from the training reward (agentrl/driver/judge.py): an env's
 declared ``judge_kwargs`` reach every eval episode (``agentrl eval``'s config and identity,
 ``eval.every``'s budget, the engine's env factory) and the report names the judge. The
 sandboxed grading under both judges is
@@ -14,13 +14,14 @@ from types import SimpleNamespace
 import gymnasium
 import pytest
 
-from agentrl.cluster.actors import budget_applied, make_env_factory
-from agentrl.cluster.evaluate import eval_budget, eval_config, eval_identity, eval_run_id, resolve_target
-from agentrl.cluster.judge import declared_judge_kwargs, judge_env_kwargs, judge_label
+from agentrl.cluster.actors.env_factory import EnvFactory
+from agentrl.driver.evaluation import eval_budget
+from agentrl.commands.evaluate import eval_config, eval_identity, eval_run_id, resolve_target
+from agentrl.driver.judge import declared_judge_kwargs, judge_env_kwargs, judge_label
 from agentrl.config import config_from_dict
 from agentrl.errors import ContractError
 from agentrl.eval.report import format_settings
-from agentrl.rollout.loop import RolloutLimits
+from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord
 from environments.guess_number import GuessNumberEnv
 
@@ -89,7 +90,7 @@ def test_agentrl_eval_of_a_run_trained_on_visible_tests_is_judged_on_the_hidden_
     assert cfg.env.kwargs == {"reward_tests": "hidden", "max_tool_calls": 2}  # the engines make envs with these
     assert eval_identity(target, cfg)["env_kwargs"] == {"reward_tests": "hidden", "max_tool_calls": 2}
     # eval.every: the training config's budget carries the judge's kwargs to the engines
-    assert eval_budget(train_cfg)["env_kwargs"] == {"reward_tests": "hidden", "max_tool_calls": 2}
+    assert eval_budget(train_cfg).env_kwargs == {"reward_tests": "hidden", "max_tool_calls": 2}
 
 
 def test_two_evals_under_different_judges_never_share_a_run_id(tmp_path, judged_env, monkeypatch):
@@ -103,33 +104,34 @@ def test_two_evals_under_different_judges_never_share_a_run_id(tmp_path, judged_
 
 def test_the_engines_env_factory_makes_eval_envs_with_the_judges_kwargs(judged_env):
     cfg = config_from_dict({"env": {"id": judged_env, "kwargs": {"max_guesses": 5}}})
-    factory = make_env_factory(cfg, "test-judge")  # GuessNumber needs no sandbox
+    factory = EnvFactory(cfg, "test-judge")  # GuessNumber needs no sandbox
     limits = RolloutLimits(max_turns=6, max_new_tokens=64, max_context_tokens=1024)
-    worker = SimpleNamespace(limits=limits, sampling=SamplingRecord(temperature=0.7), env_factory=factory)
+    sampling = SamplingRecord(temperature=0.7)
+    worker = RolloutWorker(SimpleNamespace(), SimpleNamespace(tokenizer=None), factory, limits, sampling)
     req = EpisodeRequest(env_id=judged_env, task_id=GuessNumberEnv.task_ids("test")[0], seed=0, group_id="g", sample_seed=0)
 
-    def guesses() -> int:
-        env, sandbox = factory(req)
+    def guesses(make) -> int:
+        env, sandbox = make(req)
         assert sandbox is None
         n = env.unwrapped.max_guesses
         env.close()
         return n
 
     budget = eval_budget(cfg)
-    assert guesses() == 5  # training episodes
-    with budget_applied(worker, budget):
-        assert guesses() == 2  # eval episodes: the judge's kwargs
-        assert (worker.limits.max_turns, worker.sampling.temperature) == (cfg.eval.max_turns, cfg.eval.temperature)
-    assert guesses() == 5 and worker.limits is limits
-    with pytest.raises(RuntimeError), budget_applied(worker, budget):
-        raise RuntimeError("an engine fault mid-eval")
-    assert guesses() == 5 and worker.limits is limits  # restored when the rollout raises
+    assert guesses(factory) == 5  # training episodes
+    evaluating = worker.with_budget(budget)  # what RolloutWorker.run rolls out a budgeted call with
+    assert guesses(evaluating.env_factory) == 2  # eval episodes: the judge's kwargs
+    assert (evaluating.limits.max_turns, evaluating.limits.max_new_tokens, evaluating.sampling) == \
+        (cfg.eval.max_turns, cfg.eval.max_new_tokens, SamplingRecord(temperature=cfg.eval.temperature))
+    # the worker and its factory are never changed by a budgeted call
+    assert guesses(factory) == 5 and worker.limits is limits and worker.sampling is sampling
+    assert worker.env_factory is factory and factory.env_kwargs == {"max_guesses": 5}
 
 
 def test_a_rerun_finds_which_stored_episodes_are_a_training_runs_evals(tmp_path):
     """``agentrl replay rerun`` makes an eval episode's env with the judge's kwargs: it tells
     the run's eval episodes from its training ones by their stored kind (paged)."""
-    from agentrl.cluster.rerun import _is_eval_episode
+    from agentrl.commands.rerun import _is_eval_episode
     from agentrl.replay import ReplayStore
     from tests.helpers.episodes import make_episode
 
@@ -169,10 +171,7 @@ def _record_rollout_budget(monkeypatch) -> dict:
     """Stand-ins for Ray, the sandbox hosts and the engines (the real path is the integration
     test tests/integration/cluster/test_profile_train.py): the budget ``evaluate`` hands the
     engines' rollout is recorded, then the rollout raises ``_Recorded``."""
-    import agentrl.cluster.engine_pool as engine_pool
-    import agentrl.cluster.ray_setup as ray_setup
-    import agentrl.cluster.sandbox_host as sandbox_host
-    import sandboxes
+    import agentrl.commands.evaluate as evaluate_module
 
     seen: dict = {}
 
@@ -190,11 +189,12 @@ def _record_rollout_budget(monkeypatch) -> dict:
         def kill(self):
             pass
 
-    monkeypatch.setattr(engine_pool, "EnginePool", Pool)
-    monkeypatch.setattr(ray_setup, "connect", lambda cfg: False)
-    monkeypatch.setattr(sandbox_host, "start_sandbox_hosts", lambda cfg, run_id: [])
-    monkeypatch.setattr(sandbox_host, "stop_sandbox_hosts", lambda hosts: None)
-    monkeypatch.setattr(sandboxes, "reap_orphans", lambda *a, **k: None)
+    # the names as agentrl.commands.evaluate imported them
+    monkeypatch.setattr(evaluate_module, "EnginePool", Pool)
+    monkeypatch.setattr(evaluate_module, "connect", lambda cfg: False)
+    monkeypatch.setattr(evaluate_module, "start_sandbox_hosts", lambda cfg, run_id: [])
+    monkeypatch.setattr(evaluate_module, "stop_sandbox_hosts", lambda hosts: None)
+    monkeypatch.setattr(evaluate_module, "reap_orphans", lambda *a, **k: None)
     return seen
 
 
@@ -202,8 +202,8 @@ def _record_rollout_budget(monkeypatch) -> dict:
 def test_the_engines_grade_with_the_training_reward_exactly_when_judge_is_false(tmp_path, monkeypatch, judge, graded):
     """``agentrl tasks profile`` (``evaluate(judge=False)``) must score the training reward
     on the engines too, not only in its stored config: the rollout budget's ``env_kwargs``
-    are the kwargs every eval env is made with (``actors.budget_applied``)."""
-    from agentrl.cluster.evaluate import evaluate
+    are the kwargs every eval env is made with (``RolloutWorker.with_budget``)."""
+    from agentrl.commands.evaluate import evaluate
 
     seen = _record_rollout_budget(monkeypatch)
     with pytest.raises(_Recorded):
@@ -211,7 +211,7 @@ def test_the_engines_grade_with_the_training_reward_exactly_when_judge_is_false(
                                          "eval.split=train", "eval.num_tasks=1", "eval.samples=1"],
                  allow_overlap=True, replay_url=f"sqlite:///{tmp_path / 'replay.db'}", judge=judge)
     assert seen["cfg_kwargs"] == {"reward_tests": graded}
-    assert seen["budget"]["env_kwargs"] == {"reward_tests": graded}
+    assert seen["budget"].env_kwargs == {"reward_tests": graded}
 
 
 def test_a_rerun_of_an_eval_runs_episode_uses_the_config_that_eval_rolled_out_with(tmp_path, judged_env, monkeypatch):
@@ -221,8 +221,8 @@ def test_a_rerun_of_an_eval_runs_episode_uses_the_config_that_eval_rolled_out_wi
     A training run's eval episodes still get the judge's (``test_a_rerun_finds_...``)."""
     import dataclasses
 
-    import agentrl.cluster.actors as actors
-    from agentrl.cluster.rerun import rerun_stored_episode
+    import agentrl.cluster.actors.env_factory as env_factory
+    from agentrl.commands.rerun import rerun_stored_episode
     from agentrl.replay import ReplayStore
     from tests.helpers.episodes import make_episode
 
@@ -232,7 +232,7 @@ def test_a_rerun_of_an_eval_runs_episode_uses_the_config_that_eval_rolled_out_wi
         made.append(dict(cfg.env.kwargs))
         raise _Recorded
 
-    monkeypatch.setattr(actors, "make_env_factory", factory)
+    monkeypatch.setattr(env_factory, "EnvFactory", factory)
     url = f"sqlite:///{tmp_path / 'replay.db'}"
     profile_cfg = config_from_dict({"env": {"id": judged_env, "kwargs": {"max_guesses": 5}}}).model_dump(mode="json")
     train_cfg = profile_cfg  # a training run's stored config: its env.kwargs are the training reward's

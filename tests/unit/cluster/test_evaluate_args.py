@@ -13,15 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrl.cli import app
-from agentrl.cluster.evaluate import (
-    check_replaceable,
-    eval_config,
-    eval_identity,
-    eval_requests,
-    eval_run_id,
-    held_out_task_ids,
-    resolve_target,
-)
+from agentrl.commands.evaluate import check_replaceable, eval_config, eval_identity, eval_run_id, resolve_target
+from agentrl.driver.evaluation import eval_requests, held_out_task_ids
 from agentrl.errors import CheckpointError, ConfigError
 from agentrl.replay import ReplayStore
 
@@ -182,7 +175,9 @@ def test_cli_errors_are_one_line(tmp_path):
 
 
 def test_eval_during_training_settings_are_checked_at_start():
-    from agentrl.cluster.evaluate import TrainingEval, eval_budget
+    from agentrl.driver.evaluation import TrainingEval, eval_budget
+    from agentrl.rollout.budget import RolloutBudget
+    from agentrl.types import SamplingRecord
     from agentrl.config import load_config, load_default_config
 
     with pytest.raises(ConfigError, match="eval.engine='rollout' with controller.mode='async'"):  # async: a dedicated one
@@ -196,9 +191,10 @@ def test_eval_during_training_settings_are_checked_at_start():
     assert load_default_config().eval.max_context_tokens == 2048
     cfg = load_config(None, [f"env.id={GUESS}", "eval.every=2", "eval.num_tasks=3", "eval.max_new_tokens=5"])
     te = TrainingEval(cfg)
-    assert len(te.task_ids) == 3 and [te.due(i) for i in range(4)] == [False, True, False, True]
-    assert eval_budget(cfg) == {"temperature": 1.0, "max_turns": 3, "max_new_tokens": 5, "max_context_tokens": 2048,
-                                "env_kwargs": {}}  # GuessNumber declares no separate judge: the run's env.kwargs
+    assert len(te.task_ids) == 3 and [te.due(i) for i in range(1, 5)] == [False, True, False, True]
+    assert eval_budget(cfg) == RolloutBudget(max_turns=3, max_new_tokens=5, max_context_tokens=2048,
+                                             sampling=SamplingRecord(temperature=1.0, top_p=1.0, top_k=-1),
+                                             env_kwargs={})  # GuessNumber declares no separate judge: the run's env.kwargs
     assert TrainingEval(load_config(None, [f"env.id={GUESS}"])).task_ids == []  # every=0: nothing to check
     with pytest.raises(ConfigError, match="--allow-overlap"):
         TrainingEval(load_config(None, [f"env.id={GUESS}", "eval.every=1", "eval.split=all"]))
@@ -211,7 +207,7 @@ def test_the_train_summary_shows_eval_pass_at_1_only_when_measured():
 
     from rich.console import Console
 
-    from agentrl.cli import _summary_table
+    from agentrl.cli.train import summary_table as _summary_table
 
     def render(history):
         c = Console(width=200, record=True)
@@ -224,7 +220,7 @@ def test_the_train_summary_shows_eval_pass_at_1_only_when_measured():
 
 
 def test_eval_before_and_after_training_are_due_once_each():
-    from agentrl.cluster.evaluate import TrainingEval
+    from agentrl.driver.evaluation import TrainingEval
     from agentrl.config import load_config
 
     # async mode: on the dedicated eval engine (tests/unit/cluster/test_async_eval.py)
@@ -232,11 +228,11 @@ def test_eval_before_and_after_training_are_due_once_each():
     base = [f"env.id={GUESS}", "run.iterations=3", "eval.num_tasks=2"]
     te = TrainingEval(load_config(None, [*base, "eval.before_training=true", "eval.after_training=true"]))
     assert len(te.task_ids) == 2  # the held-out split is checked at start-up, as with eval.every
-    assert [te.due(i) for i in range(3)] == [False, False, True] and te.due_before(0) and not te.due_before(2)
+    assert [te.due(i) for i in range(1, 4)] == [False, False, True] and te.due_before(0) and not te.due_before(2)
     both = TrainingEval(load_config(None, [*base, "eval.every=3", "eval.after_training=true"]))
-    assert [both.due(i) for i in range(3)] == [False, False, True]  # the last iteration evaluated once, not twice
+    assert [both.due(i) for i in range(1, 4)] == [False, False, True]  # the last iteration evaluated once, not twice
     off = TrainingEval(load_config(None, base))
-    assert off.task_ids == [] and not off.due_before(0) and not any(off.due(i) for i in range(3))
+    assert off.task_ids == [] and not off.due_before(0) and not any(off.due(i) for i in range(1, 4))
 
 
 def test_the_train_summary_ends_with_eval_before_and_after():
@@ -265,7 +261,7 @@ def test_a_bare_model_on_another_env_is_evaluated_without_the_packaged_defaults_
     """The packaged default is tuned for its env (ShellLookup: eval.num_tasks 12, temperature 0.3,
     stop strings): ``agentrl eval MODEL --env OTHER`` starts from the built-in defaults instead, so
     HumanEval is not silently cut to its first 12 test tasks; the packaged env keeps them."""
-    from agentrl.cluster.evaluate import eval_config, resolve_target
+    from agentrl.commands.evaluate import eval_config, resolve_target
     from agentrl.config import load_default_config
 
     target = resolve_target("tiny-random-smollm2")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.cluster.export import (
+from agentrl.commands.export import (
     EXPORT_MARKER,
     _export_trainer_config,
     check_out_dir,

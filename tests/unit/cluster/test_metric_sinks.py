@@ -1,4 +1,4 @@
-"""TensorBoard and W&B (offline) sinks (agentrl/cluster/metric_sinks.py): metrics lines go
+"""TensorBoard and W&B (offline) sinks (agentrl/driver/metric_sinks.py): metrics lines go
 through ``RunDir.append_metrics`` (the path every iteration takes) and are read back with
 the libraries' own readers (TensorBoard's ``EventAccumulator``; the W&B offline run's
 ``.wandb`` file through W&B's protobuf records, tests/helpers/wandb_log.py), then compared
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.cluster.checkpoint import RunDir
-from agentrl.cluster.metric_sinks import Sinks, check_packages, open_sinks, scalars_of, wandb_run_id
+from agentrl.driver.checkpoint import RunDir
+from agentrl.driver.metric_sinks import Sinks, check_packages, open_sinks, scalars_of, wandb_run_id
 from agentrl.config import load_config
 from agentrl.errors import ConfigError, ContractError
 

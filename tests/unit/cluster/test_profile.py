@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from agentrl.cluster.evaluate import EvalTarget, eval_config
-from agentrl.cluster.profile import DifficultyFilter, fold_profile, profile_overrides, profile_seed
+from agentrl.commands.evaluate import EvalTarget, eval_config
+from agentrl.driver.difficulty import DifficultyFilter, fold_profile, profile_seed
+from agentrl.commands.profile import profile_overrides
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
 from agentrl.tasks import TaskSource
@@ -42,15 +43,15 @@ def test_bad_filter_settings_are_config_errors_naming_the_values(override, needl
 def test_a_run_profiles_at_its_start_then_every_n_iterations_and_resumes_without_an_extra_profile():
     once, every2 = DifficultyFilter(_cfg(), IDS), DifficultyFilter(_cfg("env.profile_every=2"), IDS)
     src = TaskSource("e", IDS, seed=5, group_size=2)
-    assert once.due(src, 0) and every2.due(src, 0)  # no profile yet
-    src.set_skip({"a"}, policy_version=0, iteration=0)
-    assert not once.due(src, 0) and not any(once.due(src, it) for it in range(1, 9))  # profile_every 0: once
-    assert [it for it in range(9) if every2.due(src, it)] == [2, 4, 6, 8]
+    assert once.due(src, 1) and every2.due(src, 1)  # no profile yet
+    src.set_skip({"a"}, policy_version=0, iteration=1)
+    assert not once.due(src, 1) and not any(once.due(src, it) for it in range(2, 10))  # profile_every 0: once
+    assert [it for it in range(1, 10) if every2.due(src, it)] == [3, 5, 7, 9]
     resumed = TaskSource("e", IDS, seed=5, group_size=2)
-    resumed.load_state_dict(src.state_dict())  # a checkpoint after iteration 0 or 1
-    assert not every2.due(resumed, 1) and every2.due(resumed, 2)
+    resumed.load_state_dict(src.state_dict())  # a checkpoint after iteration 1 or 2
+    assert not every2.due(resumed, 2) and every2.due(resumed, 3)
     off = DifficultyFilter(load_config(None, ["env.id=agentrl/GuessNumber-v0"]), IDS)
-    assert not off.due(TaskSource("e", IDS, seed=5, group_size=2), 0)
+    assert not off.due(TaskSource("e", IDS, seed=5, group_size=2), 1)
 
 
 class _Pool:
@@ -147,8 +148,8 @@ def test_a_config_that_evaluates_during_training_still_profiles_with_a_lower_rol
     """A run that evaluated before training (eval.max_context_tokens 2048) profiled with
     rollout.max_context_tokens=512: the training-eval check would refuse that config, but a
     profile trains nothing; the eval config gets the rollout's limits and the run's seed."""
-    from agentrl.cluster.evaluate import resolve_target
-    from agentrl.cluster.profile import profile_eval_overrides
+    from agentrl.commands.evaluate import resolve_target
+    from agentrl.commands.profile import profile_eval_overrides
 
     run = tmp_path / "run"
     (run / "checkpoints" / "iter_1" / "trainer").mkdir(parents=True)

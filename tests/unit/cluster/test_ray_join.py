@@ -9,9 +9,9 @@ import traceback
 
 import pytest
 
-from agentrl.cluster.error_text import raised_error
-from agentrl.cluster.ray_join import recorded_cluster_addresses, user_py_modules
-from agentrl.cluster.ray_setup import actor_failure_message
+from agentrl.cluster.actors.error_text import raised_error
+from agentrl.cluster.actors.ray_join import recorded_cluster_addresses, user_py_modules
+from agentrl.cluster.actors.actor_errors import actor_failure_message
 from agentrl.config import Config
 from agentrl.errors import ConfigError
 
@@ -94,8 +94,8 @@ def test_auto_reads_the_default_record(tmp_path, monkeypatch):
 # What Ray's ActorDiedError says when a constructor raised (Ray 2.60; colour codes as Ray prints them).
 CREATION = (
     "The actor died because of an error raised in its creation task, \x1b[36mray::TrainerActor.__init__()\x1b[39m "
-    "(pid=30898, ip=192.0.2.2, actor_id=ab12, repr=<agentrl.cluster.actors.TrainerActor object at 0x7f>)\n"
-    "  File \"/work/main/agentrl/cluster/actors.py\", line 489, in __init__\n"
+    "(pid=30898, ip=192.0.2.2, actor_id=ab12, repr=<agentrl.cluster.actors.rollout_actor.TrainerActor object at 0x7f>)\n"
+    "  File \"/work/main/agentrl/cluster/actors/rollout_actor.py\", line 489, in __init__\n"
     "    self.cfg = Config.model_validate(cfg_dict)\n"
     "pydantic_core._pydantic_core.ValidationError: 1 validation error for Config\n"
     "  Value error, env.import_modules: module 'calc_env' could not be imported (ModuleNotFoundError: No module "

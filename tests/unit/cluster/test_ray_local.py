@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.cluster.ray_local import OWNER_VAR, labelled_ray_processes, labelled_start, reap_dead_ray_instances
+from agentrl.cluster.actors.ray_local import OWNER_VAR, labelled_ray_processes, labelled_start, reap_dead_ray_instances
 from sandboxes.labels import Owner, namespaced_pids, process_start_ticks
 
 REPO = Path(__file__).resolve().parents[3]

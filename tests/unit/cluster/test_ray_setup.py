@@ -4,7 +4,9 @@ tests/integration/cluster/test_ray_connect.py for the live versions) as one line
 
 import pytest
 
-from agentrl.cluster.ray_setup import actor_failure_message, as_cluster_error, check_placement, role_options
+from agentrl.cluster.actors.actor_errors import actor_failure_message, as_cluster_error
+
+from agentrl.cluster.actors.placement import check_placement, role_options
 from agentrl.config import load_config
 from agentrl.errors import ClusterError, ConfigError
 
@@ -237,7 +239,7 @@ def test_a_local_ray_that_does_not_start_is_one_cluster_error(monkeypatch):
     integration test's ``agentrl train`` does."""
     import ray
 
-    from agentrl.cluster.ray_setup import connect
+    from agentrl.cluster.actors.ray_connect import connect
 
     said = ("The current node timed out during startup. This could happen because some of the raylet "
             "failed to startup or the GCS has become overloaded.")

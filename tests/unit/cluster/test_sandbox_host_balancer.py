@@ -1,5 +1,5 @@
-"""``HostBalancer`` (which sandbox host a rollout actor uses next) and the pure helpers of
-``agentrl.cluster.sandbox_host``; the hosts themselves run on real Ray in
+"""``HostBalancer`` (which sandbox host a rollout actor uses next) (``agentrl.cluster.actors.remote_sandbox``) and the
+pure helpers of ``agentrl.cluster.actors.sandbox_host``; the hosts themselves run on real Ray in
 ``tests/integration/cluster/test_sandbox_host.py``."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from agentrl.cluster.sandbox_host import HostBalancer, _error_reply, _spec_of, sandbox_spec
+from agentrl.cluster.actors.remote_sandbox import HostBalancer
+from agentrl.cluster.actors.sandbox_host import _error_reply, _spec_of, sandbox_spec
 from agentrl.config import load_config
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes import SandboxSpec

@@ -1,4 +1,4 @@
-"""The async controller's pure logic (``agentrl.cluster.staleness``) on known sequences:
+"""The async controller's pure logic (``agentrl.driver.staleness``) on known sequences:
 the admission cap, the must-include rule, drop and re-issue, the staleness histogram, and the
 ``controller:`` config errors. A simulated run at the end drives ``_Streamer`` (the
 controller's admission and collection) against an in-process stand-in for the streaming
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from agentrl.cluster.staleness import GroupBuffer, split_stale, staleness_metrics
+from agentrl.driver.staleness import GroupBuffer, split_stale, staleness_metrics
 from agentrl.config import load_default_config
 from agentrl.errors import ConfigError, ContractError
 from agentrl.tasks import TaskSource, requests_from_state, requests_state, retry_requests
@@ -158,8 +158,13 @@ class _FakeStream:
     number of collects, its turn tagged with the version current at its start and at its
     end (a partial rollout across a load)."""
 
+    engines_lost = 0
+
     def __init__(self, run, rng: random.Random) -> None:
         self.run, self.rng, self.running = run, rng, {}
+
+    def stream_start(self, policy_version):
+        pass
 
     def stream_submit(self, reqs):
         for r in reqs:
@@ -182,7 +187,7 @@ class _FakeStream:
 def test_simulated_run_never_trains_a_row_older_than_k_and_each_group_once(k):
     from types import SimpleNamespace
 
-    from agentrl.cluster.async_controller import _Streamer
+    from agentrl.driver.stream_source import _Streamer
 
     B = 3
     run = SimpleNamespace(policy_version=0, tasks=_source(), cfg=load_default_config([f"controller.max_staleness={k}"]))
@@ -208,7 +213,7 @@ def test_simulated_run_never_trains_a_row_older_than_k_and_each_group_once(k):
 def test_a_stale_group_is_dropped_at_consumption_and_its_retry_trained_instead():
     from types import SimpleNamespace
 
-    from agentrl.cluster.async_controller import _Streamer
+    from agentrl.driver.stream_source import _Streamer
 
     run = SimpleNamespace(policy_version=5, tasks=_source(), cfg=load_default_config(["controller.max_staleness=1"]))
     run.pool = _FakeStream(run, random.Random(0))
@@ -234,19 +239,21 @@ def test_a_stale_group_is_dropped_at_consumption_and_its_retry_trained_instead()
 @pytest.mark.parametrize("k", [0, 1])
 def test_dynamic_sampling_refills_with_further_groups_within_the_bound(k):
     """Every group of the stand-in stream has equal rewards, so dynamic sampling filters all
-    of them: each update takes B groups and refills max_refill_rounds times; the filtered
-    groups free their slots at once, so the refills do not wait for ever (k = 0 too)."""
+    of them: each update takes B groups and refills max_refill_rounds times (the loop's one
+    refill, ``take_update``, over the streaming source); the filtered groups free their slots
+    at once, so the refills do not wait for ever (k = 0 too)."""
     from types import SimpleNamespace
 
-    from agentrl.cluster.async_controller import _Streamer
+    from agentrl.driver.loop import take_update
+    from agentrl.driver.stream_source import StreamSource
 
     B, rounds = 2, 2
     cfg = load_default_config([f"controller.max_staleness={k}", "algorithm.dynamic_sampling=true",
                                f"algorithm.max_refill_rounds={rounds}", f"env.tasks_per_iteration={B}"])
     run = SimpleNamespace(policy_version=0, tasks=_source(), cfg=cfg)
     run.pool = _FakeStream(run, random.Random(1))
-    buf = GroupBuffer(B, k)
-    streamer = _Streamer(run, buf)
+    source = StreamSource(run, None)
+    buf, streamer = source.buf, source.streamer
     calls = {"n": 0}
     pump = streamer.pump
 
@@ -258,8 +265,10 @@ def test_dynamic_sampling_refills_with_further_groups_within_the_bound(k):
     streamer.pump = bounded_pump
     seen: list[str] = []
     for _ in range(3):
-        groups, dropped, refills = streamer.groups_for_update({})
-        assert refills == rounds and len(groups) == B * (1 + rounds) and not dropped
+        taken, refills = take_update(run, source, {})
+        groups = source.groups
+        assert refills == rounds and len(groups) == B * (1 + rounds) and not source.dropped and not taken.dropped
+        assert len(taken.episodes) == sum(len(g.episodes()) for g in groups)
         assert all(g.complete and run.policy_version - g.oldest_version() <= k for g in groups)
         seen += [g.group_id for g in groups]
         run.policy_version += 1

@@ -1,4 +1,4 @@
-"""The start-up template check (``agentrl.cluster.actors.check_chat_template``) guards the
+"""The start-up template check (``agentrl.cluster.actors.rollout_actor.check_chat_template``) guards the
 prompt mode that needs it: full_history extends the prompt turn by turn (delta tokenization);
 per_step renders each step's whole prompt, so a template that cannot be extended is allowed
 there. The probe renders the environment's own tools where its class declares them."""
@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from agentrl.cluster.actors import PROBE_TOOLS, check_chat_template
+from agentrl.cluster.actors.rollout_actor import PROBE_TOOLS, check_chat_template
 from agentrl.config import config_from_dict
 from agentrl.errors import TemplateError
 from agentrl.rollout.chat import ChatTokenizer

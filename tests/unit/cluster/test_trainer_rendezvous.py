@@ -9,8 +9,8 @@ import socket
 import psutil
 import pytest
 
-from agentrl.cluster.actors import _interface_of
-from agentrl.cluster.trainer_group import rendezvous_deadline_s
+from agentrl.cluster.actors.trainer_actor import _interface_of
+from agentrl.cluster.actors.trainer_group import rendezvous_deadline_s
 
 
 def test_interface_of_each_ipv4_address_of_this_machine():

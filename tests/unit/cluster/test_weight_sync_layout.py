@@ -1,4 +1,4 @@
-"""The flat weight buffer of ``agentrl.cluster.weight_sync``: packing keeps every tensor's
+"""The flat weight buffer of ``agentrl.cluster.engines.weight_sync``: packing keeps every tensor's
 values, dtype and shape, lays same-dtype tensors back to back (so q/k/v stay adjacent), and
 reuses its memory across syncs; ``weight_load._fused`` gives the fused q/k/v weight as a
 view when the parts are adjacent and as a copy when they are not."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.cluster.weight_sync import FlatBuffer, FlatLayout
+from agentrl.cluster.engines.weight_sync import FlatBuffer, FlatLayout
 from agentrl.errors import ClusterError
 from agentrl.rollout.weight_load import _fused
 

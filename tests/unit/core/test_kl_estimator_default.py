@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentrl.cluster.checkpoint import RunDir
+from agentrl.driver.checkpoint import RunDir
 from agentrl.config import KLSection, code_defaults, trainer_configs
 from agentrl.trainer.config import KL_DEFAULT_ESTIMATORS, KLConfig, TrainerConfig
 

@@ -128,7 +128,7 @@ def test_the_viewer_says_skipped_too(store, tmp_path):
 
     from fastapi.testclient import TestClient
 
-    from agentrl.replay.queries import ReadOnlyDB
+    from agentrl.replay.read import ReadOnlyDB
     from agentrl.replay.viewer import create_app
 
     Run(store, "one").add(0, healthy("one", 0, random.Random(11)), {"rollout/reward_mean": 0.5})

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import event
 
 from agentrl.replay import ReplayStore
-from agentrl.replay.queries import ReadOnlyDB, list_runs, run_metrics
+from agentrl.replay.read import ReadOnlyDB, list_runs, metric_series
 from agentrl.replay.viewer.run_charts import METRIC_KEYS, run_charts
 
 SCHEMA5_DB = Path(__file__).parents[2] / "integration" / "replay" / "data" / "replay_schema5.db"
@@ -67,15 +67,16 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 def test_run_metrics_work_does_not_grow_with_the_keys_it_does_not_read(databases: tuple[str, str]) -> None:
     few, many = databases
-    lean, wide = (_steps(url, lambda db: run_metrics(db, RUN, METRIC_KEYS)) for url in (few, many))
+    lean, wide = (_steps(url, lambda db: metric_series(db, RUN, METRIC_KEYS)) for url in (few, many))
     assert wide <= 1.25 * lean + 20, (lean, wide)
     db = ReadOnlyDB(many)
     try:
-        series = run_metrics(db, RUN, METRIC_KEYS)
+        series = metric_series(db, RUN, METRIC_KEYS)
     finally:
         db.close()
     assert set(series) == set(METRIC_KEYS)
-    assert series["rollout/reward_mean"][-3:] == [(397, 397 % 7), (398, 398 % 7), (399, 399 % 7)]
+    # stored 0-based into the schema-5 file, numbered from 1 by its upgrade (migration 0008)
+    assert series["rollout/reward_mean"][-3:] == [(398, 397 % 7), (399, 398 % 7), (400, 399 % 7)]
 
 
 def test_run_summary_work_does_not_grow_with_the_keys_it_does_not_read(databases: tuple[str, str]) -> None:
@@ -121,14 +122,16 @@ def test_run_charts_make_each_link_once_per_iteration() -> None:
 def test_a_database_without_the_key_index_reads_the_same_series(tmp_path: Path, databases: tuple[str, str]) -> None:
     old = tmp_path / "schema5.db"  # read as it is (read-only): no ix_metrics_key
     shutil.copy(SCHEMA5_DB, old)
-    with sqlite3.connect(old) as conn:
+    with sqlite3.connect(old) as conn:  # numbered from 1 by hand, as the upgraded file is (migration 0008)
+        conn.execute("UPDATE metrics SET iteration = -iteration - 1")
+        conn.execute("UPDATE metrics SET iteration = -iteration")
         conn.executemany("INSERT INTO metrics (run_id, iteration, key, value) VALUES (?, ?, ?, ?)",
-                         [(RUN, it, k, float(it % 7)) for it in ITERATIONS for k in METRIC_KEYS])
+                         [(RUN, it + 1, k, float(it % 7)) for it in ITERATIONS for k in METRIC_KEYS])
     before, after = ReadOnlyDB(f"sqlite:///{old}"), ReadOnlyDB(databases[0])
     try:
         assert not before.has_index("metrics", "key") and after.has_index("metrics", "key")
-        assert run_metrics(before, RUN, METRIC_KEYS) == run_metrics(after, RUN, METRIC_KEYS)
-        assert run_metrics(before, RUN) == run_metrics(after, RUN)  # every key
+        assert metric_series(before, RUN, METRIC_KEYS) == metric_series(after, RUN, METRIC_KEYS)
+        assert metric_series(before, RUN) == metric_series(after, RUN)  # every key
     finally:
         before.close()
         after.close()

@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agentrl.replay import ReplayStore
-from agentrl.replay.queries import ReadOnlyDB, model_paths
+from agentrl.replay.read import ReadOnlyDB, model_paths
 from agentrl.replay.viewer import create_app
 from agentrl.types import Episode, SamplingRecord, TerminationReason, Turn
 
@@ -40,7 +40,7 @@ def test_cli_token_text_matches_transformers_without_importing_it(tiny_model_pat
     from transformers import AutoTokenizer
 
     code = ("import json, sys\n"
-            "from agentrl.cli import _token_text\n"
+            "from agentrl.cli.viewing import token_text as _token_text\n"
             f"texts = _token_text()({tiny_model_path!r}, {tokenizer_ids!r})\n"
             "print(json.dumps({'texts': texts, 'transformers': 'transformers' in sys.modules}))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

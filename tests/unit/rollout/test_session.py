@@ -375,7 +375,7 @@ def test_a_bad_mode_is_a_config_error_naming_it():
 
 def test_the_stream_takes_requests_and_loads_at_any_time_and_stops_cleanly():
     from agentrl.errors import ClusterError
-    from agentrl.rollout.stream import StreamRunner, _LoadProxy
+    from agentrl.rollout.stream import StreamRunner, LoadProxy
 
     session, engine, envs = make(answer_len=10, max_new_tokens=16, steps=1)
     session.shutdown()
@@ -394,7 +394,7 @@ def test_the_stream_takes_requests_and_loads_at_any_time_and_stops_cleanly():
         while len(engine.live) < 2:
             got += stream.collect(0.005)
         assert not got
-        proxy = _LoadProxy(stream, 4, "continue")
+        proxy = LoadProxy(stream, 4, "continue")
         engine.update_weights = lambda tensors, f=engine.update_weights: f(tensors)  # the proxy passes the tensors on
         assert proxy.update_weights(4) == "in_place"  # returns once the weights are live
         assert proxy.stats["policy_version"] == 4 and proxy.stats["preempted_requests"] == 2

