@@ -18,29 +18,10 @@ run id), and the pass rates to a JSON file (``--out``; default ``RUN/profiles/<e
 id>.json`` for a run or checkpoint, ``<run.output_dir>/profiles/<eval run id>.json`` for a
 bare model). Same seed, same numbers.
 
-During training (``DifficultyFilter``, sync mode): before iteration 0 (and before every
-iteration ``i`` with ``i % env.profile_every == 0`` when that is > 0) the run's engines roll
-out every training task ``env.profile_samples`` times at the current policy version; the
-tasks with pass rate 0 or 1 and equal rewards (``agentrl.eval.difficulty``: a partial-credit
-reward that differs between samples keeps a task) become the ``TaskSource``'s skip set until
-the next profile. The
-profile's seed is ``run.seed + 1_000_003 * (iteration + 1)``: other env instances and
-sampling seeds than the training's own requests (with ``run.seed`` the profile of iteration
-0 would sample exactly the episodes iteration 0 then trains on), and ``agentrl tasks
-profile --seed`` reproduces it for a run on the whole split (the CLI profiles the split, not
-``env.task_ids``: another task list, so other env instances and seeds). Its episodes are
-stored with the iteration as ``kind='profile'`` (ids under ``{run_id}/profile``; a resume
-rewinds and re-runs them with the iteration), its file is ``RUN/profiles/iter_<i>.json``,
-and the iteration's metrics get ``profile/*``, ``tokens/profile_generated``, ``time/profile_s``; the profile's tokens are
-added to ``tokens/generated`` and ``tokens/discarded`` (generated, never trained: filtered
-work is paid work). When every task has pass rate 0 or 1 the run trains on all of them
-(a warning and ``profile/fallback_all`` = 1): stopping a run whose policy solves everything,
-or nothing, mid-way would lose it, and the metric says the filter did nothing.
-
-Resume: the skip set and the profile's policy version and iteration are in the
-``TaskSource`` state of every checkpoint; a resumed run re-profiles only where the
-uninterrupted run profiled (the profile before iteration ``i`` comes after checkpoint
-``i``, so it is re-run with the same weights and seed).
+The training run's own profiles (``env.difficulty_filter``) are the driver's
+(``agentrl.driver.difficulty``): the profile before iteration ``i`` (from 1) uses the seed
+``run.seed + 1_000_003 * i`` (``profile_seed``), which ``agentrl tasks profile --seed``
+reproduces for a run on the whole split.
 """
 
 from __future__ import annotations

@@ -91,10 +91,6 @@ class Config(Section):
                 f"algorithm.overlong_buffer_tokens={self.algorithm.overlong_buffer_tokens} must not exceed "
                 f"rollout.max_new_tokens={self.rollout.max_new_tokens}"
             )
-        if self.env.difficulty_filter != "off" and self.controller.mode != "sync":
-            raise ValueError(f"env.difficulty_filter={self.env.difficulty_filter!r} with controller.mode="
-                             f"{self.controller.mode!r}: the difficulty profile runs in sync mode only (it needs every "
-                             "engine at one policy version); use controller.mode=sync or env.difficulty_filter=off")
         if self.controller.mode == "async":
             slots = self.rollout.num_engines * self.rollout.max_num_seqs
             if self.env.group_size > slots:

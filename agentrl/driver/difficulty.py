@@ -13,6 +13,12 @@ stored with the iteration as ``kind='profile'`` (ids ``{run_id}/profile/it<i>/..
 is ``RUN/profiles/iter_<i>.json`` (``i``: the iteration it was made before), and its tokens count as
 generated and discarded work. When every task has pass rate 0 or 1 the run trains on all of
 them (a warning and ``profile/fallback_all`` = 1).
+
+Both controller modes profile through their source's ``before_iteration``: sync mode
+(``agentrl.driver.sync_source``) with ``EnginePool.rollout`` between two iterations, async
+mode (``agentrl.driver.stream_source``) on the running stream while no training request is
+drawn or admitted. In either mode no weight load happens while the profile runs, so every
+profile token is sampled at the one version the profile records (``profile`` checks it).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, Sequence
 from agentrl.config import Config
 from agentrl.driver.iteration import span
 from agentrl.eval.difficulty import profile_from_outcomes, write_profile
+from agentrl.errors import ContractError
 from agentrl.eval.passk import task_outcomes
 from agentrl.rollout.budget import RolloutBudget
 from agentrl.tasks import TaskSource
@@ -84,36 +91,53 @@ class DifficultyFilter:
 
     def restored(self, tasks: Any, done: int) -> None:
         """After ``tasks`` (a ``TaskSource``) was restored from the checkpoint after ``done``
-        iterations, before iteration ``done + 1``: with the filter off (a run resumed with ``env.difficulty_filter=off``, or
-        in ``controller.mode=async``, which refuses the filter), a skip set the checkpoint holds
-        is dropped with a warning, so the order is the unfiltered one, as the setting says."""
+        iterations, before iteration ``done + 1``, in either controller mode: with the filter on,
+        the checkpoint's skip set stays (requests drawn from now on skip what the uninterrupted
+        run skipped); with the filter off (a run resumed with ``env.difficulty_filter=off``), a
+        skip set the checkpoint holds is dropped with a warning, so the order is the unfiltered
+        one, as the setting says."""
         if not self.enabled and tasks.skip is not None:
             log.warning("env.difficulty_filter is off: the checkpoint's skip set (%d tasks, profiled before iteration "
                         "%d) is dropped; iteration %d on draws from every task", len(tasks.skip["skip_task_ids"]),
                         tasks.skip["iteration"], done + 1)
             tasks.clear_skip()
 
-    def before_iteration(self, run: Any, it: int) -> dict[str, float]:
+    def before_iteration(self, run: Any, it: int, pool: Any = None) -> dict[str, float]:
         """Profile before iteration ``it`` when ``due`` (``run``: the ``RunContext``), else ``{}``;
-        the metrics include ``timeline/profile_start_s`` / ``_end_s``."""
+        the metrics include ``timeline/profile_start_s`` / ``_end_s``. ``pool``: what rolls the
+        profile out (``profile``'s), None for ``run.pool``."""
         if not self.due(run.tasks, it):
             return {}
         run.phase(it, "profile")
         start = run.now_s()
-        m = self.profile(run.pool, run.store, run.rd.path, run.run_id, it, run.policy_version, run.tasks)
+        m = self.profile(run.pool if pool is None else pool, run.store, run.rd.path, run.run_id, it,
+                         run.policy_version, run.tasks)
         m.update(span("profile", start, run.now_s()))
         return m
 
     def profile(self, pool: Any, store: Any, run_dir: Path, run_id: str, it: int, policy_version: int,
                 tasks: TaskSource) -> dict[str, float]:
         """Profile every training task at ``policy_version`` on ``pool`` before iteration ``it``,
-        store its episodes and file, set ``tasks``' skip set; returns the metrics (module docstring)."""
+        store its episodes and file, set ``tasks``' skip set; returns the metrics (module docstring).
+
+        ``pool``: anything with ``EnginePool.rollout``'s call, ``rollout(requests, policy_version)
+        -> (episodes, seconds, metrics)`` (sync: the ``EnginePool``; async: the stream's
+        ``_Streamer``), run with the run's own rollout budget.
+
+        Raises:
+            ContractError: a profile episode has a token sampled at another version than
+                ``policy_version`` (a weight load ran during the profile).
+        """
         t0 = time.perf_counter()
         cfg = self.cfg
         seed = profile_seed(cfg.run.seed, it)
         src = TaskSource(cfg.env.id, self.task_ids, seed, cfg.env.profile_samples, run_id=f"{run_id}/profile",
                          iteration=it)
         episodes, _, _ = pool.rollout(src.next_requests(len(self.task_ids)), policy_version)  # the run's own budget
+        other = sorted({v for e in episodes for t in e.turns for v in t.policy_versions} - {int(policy_version)})
+        if other:
+            raise ContractError(f"difficulty profile before iteration {it}: tokens sampled at policy versions {other}, "
+                                f"not only at {policy_version}; a profile must see one policy version")
         prof = profile_from_outcomes(task_outcomes(episodes), self.task_ids, env_id=cfg.env.id, split=cfg.env.split,
                                      policy_version=policy_version, samples=cfg.env.profile_samples, seed=seed,
                                      budget=rollout_budget(cfg).record(), source=run_id, iteration=it)

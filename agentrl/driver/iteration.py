@@ -53,7 +53,7 @@ class RunContext:
     progress: Any = None
     on_iteration: Callable[[int, dict], None] | None = None
     carried: dict[str, float] = field(default_factory=dict)  # timeline of the last checkpoint, for the next line
-    difficulty: Any = None  # agentrl.driver.difficulty.DifficultyFilter (sync mode), or None
+    difficulty: Any = None  # agentrl.driver.difficulty.DifficultyFilter (both modes), or None
 
     def now_s(self) -> float:
         """Seconds since ``train()`` started (the timeline's clock)."""

@@ -35,13 +35,24 @@ controller.max_staleness``:
   and rolls out the held-out split while the loop goes on; ``pump`` moves it along, and its
   results land in the metrics line of the first iteration recorded after the eval finished
   (``agentrl.driver.dedicated_eval``).
-* The difficulty filter is not available here (``sync_source`` says why).
+* The difficulty filter (``env.difficulty_filter``, ``agentrl.driver.difficulty``): when a
+  profile is due before iteration ``i`` (``before_iteration``), the driver stops drawing and
+  admitting training requests, submits the profile's requests to the stream beside the
+  training episodes in flight (which go on and are filed into the buffer as usual) and
+  collects until every profile request has a finished episode (``_Streamer.rollout``). The
+  profile's requests are never admitted to the ``GroupBuffer``: they take no slot, are never
+  trained, and a checkpoint never holds them (none is written during a profile; a resume
+  before iteration ``i`` makes it again, with the same ids). No weight load runs before the
+  update, so the profile sees the one version ``run.policy_version``. The skip set it sets
+  applies to requests drawn after it; groups admitted or queued before it keep their tasks.
+  Then streaming resumes. A checkpoint's skip set is restored on resume as in sync mode.
 
 Metrics per update, beside the synchronous ones: ``async/staleness_mean``,
 ``async/staleness_max``, ``async/staleness_hist/<d>``, ``async/stale_dropped``,
 ``async/in_flight``, ``async/buffered_groups``, ``async/admission_wait_s``,
-``async/preempted_requests``, ``async/restarted_episodes``; ``time/rollout_s`` is the time
-the update waited for complete groups.
+``async/preempted_requests``, ``async/restarted_episodes``; ``time/rollout_s`` is the wall
+time the update waited for its complete groups, the refill's included (the profile's is
+``time/profile_s``), as sync mode measures its rollout calls.
 """
 
 from __future__ import annotations
@@ -55,6 +66,7 @@ from typing import Any, Callable
 from agentrl.driver.iteration import RunContext, UpdateResult
 from agentrl.driver.loop import Evaluator, Taken
 from agentrl.driver.staleness import AdmittedGroup, GroupBuffer, split_stale, staleness_metrics
+from agentrl.errors import ContractError
 from agentrl.tasks import requests_from_state, requests_state, retry_requests
 from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
@@ -111,8 +123,53 @@ def group_requests(requests: list[EpisodeRequest]) -> list[list[EpisodeRequest]]
     return list(groups.values())
 
 
+class SideRollout:
+    """Requests run on the stream beside the training groups and never admitted to the
+    ``GroupBuffer`` (the difficulty profile): each position's attempts until one finishes.
+
+    Args:
+        requests: the requests, unique episode ids.
+    """
+
+    def __init__(self, requests: list[EpisodeRequest]) -> None:
+        self.current = {r.episode_id: p for p, r in enumerate(requests)}  # current attempt's id -> position
+        if len(self.current) != len(requests):
+            raise ContractError(f"side rollout of {len(requests)} requests with {len(self.current)} distinct episode ids")
+        self.attempts: list[list[Episode]] = [[] for _ in requests]  # per position: aborted attempts, then the finished one
+        self.left = len(requests)
+
+    def owns(self, episode_id: str) -> bool:
+        """``episode_id`` is a current attempt of these requests."""
+        return episode_id in self.current
+
+    def add_episode(self, episode: Episode) -> None:
+        """File a finished or aborted episode of a current attempt (an aborted one stays
+        current until ``add_retry`` replaces it)."""
+        p = self.current[episode.episode_id]
+        self.attempts[p].append(episode)
+        if episode.termination_reason != TerminationReason.ABORTED:
+            del self.current[episode.episode_id]
+            self.left -= 1
+
+    def add_retry(self, aborted_episode_id: str, retry: EpisodeRequest) -> None:
+        """``retry`` (``attempt + 1``, already submitted) replaces the aborted attempt."""
+        self.current[retry.episode_id] = self.current.pop(aborted_episode_id)
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+    def episodes(self) -> list[Episode]:
+        """Per request in order, its aborted attempts then its finished episode (as
+        ``EnginePool.rollout`` returns them)."""
+        return [e for eps in self.attempts for e in eps]
+
+
 class _Streamer:
-    """Admission and collection between the buffer and the engines (driver thread only)."""
+    """Admission and collection between the buffer and the engines (driver thread only).
+
+    ``side``: the ``SideRollout`` running now (``rollout``), or None; while one runs no training
+    request is drawn or admitted, and its episodes and retries go to it, not to the buffer."""
 
     def __init__(self, run: RunContext, buf: GroupBuffer, evals: Evaluator | None = None) -> None:
         self.run, self.buf = run, buf
@@ -120,16 +177,19 @@ class _Streamer:
         self.idle_since: float | None = None
         self.admission_wait_s = 0.0
         self.aborted = 0
+        self.side: SideRollout | None = None
 
     def pump(self, wait_s: float) -> None:
-        """Top the queue up with new task instances, admit what the bound allows, submit it,
-        collect what finished (up to ``wait_s`` seconds' wait) and file it."""
-        run, buf = self.run, self.buf
-        while len(buf.pending) < buf.free_slots():
-            buf.queue(run.tasks.next_requests(1))
-        reqs = buf.admit(run.policy_version)
-        if reqs:
-            run.pool.stream_submit(reqs)
+        """Top the queue up with new task instances, admit what the bound allows, submit it
+        (neither while a side rollout runs), collect what finished (up to ``wait_s`` seconds'
+        wait) and file it with the side rollout that owns it or the buffer."""
+        run, buf, side = self.run, self.buf, self.side
+        if side is None:
+            while len(buf.pending) < buf.free_slots():
+                buf.queue(run.tasks.next_requests(1))
+            reqs = buf.admit(run.policy_version)
+            if reqs:
+                run.pool.stream_submit(reqs)
         now = time.perf_counter()
         if run.pool.in_flight() == 0:
             self.idle_since = self.idle_since or now
@@ -138,12 +198,45 @@ class _Streamer:
             self.idle_since = None
         episodes, retries = run.pool.collect(wait_s)
         for ep in episodes:
+            if side is not None and side.owns(ep.episode_id):
+                side.add_episode(ep)
+                continue
             buf.add_episode(ep)
             self.aborted += ep.termination_reason == TerminationReason.ABORTED
         for aborted_id, retry in retries:
-            buf.add_retry(aborted_id, retry)
+            if side is not None and side.owns(aborted_id):
+                side.add_retry(aborted_id, retry)
+            else:
+                buf.add_retry(aborted_id, retry)
         if self.evals is not None:  # never blocks: collect a finished eval, start the waiting one
             self.evals.poll()
+
+    def rollout(self, requests: list[EpisodeRequest], policy_version: int,
+                budget: Any = None) -> tuple[list[Episode], float, dict[str, float]]:
+        """``EnginePool.rollout``'s call on the running stream (the difficulty profile,
+        ``DifficultyFilter.profile``): submit ``requests`` beside the training episodes in
+        flight, drawing and admitting no training request meanwhile, and collect until each
+        has a finished episode (lost engines' requests are retried with ``attempt + 1``, their
+        aborted attempts returned too). Returns ``(episodes, seconds, {})``, episodes as
+        ``SideRollout.episodes``.
+
+        Raises:
+            ContractError: ``policy_version`` is not the engines' (``run.policy_version``), a
+                ``budget`` (the stream samples with the run's own), or a side rollout already runs.
+        """
+        if int(policy_version) != self.run.policy_version or budget is not None or self.side is not None:
+            raise ContractError(f"stream rollout at policy_version={policy_version} (the engines are at "
+                                f"{self.run.policy_version}), budget={budget!r}, another running: "
+                                f"{self.side is not None}; expected the engines' version, no budget, none running")
+        t0 = time.perf_counter()
+        side = self.side = SideRollout(list(requests))
+        try:
+            self.run.pool.stream_submit(list(requests))
+            while not side.done:
+                self.pump(POLL_S)
+        finally:
+            self.side = None
+        return side.episodes(), time.perf_counter() - t0, {}
 
     def flush_idle(self) -> float:
         """Seconds the engines had nothing admitted since the last call."""
@@ -208,7 +301,11 @@ class StreamSource:
         run.pool.stream_start(run.policy_version)
 
     def before_iteration(self, run: RunContext, it: int) -> dict[str, float]:
-        return {}
+        """The difficulty profile when due, on the stream at ``run.policy_version`` with
+        admission paused (module docstring); its metrics."""
+        if run.difficulty is None:
+            return {}
+        return run.difficulty.before_iteration(run, it, pool=self.streamer)
 
     def take(self, groups: int) -> Taken:
         """``groups`` fresh complete groups (``_Streamer.take_fresh``)."""
@@ -224,6 +321,8 @@ class StreamSource:
         return self._take(missing)
 
     def _take(self, groups: int) -> Taken:
+        """``groups`` fresh groups; ``seconds``: the wall time waited for them (``time/rollout_s``
+        sums the take's and the refills')."""
         t0 = time.perf_counter()
         dropped: list[AdmittedGroup] = []
         fresh = self.streamer.take_fresh(groups, dropped)
@@ -285,4 +384,4 @@ def _episodes(groups: list[AdmittedGroup]) -> list[Episode]:
     return [e for g in groups for e in g.episodes()]
 
 
-__all__ = ["POLL_S", "StreamSource", "UPDATE_POLL_S", "group_requests", "in_background", "step_while_pumping"]
+__all__ = ["POLL_S", "SideRollout", "StreamSource", "UPDATE_POLL_S", "group_requests", "in_background", "step_while_pumping"]

@@ -6,12 +6,10 @@ requests to ``pool.rollout`` and waits for every episode, the update starts when
 done, and the next iteration starts after the new weights are in every engine. Nothing runs
 while the trainer steps, so a checkpoint has no rollouts in flight.
 
-The difficulty filter (``env.difficulty_filter``, ``agentrl.driver.difficulty``) lives here:
-it profiles every training task on the run's engines at one policy version before the
-iteration's rollout and sets the ``TaskSource``'s skip set. The streaming source has no such
-point (its engines change versions under running episodes), so ``Config`` refuses the
-filter with ``controller.mode: async`` and a resumed run with the filter off drops a
-checkpoint's skip set (``DifficultyFilter.restored``).
+The difficulty filter (``env.difficulty_filter``, ``agentrl.driver.difficulty``) runs in
+``before_iteration``: it profiles every training task with ``pool.rollout`` at the iteration's
+policy version before the iteration's rollout and sets the ``TaskSource``'s skip set (the
+streaming source does the same on its stream, ``agentrl.driver.stream_source``).
 
 An engine lost mid-rollout turns its in-flight episodes into ``aborted`` ones, which come
 back with the others (stored, never scored) while ``pool.rollout`` re-runs their requests

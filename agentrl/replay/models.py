@@ -37,7 +37,7 @@ Alembic refuses a newer database with a clear error. Databases of schema_version
 Schema 6 (revision ``0006``): ``turns.trainer_log_probs`` and ``turns.entropies`` (NULL on
 turns stored before, or not trained), ``episodes.kind`` (``'train'`` for every older
 episode), the ``reruns`` table, the viewer's indexes and the full-text index over actions
-and observations (``agentrl.replay.search``). Schema 7 (revision ``0007``): the index
+and observations (``agentrl.replay.search_index``). Schema 7 (revision ``0007``): the index
 ``ix_metrics_key`` (run_id, key, iteration, value), which serves one metric's series of a run.
 Schema 8 (revision ``0008``): no table changes; the ``iteration`` columns (episodes, metrics,
 completion marks) number training iterations from 1, as every other place a user sees an

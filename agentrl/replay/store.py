@@ -44,8 +44,10 @@ Semantics worth knowing:
   test_replay_concurrent_writers.py).
 * **Reads.** Every read is one function of ``agentrl.replay.read`` (the viewer, ``agentrl
   diagnose`` and ``agentrl replay rerun`` use the same ones) on this store's engine
-  (``ReplayStore.db``); the read methods here delegate to them and raise ``ContractError``
-  for an unknown run or episode where the functions give ``None``.
+  (``ReplayStore.db``); the store's read methods (``agentrl.replay.store_reads``) delegate
+  to them and raise ``ContractError`` for an unknown run or episode where the functions give
+  ``None``. The writes' row building and their completion marks are in
+  ``agentrl.replay.episode_writes`` and ``agentrl.replay.iteration_marks``.
 * **Schema.** Opening a database brings it to the newest Alembic revision
   (``agentrl.replay.migrations``; pre-Alembic databases of schema 3-5 included), or with
   ``read_only=True`` only checks that it is there.
@@ -66,50 +68,42 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
 from agentrl.errors import ContractError, InfraError
-from agentrl.replay import migrations, read
+from agentrl.replay import migrations
 from agentrl.replay.codec import (
     as_int,
     check_id,
     check_iteration,
     chunks,
-    episode_row,
-    event_row,
     finite_trainer_values,
     json_object,
     rerun_row,
-    trainer_value_updates,
-    turn_row,
 )
-from agentrl.replay.models import (
-    EPISODE_KINDS,
-    Base,
-    EpisodeRow,
-    IterationRow,
-    MetricRow,
-    RerunRow,
-    RunRow,
-    SandboxEventRow,
-    TurnRow,
-    utcnow,
+from agentrl.replay.episode_writes import (
+    batch_rows,
+    replace_episodes,
+    write_trainer_values,
 )
+from agentrl.replay.iteration_marks import delete_from, mark_done, refuse_complete
+from agentrl.replay.models import Base, EpisodeRow, MetricRow, RerunRow, RunRow, utcnow
 from agentrl.replay.read import EpisodeSummary, ReplayDB, RerunInfo, RunInfo, RunStatus
 from agentrl.replay.read.db import SQLITE_BUSY_TIMEOUT_S, WRITE, open_engine
 from agentrl.replay.read.episodes import episode_in
 from agentrl.replay.read.runs import run_info
 from agentrl.replay.retry import retry_writes as _retry_writes
+from agentrl.replay.store_reads import StoreReads
 from agentrl.types import Episode
 
 __all__ = ["EpisodeSummary", "ReplayStore", "RerunInfo", "RunInfo", "RunStatus"]
 
 
-class ReplayStore:
-    """Stores and reads back training runs.
+class ReplayStore(StoreReads):
+    """Stores and reads back training runs (the read methods: ``StoreReads``).
 
     Args:
         url: SQLAlchemy database URL, e.g. ``sqlite:///runs/replay.db`` (the parent folder is
@@ -255,21 +249,6 @@ class ReplayStore:
             row.status = st.value
             row.finished_at = None if st is RunStatus.RUNNING else utcnow()
 
-    def get_run(self, run_id: str) -> RunInfo:
-        """The run with its headline numbers (``agentrl.replay.read.get_run``).
-
-        Raises:
-            ContractError: unknown ``run_id``.
-        """
-        found = read.get_run(self._db, run_id)
-        if found is None:
-            raise ContractError(f"run_id={run_id!r} is not in {self._url_text}; call start_run first")
-        return found
-
-    def runs(self) -> list[RunInfo]:
-        """Every run, newest first (``agentrl.replay.read.list_runs``)."""
-        return read.list_runs(self._db)
-
     def _run_row(self, s: Session, run_id: str) -> RunRow:
         row = s.get(RunRow, run_id)
         if row is None:
@@ -319,55 +298,14 @@ class ReplayStore:
                 Nothing is written then.
         """
         iteration = check_iteration(iteration)
-        if kind not in EPISODE_KINDS:
-            raise ContractError(f"kind={kind!r}; expected one of {list(EPISODE_KINDS)}")
-        advantages = dict(advantages or {})
-        ids = [ep.episode_id for ep in episodes]
-        if len(set(ids)) != len(ids):
-            dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise ContractError(f"episode_ids {dup} appear more than once in one add_episodes batch")
-        unknown = sorted(set(advantages) - set(ids))
-        if unknown:
-            raise ContractError(f"advantages given for episode_ids {unknown} that are not in the batch")
-
-        now = utcnow()
-        episode_rows: list[dict[str, Any]] = []
-        turn_rows: list[dict[str, Any]] = []
-        event_rows: list[dict[str, Any]] = []
-        for position, ep in enumerate(episodes):
-            adv = advantages.get(ep.episode_id)
-            episode_rows.append(episode_row(run_id, iteration, position, ep, adv, now) | {"kind": kind})
-            for k, turn in enumerate(ep.turns):
-                turn_rows.append(turn_row(ep, k, turn, None if adv is None else adv[k]))
-                for seq, res in enumerate(turn.exec_results):
-                    event_rows.append(event_row(ep.episode_id, k, seq, res, now))
-
+        batch = batch_rows(run_id, iteration, episodes, dict(advantages or {}), kind, utcnow())
         with self._write() as s:
             self._run_row(s, run_id)
-            self._refuse_complete(s, run_id, iteration)
-            existing: dict[str, str] = {}
-            for chunk in chunks(ids):
-                existing.update(s.execute(
-                    select(EpisodeRow.episode_id, EpisodeRow.run_id).where(EpisodeRow.episode_id.in_(chunk))
-                ).tuples().all())
-            foreign = sorted(e for e, r in existing.items() if r != run_id)
-            if foreign:
-                raise ContractError(
-                    f"episode_ids {foreign[:5]} are already stored under another run "
-                    f"({existing[foreign[0]]!r}); episode ids must be unique across runs"
-                )
-            for chunk in chunks(sorted(existing)):
-                s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(chunk)))
-                s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(chunk)))
-                s.execute(delete(EpisodeRow).where(EpisodeRow.episode_id.in_(chunk)))
-            for model, rows in ((EpisodeRow, episode_rows), (TurnRow, turn_rows),
-                                (SandboxEventRow, event_rows)):
-                if rows:
-                    s.execute(model.__table__.insert(), rows)
+            refuse_complete(s, run_id, iteration)
+            replaced = replace_episodes(s, run_id, batch, self._url_text)
             if trainer_values:
-                self._set_trainer_values(s, {e.episode_id: e for e in episodes},
-                                         finite_trainer_values(trainer_values)[0])
-        return len(existing)
+                write_trainer_values(s, {e.episode_id: e for e in episodes}, finite_trainer_values(trainer_values)[0])
+        return replaced
 
     @_retry_writes
     def set_trainer_values(
@@ -399,30 +337,9 @@ class ReplayStore:
                 row = s.get(EpisodeRow, eid)
                 if row is None or row.run_id != run_id:
                     raise ContractError(f"episode_id={eid!r} is not stored under run {run_id!r}")
-                self._refuse_complete(s, run_id, row.iteration)
+                refuse_complete(s, run_id, row.iteration)
                 eps[eid] = episode_in(s, row)
-            return self._set_trainer_values(s, eps, values)
-
-    def _set_trainer_values(self, s: Session, eps: Mapping[str, Episode],
-                            values: Mapping[str, Sequence[Any]]) -> int:
-        updates = trainer_value_updates(eps, values)
-        if updates:
-            s.execute(update(TurnRow), updates)
-        return len(updates)
-
-    def get_trainer_values(self, episode_id: str) -> list[tuple[list[float] | None, list[float] | None]]:
-        """Per turn ``(trainer_log_probs [C] or None, entropies [C] or None)`` as stored
-        (``agentrl.replay.read.trainer_values``).
-
-        Raises:
-            ContractError: unknown ``episode_id``.
-        """
-        return self._known(read.trainer_values(self._db, episode_id), episode_id)
-
-    def _known(self, found: Any, episode_id: str) -> Any:
-        if found is None:
-            raise ContractError(f"episode_id={episode_id!r} is not in {self._url_text}")
-        return found
+            return write_trainer_values(s, eps, values)
 
     # -- reruns -------------------------------------------------------------------------
 
@@ -452,11 +369,6 @@ class ReplayStore:
             values = rerun_row(row, same, first_divergent_turn, report, utcnow())
             return int(s.execute(RerunRow.__table__.insert().returning(RerunRow.id), [values]).scalar_one())
 
-    def reruns(self, episode_id: str) -> list[RerunInfo]:
-        """The reruns of an episode, newest first (``[]`` for none or an unknown episode;
-        ``agentrl.replay.read.reruns``)."""
-        return read.reruns(self._db, episode_id)
-
     @_retry_writes
     def add_metrics(self, run_id: str, iteration: int, metrics: Mapping[str, float]) -> None:
         """Store scalar metrics of one iteration; a key already stored is overwritten.
@@ -481,7 +393,7 @@ class ReplayStore:
                          "value": None if math.isnan(v) else v})
         with self._write() as s:
             self._run_row(s, run_id)
-            self._refuse_complete(s, run_id, iteration)
+            refuse_complete(s, run_id, iteration)
             for chunk in chunks(sorted(metrics)):
                 s.execute(delete(MetricRow).where(
                     MetricRow.run_id == run_id, MetricRow.iteration == iteration, MetricRow.key.in_(chunk)
@@ -507,7 +419,7 @@ class ReplayStore:
         n = as_int("iterations_done", iterations_done, 0, 2**31 - 1)
         with self._write() as s:
             self._run_row(s, run_id)
-            return self._mark(s, run_id, n)
+            return mark_done(s, run_id, n)
 
     @_retry_writes
     def rewind(self, run_id: str, iterations_done: int) -> int:
@@ -529,83 +441,6 @@ class ReplayStore:
         first = n + 1 if n > 0 else 0  # the first iteration the checkpoint does not cover
         with self._write() as s:
             self._run_row(s, run_id)
-            later = (select(EpisodeRow.episode_id)
-                     .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= first).scalar_subquery())
-            dropped = int(s.scalar(select(func.count()).select_from(EpisodeRow)
-                                   .where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= first)) or 0)
-            s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(later)))
-            s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(later)))
-            s.execute(delete(EpisodeRow).where(EpisodeRow.run_id == run_id, EpisodeRow.iteration >= first))
-            s.execute(delete(MetricRow).where(MetricRow.run_id == run_id, MetricRow.iteration >= first))
-            s.execute(delete(IterationRow).where(IterationRow.run_id == run_id, IterationRow.iteration >= first))
-            self._mark(s, run_id, n)
+            dropped = delete_from(s, run_id, first)
+            mark_done(s, run_id, n)
             return dropped
-
-    def completed_iterations(self, run_id: str) -> list[int]:
-        """The run's iterations marked complete, ascending (``[1, 2, ...]`` for a training
-        run; ``agentrl.replay.read.completed_iterations``)."""
-        return read.completed_iterations(self._db, run_id)
-
-    def _mark(self, s: Session, run_id: str, n: int) -> list[int]:
-        """Mark ``1 .. n`` and, when it holds rows, 0 (``mark_complete``); the new marks."""
-        have = set(s.scalars(select(IterationRow.iteration).where(
-            IterationRow.run_id == run_id, IterationRow.iteration <= n)))
-        before = any(s.scalar(select(row.iteration).where(row.run_id == run_id, row.iteration == 0).limit(1)) is not None
-                     for row in (EpisodeRow, MetricRow))  # rows of iteration 0 (before training)
-        new = [i for i in range(0 if before else 1, n + 1) if i not in have]
-        if new:
-            now = utcnow()
-            s.execute(IterationRow.__table__.insert(),
-                      [{"run_id": run_id, "iteration": i, "completed_at": now} for i in new])
-        return new
-
-    def _refuse_complete(self, s: Session, run_id: str, iteration: int) -> None:
-        if s.get(IterationRow, (run_id, iteration)) is not None:
-            raise ContractError(
-                f"iteration {iteration} of run {run_id!r} is marked complete (a checkpoint covers it); "
-                "expected an iteration in progress: rewind(run_id, iterations_done) before re-running it"
-            )
-
-    # -- reading (agentrl.replay.read) ----------------------------------------------------
-
-    def get_episode(self, episode_id: str) -> Episode:
-        """The stored episode, equal to what was added (``agentrl.replay.read.get_episode``).
-
-        Raises:
-            ContractError: unknown ``episode_id``.
-        """
-        return self._known(read.get_episode(self._db, episode_id), episode_id)
-
-    def get_advantages(self, episode_id: str) -> list[float | None]:
-        """Per-turn advantages as stored (``None`` where none was given), ``[num_turns]``.
-
-        Raises:
-            ContractError: unknown ``episode_id``.
-        """
-        return self._known(read.advantages(self._db, episode_id), episode_id)
-
-    def list_episodes(
-        self, run_id: str, iteration: int | None = None, limit: int = 100, offset: int = 0,
-        *, complete_only: bool = False, kind: str | None = None,
-    ) -> list[EpisodeSummary]:
-        """Summaries of a run's episodes in insertion order (``agentrl.replay.read.list_episodes``).
-
-        Raises:
-            ContractError: ``limit < 0`` or ``offset < 0``, or an unknown ``kind``.
-        """
-        return read.list_episodes(self._db, run_id, iteration, limit, offset,
-                                  complete_only=complete_only, kind=kind)
-
-    def count_episodes(self, run_id: str, iteration: int | None = None, *, complete_only: bool = False,
-                       kind: str | None = None) -> int:
-        """Number of stored episodes of a run (``agentrl.replay.read.count_episodes``)."""
-        return read.count_episodes(self._db, run_id, iteration, complete_only=complete_only, kind=kind)
-
-    def iterations(self, run_id: str, *, complete_only: bool = False) -> list[int]:
-        """Sorted iterations with episodes or metrics (``agentrl.replay.read.iterations``)."""
-        return read.iterations(self._db, run_id, complete_only=complete_only)
-
-    def metrics(self, run_id: str, *, complete_only: bool = False) -> dict[int, dict[str, float]]:
-        """``{iteration: {key: value}}`` of a run, NULL read as ``nan``
-        (``agentrl.replay.read.metrics``)."""
-        return read.metrics(self._db, run_id, complete_only=complete_only)

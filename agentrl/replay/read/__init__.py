@@ -12,8 +12,9 @@ read methods raise ``ContractError`` for an unknown id where the functions here 
 
 Modules: ``db`` (engines, ``ReplayDB``, ``ReadOnlyDB``), ``runs`` (``RunInfo``, metrics),
 ``episodes`` (``Episode``, ``EpisodeSummary``, trainer values, ``RerunInfo``), ``listing``
-(the viewer's filtered keyset pages), ``views`` (the viewer's episode, token, group and diff
-pages).
+(the viewer's filtered keyset pages), ``query_plans`` (which index a filtered page reads),
+``search`` (full-text search of the turns' actions and observations), ``views`` (the viewer's
+episode, token, group and diff pages).
 
 Every function is one read transaction (one snapshot) on its own connection, so reading works
 while a training run writes the same database (SQLite WAL; PostgreSQL MVCC).

@@ -170,7 +170,7 @@ class ReplayDB:
 
     @property
     def has_fts(self) -> bool:
-        """The database has the full-text index of ``agentrl.replay.search`` (schema 6)."""
+        """The database has the full-text index of ``agentrl.replay.search_index`` (schema 6)."""
         return "turns_fts" in self.tables if self.is_sqlite else "search_tsv" in self.turn_columns
 
     def has_index(self, table: str, column: str) -> bool:

@@ -8,7 +8,7 @@ the previous page (``WHERE (key, episode_id) > (k, id)``), never ``OFFSET``, so 
 costs what the first does when the sort has an index (the index list is agreed with the
 schema's owner in ``agentrl.replay.models``). A nullable sort key (``total_reward``) pages
 its non-NULL rows first, then its NULL rows by ``episode_id``. Which index a filtered page
-uses is decided in ``agentrl.replay.query_plans``.
+uses is decided in ``agentrl.replay.read.query_plans``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from sqlalchemy import and_, exists, or_, select, tuple_
 from sqlalchemy.engine import Connection
 
 from agentrl.errors import ContractError
-from agentrl.replay import query_plans
 from agentrl.replay.models import EpisodeRow, TurnRow
+from agentrl.replay.read import query_plans
 from agentrl.replay.read.db import ReplayDB
 
 E = EpisodeRow.__table__
@@ -128,7 +128,7 @@ def _filter_clauses(db: ReplayDB, conn: Connection, run_id: str, f: EpisodeFilte
                     ) -> tuple[list[Any], list[tuple[Any, Any]]]:
     """Filter ``f`` as ``(clauses, indexed)``: ``clauses`` no index of ours serves (or run_id's),
     ``indexed`` ``(column, build)`` pairs for the filters an index (run_id, column, ...) serves,
-    ``build(column expression) -> clause`` (``agentrl.replay.query_plans`` decides which
+    ``build(column expression) -> clause`` (``agentrl.replay.read.query_plans`` decides which
     of them may use their index)."""
     c: list[Any] = [E.c.run_id == run_id]
     indexed: list[tuple[Any, Any]] = []
@@ -170,7 +170,7 @@ def _filter_clauses(db: ReplayDB, conn: Connection, run_id: str, f: EpisodeFilte
 
 def text_search(db: ReplayDB, conn: Connection, q: str) -> Any:
     """Clause "an action or observation of the episode holds every word of ``q``": through
-    the full-text index (``agentrl.replay.search``: SQLite FTS5, PostgreSQL tsvector) when
+    the full-text index (``agentrl.replay.search_index``: SQLite FTS5, PostgreSQL tsvector) when
     the database has one, else a case-insensitive substring match of ``q`` (schema 5).
 
     Raises:
@@ -201,7 +201,7 @@ def episode_page(db: ReplayDB, run_id: str, f: EpisodeFilter = EpisodeFilter(), 
     rows: list[Any] = []
     with db.read() as conn:
         base, indexed = _filter_clauses(db, conn, run_id, f)
-        # a selective filter's index, or else the sort's (agentrl.replay.query_plans)
+        # a selective filter's index, or else the sort's (agentrl.replay.read.query_plans)
         base, by_filter = query_plans.plan_filters(conn, run_id, base, indexed, keys[0])
         if not null_phase:
             where = list(base)

@@ -54,11 +54,11 @@ def check_async_run(run_dir, run_id, store, *, k: int = K) -> dict[str, int]:
     versions = [round(x["policy_version"]) for x in lines]
     assert versions == sorted(versions) and len(set(versions)) == len(versions)  # never backwards, one per update
     trained_groups: Counter[str] = Counter()
-    for it, m in enumerate(lines):
+    for it, m in enumerate(lines, start=1):  # iterations are numbered from 1
         v = round(m["policy_version"]) - 1  # the version the update started from
         eps = [e for e in trained_episodes(store, run_id) if e.iteration == it]
         trained = [e for e in eps if e.advantage_mean is not None]
-        assert trained, f"iteration {it + 1} trained nothing"
+        assert trained, f"iteration {it} trained nothing"
         rows = [e.policy_version_min for e in trained]
         assert all(v - r <= k for r in rows), (it, v, rows)  # invariant 9
         hist = {int(key.rsplit("/", 1)[1]): n for key, n in m.items() if key.startswith("async/staleness_hist/")}
@@ -94,47 +94,51 @@ def check_async_evals(run_dir, run_id, store, iterations: int = ITERATIONS, ever
     counted skipped; the driver blocked on evals only in the last line, which carries the
     final version's eval; the loop went on while an eval ran; each checkpoint records exactly
     the evals not landed by then (what a resume reruns or drops: unit tests in
-    tests/unit/cluster/test_async_eval.py). Returns {0-based line: version evaluated}."""
+    tests/unit/driver/test_async_eval.py). Returns {iteration of the landing line: version
+    evaluated} (iterations numbered from 1, as the lines' ``iteration`` and the store's rows)."""
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    landed = {i: round(m["eval/policy_version"]) for i, m in enumerate(lines) if m.get("eval/policy_version") is not None}
+    assert [round(m["iteration"]) for m in lines] == list(range(1, len(lines) + 1))
+    line = {round(m["iteration"]): m for m in lines}  # iteration -> its metrics line
+    landed = {it: round(m["eval/policy_version"]) for it, m in line.items() if m.get("eval/policy_version") is not None}
     due = set(range(every, iterations + 1, every))
     # eval.before_training: the starting policy (version 0), once, in some line (keys eval_before/*)
-    (before,) = [i for i, m in enumerate(lines) if m.get("eval_before/policy_version") is not None]
-    assert lines[before]["eval_before/policy_version"] == 0 and "eval_before/pass@2" in lines[before]
-    assert landed[iterations - 1] == iterations  # the last line: the final policy, after waiting for it
+    (before,) = [it for it, m in line.items() if m.get("eval_before/policy_version") is not None]
+    assert line[before]["eval_before/policy_version"] == 0 and "eval_before/pass@2" in line[before]
+    assert landed[iterations] == iterations  # the last line: the final policy, after waiting for it
     assert set(landed.values()) <= due and len(set(landed.values())) == len(landed)
     assert len(landed) + sum(m["async/eval_skipped"] for m in lines) == len(due)  # each due eval landed or skipped
     assert all(m["async/eval_dropped"] == m["async/eval_failed"] == 0 for m in lines)
     assert all(m["time/eval_wait_s"] == 0 for m in lines[:-1])  # training never waited for an eval
-    for i, v in landed.items():
-        m = lines[i]
+    for it, v in landed.items():
+        m = line[it]
         assert m["eval/iteration"] == v <= round(m["policy_version"]) and "eval/pass@2" in m and m["time/eval_s"] > 0
         assert m["eval/samples_scored"] + m["eval/samples_errored"] == 4
-        assert m["timeline/eval_start_s"] >= lines[v - 1]["timeline/sync_end_s"] - 1e-6  # after v's sync
+        assert m["timeline/eval_start_s"] >= line[v]["timeline/sync_end_s"] - 1e-6  # after v's sync (iteration v's)
         if v < iterations:  # the loop went on: the next iteration started before the eval was done
-            assert m["timeline/eval_end_s"] > lines[v]["timeline/rollout_start_s"]
+            assert m["timeline/eval_end_s"] > line[v + 1]["timeline/rollout_start_s"]
     evals = [e for e in store.list_episodes(run_id, limit=100_000) if e.kind == "eval"]
     at_start = [e for e in evals if "/eval-before/" in e.episode_id]
-    assert len(at_start) == 4 and {e.iteration for e in at_start} == {before}
+    assert len(at_start) == 4 and {e.iteration for e in at_start} == {before}  # stored with the line reporting it
+    assert all(f"{run_id}/eval-before/it0/" in e.episode_id for e in at_start)  # ids: iteration 0, before training
     assert {(e.policy_version_min, e.policy_version_max) for e in at_start} == {(0, 0)}
     evals = [e for e in evals if "/eval-before/" not in e.episode_id]
     assert sorted({e.iteration for e in evals}) == sorted(landed)  # stored with the line that reports them
-    for i, v in landed.items():
-        mine = [e for e in evals if e.iteration == i]
-        assert len(mine) == 4 and all(f"/eval/it{v - 1}/" in e.episode_id for e in mine)  # ids: the measured iteration
+    for it, v in landed.items():
+        mine = [e for e in evals if e.iteration == it]
+        assert len(mine) == 4 and all(f"{run_id}/eval/it{v}/" in e.episode_id for e in mine)  # ids: the measured iteration
         for e in mine:  # one policy version: every sampled token's, equal to the claimed one
             ep = store.get_episode(e.episode_id)
-            assert {pv for t in ep.turns for pv in t.policy_versions} == {v}, (i, v, e.episode_id)
+            assert {pv for t in ep.turns for pv in t.policy_versions} == {v}, (it, v, e.episode_id)
     kept = sorted(int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("iter_*"))
     assert kept and kept[-1] == iterations
-    for it in kept:  # each checkpoint records the evals not landed by its line
-        state = json.loads((run_dir / "checkpoints" / f"iter_{it}" / "controller.json").read_text())
+    for ck in kept:  # each checkpoint (after iteration ck) records the evals not landed by iteration ck's line
+        state = json.loads((run_dir / "checkpoints" / f"iter_{ck}" / "controller.json").read_text())
         recorded = {p["policy_version"] for p in state["eval"]["pending"] if p["name"] == "eval"}
-        landed_by_then = {v for i, v in landed.items() if i < it}
-        landed_later = {v for i, v in landed.items() if i >= it}
-        assert landed_later & {v for v in due if v <= it} <= recorded  # in flight then, so recorded
-        assert recorded <= {v for v in due if v <= it} - landed_by_then, (it, recorded, landed)  # never a landed one
-        assert it < iterations or recorded == set()  # the last line waited for every eval
+        landed_by_then = {v for it, v in landed.items() if it <= ck}
+        landed_later = {v for it, v in landed.items() if it > ck}
+        assert landed_later & {v for v in due if v <= ck} <= recorded  # in flight then, so recorded
+        assert recorded <= {v for v in due if v <= ck} - landed_by_then, (ck, recorded, landed)  # never a landed one
+        assert ck < iterations or recorded == set()  # the last line waited for every eval
     return landed
 
 
@@ -151,7 +155,7 @@ def test_async_training_keeps_the_staleness_bound(ray_session, tmp_path, tiny_mo
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
         groups = check_async_run(run_dir, summary.run_id, store)
         assert len(groups) >= TASKS * ITERATIONS
-        assert store.completed_iterations(summary.run_id) == list(range(ITERATIONS))
+        assert store.completed_iterations(summary.run_id) == list(range(1, ITERATIONS + 1))
         check_async_evals(run_dir, summary.run_id, store)
     state = json.loads((run_dir / "checkpoints" / f"iter_{ITERATIONS}" / "controller.json").read_text())
     pending = {r["group_id"] for r in state["async"]["pending_requests"]}
@@ -230,7 +234,7 @@ def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path
     for k, (kill_at, written, sig) in enumerate(CHAOS_KILLS):
         rc, out = train_cli(["--resume", str(run_dir)] if k else args, kill_at, kill_signal=sig)
         if sig == "TERM":  # the CLI's interrupt exit, after train()'s clean-up (the step is not awaited:
-            # tests/unit/cluster/test_async_interrupt.py)
+            # tests/unit/driver/test_async_interrupt.py)
             assert rc == 130 and "interrupted" in out, f"{kill_at}: rc={rc} {out[-3000:]}"
         else:
             assert rc == -signal.SIGKILL, f"{kill_at}: {out[-3000:]}"
@@ -253,10 +257,12 @@ def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path
             (run,) = store.runs()
             if sig == "TERM":
                 assert store.get_run(run.run_id).status.value == "interrupted"
-            assert store.completed_iterations(run.run_id) == list(range(done))
-            assert store.iterations(run.run_id) == list(range(written)) and sorted(store.metrics(run.run_id)) == list(range(written))
+            # the store's rows are numbered from 1, as the lines' iteration and the checkpoints' iter_N
+            assert store.completed_iterations(run.run_id) == list(range(1, done + 1))
+            assert store.iterations(run.run_id) == list(range(1, written + 1))
+            assert sorted(store.metrics(run.run_id)) == list(range(1, written + 1))
             assert store.count_episodes(run.run_id, complete_only=True) == sum(
-                store.count_episodes(run.run_id, it) for it in range(done))
+                store.count_episodes(run.run_id, it) for it in range(1, done + 1))
     rc, out = train_cli(["--resume", str(run_dir)], None)
     assert rc == 0, out[-3000:]
     assert not list((run_dir / "checkpoints").glob(".*"))  # the half-written checkpoint is gone
@@ -266,10 +272,11 @@ def test_async_chaos_sigkill_then_resume_trains_each_task_instance_once(tmp_path
         (run,) = store.runs()
         info = store.get_run(run.run_id)
         assert info.resume_count == len(CHAOS_KILLS) and info.status.value == "finished"
-        assert store.completed_iterations(run.run_id) == store.iterations(run.run_id) == list(range(CHAOS_ITERATIONS))
+        every = list(range(1, CHAOS_ITERATIONS + 1))  # iterations are numbered from 1
+        assert store.completed_iterations(run.run_id) == store.iterations(run.run_id) == every
         metrics = store.metrics(run.run_id)
-        assert sorted(metrics) == list(range(CHAOS_ITERATIONS))  # each iteration's metrics once, the same attempt's
-        for it, line in enumerate(lines):
+        assert sorted(metrics) == every  # each iteration's metrics once, the same attempt's
+        for it, line in enumerate(lines, start=1):
             assert metrics[it]["time/iteration_s"] == line["time/iteration_s"]
             assert store.count_episodes(run.run_id, it) == line["rollout/episodes"]  # each episode stored once
         groups = check_async_run(run_dir, run.run_id, store)  # bound, complete groups, each trained at most once

@@ -7,7 +7,7 @@ and their ``eval/*`` metrics. The same run evaluates its untrained policy first
 (``eval.before_training``: version 0 only, ``eval_before/*``), and the summary's last lines
 print both.
 The bare-model path differs only in ``resolve_target`` / ``eval_config`` (unit tests:
-tests/unit/cluster/test_evaluate_args.py)."""
+tests/unit/commands/test_evaluate_args.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ OVERRIDES = ["eval.num_tasks=2", "eval.samples=2", "eval.seed=3", "eval.max_turn
 
 def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_session, tmp_path, tiny_model_path):
     """``eval.before_training`` and ``eval.after_training`` in a one-iteration sync run: the
-    eval before iteration 0 measures policy version 0 and the one after the update version 1,
-    on the run's engines (episodes stored with the iteration as ``kind='eval'``,
+    eval before iteration 1 measures policy version 0 and the one after the update version 1,
+    on the run's engines (episodes stored with iteration 1's rows as ``kind='eval'``,
     ``eval_before/*`` and ``eval/*`` in metrics.jsonl, both printed by the summary's last
     lines); ``agentrl eval`` of the run's checkpoint afterwards, on a fresh engine with the
     same eval settings, samples exactly the same tokens as the after-training eval."""
@@ -52,11 +52,16 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
                                                      "held-out eval after training (policy version 1)"]
     assert all("over 2 tasks x 2 samples (4 scored, 0 errored)" in line for line in lines)
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
-        rows = store.list_episodes(summary.run_id, 0)
+        assert store.iterations(summary.run_id) == [1]  # iterations are numbered from 1
+        rows = store.list_episodes(summary.run_id, 1)  # both evals land in iteration 1's line and rows
         evals = [r for r in rows if r.kind == "eval"]
         assert len(evals) == 8 and len(rows) == 12  # 4 training episodes beside them
         versions = sorted((r.policy_version_min, r.policy_version_max) for r in evals)
         assert versions == [(0, 0)] * 4 + [(1, 1)] * 4  # each eval measured exactly one policy version
+        # ids: the eval before training at iteration 0, the one after iteration 1's update at 1
+        assert all(f"{summary.run_id}/eval-before/it0/" in r.episode_id for r in evals if r.policy_version_min == 0)
+        assert all(f"{summary.run_id}/eval/it1/" in r.episode_id for r in evals if r.policy_version_min == 1)
+        assert all(r.episode_id.startswith(f"{summary.run_id}/it1/") for r in rows if r.kind == "train")
         evals = [r for r in evals if r.policy_version_min == 1]
         during = {r.task_id: [] for r in evals}
         for r in sorted(evals, key=lambda r: r.episode_id):
@@ -70,7 +75,7 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
     assert by_task == during
     assert max(len(ids) for turns in during.values() for ep in turns for ids in ep) <= 8  # eval.max_new_tokens
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:  # the training episodes kept their limits
-        train_eps = [store.get_episode(r.episode_id) for r in store.list_episodes(summary.run_id, 0) if r.kind == "train"]
+        train_eps = [store.get_episode(r.episode_id) for r in store.list_episodes(summary.run_id, 1) if r.kind == "train"]
     assert all(len(e.turns) == 1 for e in train_eps) and max(len(e.turns[0].completion_ids) for e in train_eps) > 8
     got = after.report.metrics()
     assert {k: got[k] for k in got if k.startswith("eval/pass@")} == {k: m[k] for k in got if k.startswith("eval/pass@")}
@@ -80,5 +85,6 @@ def test_eval_during_training_measures_the_new_version_like_agentrl_eval(ray_ses
         stored = store.list_episodes(after.run_id)
         assert len(stored) == 4 and {r.kind for r in stored} == {"eval"}
         assert {(r.policy_version_min, r.policy_version_max) for r in stored} == {(1, 1)}
-        assert store.metrics(after.run_id)[0]["eval/samples_scored"] == 4
+        assert store.metrics(after.run_id)[0]["eval/samples_scored"] == 4  # agentrl eval's rows: iteration 0
+        assert store.iterations(after.run_id) == [0] and all(r.episode_id.startswith(f"{after.run_id}/it0/") for r in stored)
         assert store.get_run(after.run_id).config["policy_version"] == 1

@@ -66,7 +66,8 @@ def _replay_batch(run_dir: Path):
 
     run_id = json.loads((run_dir / "checkpoints" / "iter_2" / "controller.json").read_text())["run_id"]
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
-        eps = [store.get_episode(s.episode_id) for s in store.list_episodes(run_id, 0, limit=2)]
+        eps = [store.get_episode(s.episode_id) for s in store.list_episodes(run_id, 1, limit=2)]  # iteration 1
+    assert len(eps) == 2
     rows = [r for ep in eps for r in ep.training_sequences([0.0] * len(ep.turns))]
     return TokenBatch.pack(rows, SamplingRecord(temperature=1.0)), sum(len(ep.behavior_log_probs()) for ep in eps)
 

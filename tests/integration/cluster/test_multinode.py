@@ -147,8 +147,8 @@ def test_multinode_run_survives_a_lost_rollout_node_and_resumes_after_a_lost_tra
     assert [round(m["iteration"]) for m in _lines(run_dir)] == [1, 2, 3]  # nothing lost or repeated
 
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
-        assert store.completed_iterations(summary.run_id) == [0, 1, 2]
-        eps = store.list_episodes(summary.run_id, 1, limit=1000)
+        assert store.completed_iterations(summary.run_id) == [1, 2, 3]
+        eps = store.list_episodes(summary.run_id, 2, limit=1000)  # iteration 2: node C's episodes aborted
         aborted = [e for e in eps if e.termination_reason == TerminationReason.ABORTED]
         answered = [e for e in eps if e.termination_reason != TerminationReason.ABORTED]
         assert len(aborted) == m2["rollout/aborted_episodes"] and len(answered) == 6
@@ -158,4 +158,4 @@ def test_multinode_run_survives_a_lost_rollout_node_and_resumes_after_a_lost_tra
         retried = {e.episode_id.rsplit("/a", 1)[0] for e in answered if not e.episode_id.endswith("/a0")}
         assert {e.episode_id.rsplit("/a", 1)[0] for e in aborted} <= retried
         # the other iterations: each stored once, nothing aborted
-        assert [store.count_episodes(summary.run_id, it) for it in (0, 2)] == [6, 6]
+        assert [store.count_episodes(summary.run_id, it) for it in (1, 3)] == [6, 6]

@@ -17,8 +17,8 @@ def test_episodes_of_a_real_run_rerun_the_same(trained_run):
 
     run_dir, summary = trained_run
     with ReplayStore(f"sqlite:///{run_dir / 'replay.db'}") as store:
-        # iteration 1's episodes ran in sandboxes the pool had already handed out in iteration 0
-        ids = [s.episode_id for s in store.list_episodes(summary.run_id, 1)]
+        # iteration 2's episodes ran in sandboxes the pool had already handed out in iteration 1
+        ids = [s.episode_id for s in store.list_episodes(summary.run_id, 2)]
     assert len(ids) == 4
     for episode_id in ids:
         res = CliRunner().invoke(app, ["replay", "rerun", episode_id, "--db", str(run_dir)], catch_exceptions=False)

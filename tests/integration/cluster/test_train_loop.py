@@ -69,7 +69,7 @@ def test_end_to_end(trained_run):
                 gaps += [abs(a - b) for a, b in zip(lp, t.behavior_log_probs)]
     assert gaps and sum(gaps) / len(gaps) < 1e-3
     # the replay store's metrics rows carry the same names and values as metrics.jsonl
-    for it, m in enumerate(lines):
+    for it, m in enumerate(lines, start=1):  # iterations are numbered from 1
         assert store.metrics(summary.run_id)[it] == {k: v for k, v in m.items() if v is not None}
     ep = store.get_episode(store.list_episodes(summary.run_id)[0].episode_id)
     assert sum(ep.loss_mask()) == len(ep.behavior_log_probs()) > 0
@@ -119,14 +119,14 @@ def test_C11_resume_continues_the_same_run(ray_session, tmp_path, tiny_model_pat
     from agentrl.replay import ReplayStore
 
     with ReplayStore(f"sqlite:///{tmp_path / 'resumed' / 'replay.db'}") as store:
-        assert store.completed_iterations(summary.run_id) == list(range(4))
-        assert [store.count_episodes(summary.run_id, it) for it in range(4)] == [2] * 4
-        assert sorted(store.metrics(summary.run_id)) == list(range(4))
+        assert store.completed_iterations(summary.run_id) == [1, 2, 3, 4]
+        assert [store.count_episodes(summary.run_id, it) for it in (1, 2, 3, 4)] == [2] * 4
+        assert sorted(store.metrics(summary.run_id)) == [1, 2, 3, 4]
         assert store.get_run(summary.run_id).resume_count == 2
         # the tasks of each iteration, as the task order says: both tasks in each epoch
-        tasks = [{e.task_id for e in store.list_episodes(summary.run_id, it)} for it in range(4)]
+        tasks = [{e.task_id for e in store.list_episodes(summary.run_id, it)} for it in (1, 2, 3, 4)]
     assert all(len(t) == 1 for t in tasks)
-    for epoch in range(2):
+    for epoch in range(2):  # iterations 1-2 and 3-4 (tasks[0..3])
         assert tasks[2 * epoch] | tasks[2 * epoch + 1] == {"HumanEval/1", "HumanEval/2"}
 
 

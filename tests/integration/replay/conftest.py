@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from agentrl.replay import ReplayStore
 from agentrl.replay.models import Base
-from agentrl.replay.search import FTS_TABLE
+from agentrl.replay.search_index import FTS_TABLE
 from agentrl.types import Episode
 
 from tests.integration.replay.episode_factory import build_episode

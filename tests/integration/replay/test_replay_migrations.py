@@ -20,7 +20,8 @@ import agentrl.replay.migrations as migrations
 from agentrl.errors import ConfigError, ContractError
 from agentrl.replay import SCHEMA_VERSION, ReplayStore
 from agentrl.replay.models import Base, EpisodeRow, SchemaVersionRow
-from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, matching_turns, rebuild_sqlite_index, search_terms
+from agentrl.replay.read.search import matching_turns, search_terms
+from agentrl.replay.search_index import FTS_TABLE, PG_SEARCH_COLUMN, rebuild_sqlite_index
 from tests.integration.replay.data import make_rev7_db as rev7
 from tests.integration.replay.data.make_schema5_db import ADVANTAGES, METRICS, expected_schema5_episodes
 

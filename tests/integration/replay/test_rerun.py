@@ -109,18 +109,19 @@ def bash(command: str) -> str:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A run directory whose replay.db holds a solved ShellTasks episode and a ClockAtTurn2
-    episode, under a run whose config names the bwrap backend."""
+    episode, under a run whose config names the bwrap backend, stored as a training run's first
+    iteration (iteration 1, ids ``{run}/it1/...``)."""
     d = tmp_path_factory.mktemp("rerun-run")
     cfg = load_default_config(["env.id=agentrl/ShellTasks-v0", "sandbox.backend=bwrap", "sandbox.pool_size=2",
                                "rollout.max_turns=4", f"run.dir={d}"])
     shell = record("agentrl/ShellTasks-v0", "shell/count_lines",
-                   [bash(get_task("shell/count_lines").solution), "Done."], f"{RUN_ID}/it0/shell/count_lines@0/0/a0")
+                   [bash(get_task("shell/count_lines").solution), "Done."], f"{RUN_ID}/it1/shell/count_lines@0/0/a0")
     clock = record(CLOCK_ENV, "clock/0", ["echo one", "echo two", "echo three", "echo four"],
-                   f"{RUN_ID}/it0/clock/0@0/0/a0")
+                   f"{RUN_ID}/it1/clock/0@0/0/a0")
     assert shell.turns[-1].reward == 1.0 and shell.termination_reason == TerminationReason.ENV_TERMINATED
     with ReplayStore(f"sqlite:///{d / 'replay.db'}") as store:
         store.start_run(RUN_ID, cfg.model_dump(mode="json"))
-        store.add_episodes(RUN_ID, 0, [shell, clock])
+        store.add_episodes(RUN_ID, 1, [shell, clock])  # a training run's first iteration (ids it1)
     return d
 
 
@@ -134,7 +135,7 @@ def reruns(run_dir, episode_id):
 
 
 def test_a_deterministic_episode_reruns_the_same(run_dir):
-    episode_id = f"{RUN_ID}/it0/shell/count_lines@0/0/a0"
+    episode_id = f"{RUN_ID}/it1/shell/count_lines@0/0/a0"
     res = invoke(episode_id, "--db", str(run_dir))
     assert res.exit_code == 0, res.output
     assert "same: all 2 turns give the recorded observation and reward" in res.output
@@ -145,7 +146,7 @@ def test_a_deterministic_episode_reruns_the_same(run_dir):
 
 
 def test_an_environment_nondeterministic_at_turn_2_is_reported_at_turn_2(run_dir):
-    episode_id = f"{RUN_ID}/it0/clock/0@0/0/a0"
+    episode_id = f"{RUN_ID}/it1/clock/0@0/0/a0"
     res = invoke(episode_id, "--db", str(run_dir))
     assert res.exit_code == 1, res.output
     assert "first divergence at turn 2" in res.output
@@ -164,15 +165,15 @@ def test_an_environment_nondeterministic_at_turn_2_is_reported_at_turn_2(run_dir
 
 
 def test_unknown_episode_and_unregistered_env_are_errors_not_divergences(run_dir):
-    res = invoke(f"{RUN_ID}/it0/nope@0/0/a0", "--db", str(run_dir))
+    res = invoke(f"{RUN_ID}/it1/nope@0/0/a0", "--db", str(run_dir))
     assert res.exit_code == 2 and "is not in" in res.output, res.output
     spec = gymnasium.registry.pop(CLOCK_ENV)
     try:
-        res = invoke(f"{RUN_ID}/it0/clock/0@0/0/a0", "--db", str(run_dir), "--no-record")
+        res = invoke(f"{RUN_ID}/it1/clock/0@0/0/a0", "--db", str(run_dir), "--no-record")
     finally:
         gymnasium.registry[CLOCK_ENV] = spec
     assert res.exit_code == 2 and "is not registered" in res.output, res.output
-    res = invoke(f"{RUN_ID}/it0/clock/0@0/0/a0", "--db", str(run_dir / "missing"))
+    res = invoke(f"{RUN_ID}/it1/clock/0@0/0/a0", "--db", str(run_dir / "missing"))
     assert res.exit_code == 2 and "does not exist" in res.output, res.output
 
 
@@ -190,7 +191,7 @@ def test_a_sandbox_that_fails_is_an_infrastructure_error(run_dir, monkeypatch):
         return real_exec(self, command, *a, **kw)
 
     monkeypatch.setattr(bwrap.BwrapSandbox, "exec", exec_fails_at_turn_1)
-    episode_id = f"{RUN_ID}/it0/clock/0@0/0/a0"
+    episode_id = f"{RUN_ID}/it1/clock/0@0/0/a0"
     report = rerun_stored_episode(run_dir, episode_id)
     assert report.outcome == "error" and report.exit_code == 2
     assert report.error["kind"] == "infrastructure" and report.error["turn_index"] == 1
@@ -206,7 +207,7 @@ def test_an_eval_episode_reruns_with_the_config_its_eval_run_wraps(tmp_path):
     with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
         store.start_run("eval-run", {"kind": "eval", "target": "runs/x", "eval": {"samples": 1},
                                      "config": cfg.model_dump(mode="json")})
-        store.add_episodes("eval-run", 0, [episode])
+        store.add_episodes("eval-run", 0, [episode])  # agentrl eval's rows: iteration 0 (ids it0)
     report = rerun_stored_episode(tmp_path, episode.episode_id, record=False)
     assert report.outcome == "same" and report.backend == "bwrap", report
 
@@ -216,10 +217,10 @@ def test_rerun_through_a_database_url(db_url):
     (``$AGENTRL_TEST_POSTGRES_URL``); the result lands in that database's reruns table."""
     cfg = load_default_config(["env.id=agentrl/ShellTasks-v0", "sandbox.backend=bwrap"])
     episode = record("agentrl/ShellTasks-v0", "shell/uppercase", [bash(get_task("shell/uppercase").solution), "Done."],
-                     f"{RUN_ID}/it0/shell/uppercase@0/0/a0", seed=5)
+                     f"{RUN_ID}/it1/shell/uppercase@0/0/a0", seed=5)
     with ReplayStore(db_url) as store:
         store.start_run(RUN_ID, cfg.model_dump(mode="json"))
-        store.add_episodes(RUN_ID, 0, [episode])
+        store.add_episodes(RUN_ID, 1, [episode])  # a training run's first iteration (id it1)
     report = rerun_stored_episode(db_url, episode.episode_id)
     assert report.outcome == "same" and [t.status for t in report.turns] == ["same", "same"], report
     with ReplayStore(db_url) as store:

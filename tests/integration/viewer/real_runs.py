@@ -101,7 +101,7 @@ def add_xss_episode(runs: RealRuns, model_path: str) -> RealRuns:
     store = ReplayStore(runs.db_url)
     try:
         source_run = store.get_run(runs.run_ids[0])
-        (first,) = store.list_episodes(source_run.run_id, 0, limit=1)
+        (first,) = store.list_episodes(source_run.run_id, 1, limit=1)  # the first iteration
         ep = store.get_episode(first.episode_id)
         turns = []
         for k, t in enumerate(ep.turns):
@@ -114,7 +114,7 @@ def add_xss_episode(runs: RealRuns, model_path: str) -> RealRuns:
         xss = dataclasses.replace(ep, turns=turns, episode_id=f"{ep.episode_id}-xss", group_id=f"{ep.group_id}-xss")
         xss_run_id = f"{source_run.run_id}-xss"
         store.start_run(xss_run_id, json.loads(json.dumps(source_run.config)))
-        store.add_episodes(xss_run_id, 0, [xss])
+        store.add_episodes(xss_run_id, first.iteration, [xss])  # the iteration of the episode it copies
         store.finish_run(xss_run_id, "finished")
     finally:
         store.close()

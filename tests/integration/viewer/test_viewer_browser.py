@@ -50,10 +50,11 @@ def test_runs_page_opens_the_run(page, viewer, stored):
     page.wait_for_url(re.compile(r"/run\?"))
     assert page.get_by_test_id("run-title").inner_text() == runs.run_ids[0]
     assert page.get_by_test_id("run-status").inner_text() == "finished"
-    # token accounting: the generated tokens of iteration 0 are the stored episodes' sum
+    # token accounting: the generated tokens of iteration 1 (the run's only one; iterations are
+    # numbered from 1) are the stored episodes' sum
     generated = sum(len(t.completion_ids) for ep in stored[runs.run_ids[0]] for t in ep.turns)
     cells = page.get_by_test_id("token-accounting").locator("tbody tr").first.locator("td").all_inner_texts()
-    assert cells[0] == "0" and float(cells[1].replace(",", "")) == generated
+    assert cells[0] == "1" and float(cells[1].replace(",", "")) == generated
 
 
 def test_a_chart_point_opens_the_episodes_behind_it(page, viewer, stored):
@@ -63,7 +64,7 @@ def test_a_chart_point_opens_the_episodes_behind_it(page, viewer, stored):
     point = page.get_by_test_id("chart-reward-iteration").get_by_test_id("chart-point").last  # drawn on top
     point.click()
     page.wait_for_url(re.compile(r"/episodes\?"))
-    assert _query(page.url) == {"run": [run_id], "iteration": ["0"]}
+    assert _query(page.url) == {"run": [run_id], "iteration": ["1"]}  # the run's only iteration, numbered from 1
     shown = page.get_by_test_id("episode-row").evaluate_all("rs => rs.map(r => r.dataset.episodeId)")
     assert sorted(shown) == sorted(ep.episode_id for ep in stored[run_id])
 

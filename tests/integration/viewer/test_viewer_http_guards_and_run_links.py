@@ -86,15 +86,16 @@ def small_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadOnlyDB]:
             store.add_metrics("run-e", it, {"rollout/reward_mean": 0.5, "rollout/success_rate": 0.25,
                                             "eval/pass@1": 0.4 + 0.1 * it, "eval/pass@1_low": 0.2 + 0.1 * it,
                                             "eval/pass@1_high": 0.6 + 0.1 * it})
-        # a run with a difficulty profile (kind='profile') and an eval before training only (kind='eval'
-        # at iteration 0, eval_before/* metrics): no eval/* metric, other kinds beside its training rows
+        # a run with a difficulty profile (kind='profile') and an eval before training only (kind='eval',
+        # eval_before/* metrics), both stored with iteration 1's rows as the loop stores them (iterations
+        # are numbered from 1): no eval/* metric, other kinds beside its training rows
         store.start_run("run-p", {"env": {"id": "agentrl/Test-v0"}, "controller": {"mode": "sync"}})
-        store.add_episodes("run-p", 0, [episode(f"p-t-{i}", "task-0", "p-g", reward=0.5) for i in range(2)])
-        store.add_episodes("run-p", 0, [episode(f"p-p-{i}", "task-1", "p-pg", reward=0.0) for i in range(3)],
+        store.add_episodes("run-p", 1, [episode(f"p-t-{i}", "task-0", "p-g", reward=0.5) for i in range(2)])
+        store.add_episodes("run-p", 1, [episode(f"p-p-{i}", "task-1", "p-pg", reward=0.0) for i in range(3)],
                            kind="profile")
-        store.add_episodes("run-p", 0, [episode(f"p-v-{i}", "task-1", "p-vg", reward=1.0) for i in range(2)],
+        store.add_episodes("run-p", 1, [episode(f"p-v-{i}", "task-1", "p-vg", reward=1.0) for i in range(2)],
                            kind="eval")
-        store.add_metrics("run-p", 0, {"rollout/reward_mean": 0.5, "rollout/success_rate": 0.0,
+        store.add_metrics("run-p", 1, {"rollout/reward_mean": 0.5, "rollout/success_rate": 0.0,
                                        "time/profile_s": 1.0, "time/eval_before_s": 2.0,
                                        "tokens/profile_generated": 30.0})
     finally:
@@ -200,7 +201,7 @@ def test_a_run_with_profile_or_eval_before_episodes_links_its_train_points_to_tr
     a train point must not list them as that iteration's rollouts."""
     pts = [(t, urlparse(h)) for t, h in _points(client.get("/run?id=run-p").text, "reward-iteration")]
     trains = [u for t, u in pts if t.startswith("reward:")]
-    assert [parse_qs(u.query) for u in trains] == [{"run": ["run-p"], "iteration": ["0"], "kind": ["train"]}]
+    assert [parse_qs(u.query) for u in trains] == [{"run": ["run-p"], "iteration": ["1"], "kind": ["train"]}]
     rows = re.findall(r'data-testid="episode-row" data-episode-id="([^"]*)"',
                       client.get(trains[0].path + "?" + trains[0].query).text)
     assert sorted(html.unescape(m) for m in rows) == ["p-t-0", "p-t-1"]

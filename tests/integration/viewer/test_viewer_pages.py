@@ -13,8 +13,8 @@ from urllib.parse import parse_qs, quote, urlparse
 import pytest
 from markupsafe import escape
 
-from agentrl.replay import ReplayStore, query_plans
-from agentrl.replay.read import EpisodeFilter, ReadOnlyDB, Sort, episode_page
+from agentrl.replay import ReplayStore
+from agentrl.replay.read import EpisodeFilter, ReadOnlyDB, Sort, episode_page, query_plans
 from agentrl.replay.viewer.app import CSP
 
 from tests.integration.viewer.viewer_data import ATTR_XSS, LONG_TOKENS, VIEW, XSS, episode
@@ -131,7 +131,7 @@ def test_filters(client, viewer_db, query: str, expected, probe_rows: int, monke
 def test_keyset_pages_cover_every_episode_once_in_order(viewer_db: ReadOnlyDB, client, sort: str, desc: bool,
                                                         flt: EpisodeFilter, count: int) -> None:
     # unfiltered: SQLite walks the sort's index; iteration=1 (a selective filter): it reads the
-    # filter's index and sorts (agentrl.replay.query_plans); the pages must be the same kind
+    # filter's index and sorts (agentrl.replay.read.query_plans); the pages must be the same kind
     seen, cursor, pages = [], None, 0
     while True:
         page = episode_page(viewer_db, "run-a", flt, Sort(sort, desc), cursor, limit=4)

@@ -3,7 +3,7 @@ each sampled token, the episode ``kind`` (train | eval), the ``reruns`` table, i
 episode list's filters and keyset pagination, and full-text search over actions and
 observations (SQLite: an FTS5 table kept in step by triggers; PostgreSQL: a generated
 ``tsvector`` column with a GIN index). See ``agentrl.replay.models`` and
-``agentrl.replay.search``.
+``agentrl.replay.search_index``.
 
 Revision ID: 0006
 Revises: 0005
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from agentrl.replay.models import UTCDateTime
-from agentrl.replay.search import FTS_TABLE, PG_SEARCH_COLUMN, PG_SEARCH_MAX_CHARS, PG_TS_CONFIG
+from agentrl.replay.search_index import FTS_TABLE, PG_SEARCH_COLUMN, PG_SEARCH_MAX_CHARS, PG_TS_CONFIG
 
 revision = "0006"
 down_revision = "0005"

@@ -28,7 +28,8 @@ from sqlalchemy import exists, func, literal, literal_column, select, text
 from sqlalchemy.engine import Connection
 
 from agentrl.replay.models import EpisodeRow, TurnRow
-from agentrl.replay.search import FTS_TABLE, matching_turns
+from agentrl.replay.read.search import matching_turns
+from agentrl.replay.search_index import FTS_TABLE
 
 PROBE_ROWS = 2000
 """A filter matching at most this many episodes is read through its own index."""
@@ -80,7 +81,7 @@ def unordered(keys: Sequence[Any]) -> list[Any]:
 
 def text_clause(conn: Connection, dialect: str, query: str) -> Any:
     """Clause "an action or observation of this episode holds every word of ``query``"
-    (``agentrl.replay.search``), planned by how many episodes match (module docstring).
+    (``agentrl.replay.read.search``), planned by how many episodes match (module docstring).
 
     Raises:
         ContractError: ``query`` has no words.

@@ -27,7 +27,6 @@ def _cfg(*overrides: str):
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("controller.mode=async", "env.difficulty_filter='skip_solved_and_unsolved' with controller.mode='async'"),
     ("env.profile_samples=1", "env.profile_samples=1"),
     ("env.profile_every=-1", "env.profile_every=-1"),
 ])
@@ -38,6 +37,7 @@ def test_bad_filter_settings_are_config_errors_naming_the_values(override, needl
     with pytest.raises(ConfigError, match=r"env.difficulty_filter='sometimes'.*'off'"):
         load_config(None, ["env.difficulty_filter=sometimes"])
     load_config(None, ["controller.mode=async"])  # the filter off (the default): async is fine
+    assert _cfg("controller.mode=async").env.difficulty_filter == "skip_solved_and_unsolved"  # and on (stream_source)
 
 
 def test_a_run_profiles_at_its_start_then_every_n_iterations_and_resumes_without_an_extra_profile():
@@ -169,9 +169,9 @@ def test_a_config_that_evaluates_during_training_still_profiles_with_a_lower_rol
 
 
 def test_a_run_resumed_with_the_filter_off_stops_skipping(caplog):
-    """``--resume RUN env.difficulty_filter=off`` (or ``controller.mode=async``, which refuses the
-    filter; both resume through ``DifficultyFilter.restored`` in the controller, before either
-    mode's loop): the checkpoint's skip set is dropped (with a warning) before the next requests, so the task order is the unfiltered one, as the filter
+    """``--resume RUN env.difficulty_filter=off`` (in either controller mode, through
+    ``DifficultyFilter.restored`` in the controller, before either mode's loop; with the filter on
+    it stays, tests/unit/driver/test_async_profile.py): the checkpoint's skip set is dropped (with a warning) before the next requests, so the task order is the unfiltered one, as the filter
     off promises, not the checkpoint's skip set for the rest of the run."""
     src = TaskSource("e", IDS, seed=5, group_size=1)
     src.set_skip({"a", "b"}, policy_version=0, iteration=0)

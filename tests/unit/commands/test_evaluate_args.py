@@ -223,7 +223,7 @@ def test_eval_before_and_after_training_are_due_once_each():
     from agentrl.driver.evaluation import TrainingEval
     from agentrl.config import load_config
 
-    # async mode: on the dedicated eval engine (tests/unit/cluster/test_async_eval.py)
+    # async mode: on the dedicated eval engine (tests/unit/driver/test_async_eval.py)
     assert load_config(None, ["eval.before_training=true", "controller.mode=async"]).eval_engine == "dedicated"
     base = [f"env.id={GUESS}", "run.iterations=3", "eval.num_tasks=2"]
     te = TrainingEval(load_config(None, [*base, "eval.before_training=true", "eval.after_training=true"]))
