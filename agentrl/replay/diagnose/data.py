@@ -75,7 +75,7 @@ class EpisodeFacts:
 @dataclass
 class RunData:
     """A run as the checks see it. ``metrics``: ``{iteration: {key: value}}`` (the store's,
-    0-based iterations); ``episodes``: in insertion order; ``truncated``: more than
+    iterations from 1, 0 for what precedes training); ``episodes``: in insertion order; ``truncated``: more than
     ``MAX_EPISODES`` were stored and the oldest were left out."""
 
     run_id: str
