@@ -281,15 +281,9 @@ def save_checkpoint(
     rank: int,
     world_size: int,
 ) -> None:
-    """Write a trainer checkpoint to ``path``. Collective.
-
-    Layout:
-
-    - ``dcp/``: model and optimizer state, sharded, with ``torch.distributed.checkpoint``
-      (each rank writes its own shards; loadable on another world size).
-    - ``trainer_state.pt`` (rank 0): ``global_step``, scheduler state, world size, config.
-    - ``rng_rank{r}.pt`` (each rank): torch (and CUDA), numpy and ``random`` states.
-    - ``COMPLETE`` (rank 0, last, after a barrier): marks the checkpoint as whole.
+    """Write a trainer checkpoint to ``path``. Collective. The layout is the one
+    ``PolicyTrainer.save_checkpoint`` documents (``dcp/`` shards, ``trainer_state.pt``,
+    ``rng_rank{r}.pt``, ``COMPLETE`` last).
 
     Raises:
         CheckpointError: ``path`` already holds a complete checkpoint.

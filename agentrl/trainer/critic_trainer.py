@@ -210,7 +210,7 @@ class CriticTrainer:
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Write model, optimizer, scheduler, RNG states and the step counter to ``path``
-        (layout of ``agentrl.trainer._fsdp_common.save_checkpoint``; use a folder of its
+        (the layout ``PolicyTrainer.save_checkpoint`` documents; use a folder of its
         own, e.g. ``<run checkpoint>/critic``). Collective.
 
         Raises:
