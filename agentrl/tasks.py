@@ -49,6 +49,28 @@ the eval of the starting policy (``eval.before_training``, ids ``{run_id}/eval-b
 and ``agentrl eval``'s rows in the replay store. Training iterations are 1, 2, ..."""
 
 
+@dataclass(frozen=True)
+class SkipSet:
+    """The tasks a difficulty profile chose to pass over, and which profile chose them.
+
+    Attributes:
+        task_ids: the skipped task ids, sorted.
+        policy_version: the policy version the profile measured.
+        iteration: the iteration the profile was made before (from 1).
+    """
+
+    task_ids: tuple[str, ...]
+    policy_version: int
+    iteration: int
+
+    STATE_KEYS = frozenset({"skip_task_ids", "policy_version", "iteration"})
+
+    def to_state(self) -> dict[str, Any]:
+        """The checkpoint's record: ``{"skip_task_ids": [...], "policy_version": v, "iteration": i}``."""
+        return {"skip_task_ids": list(self.task_ids), "policy_version": self.policy_version,
+                "iteration": self.iteration}
+
+
 @dataclass
 class TaskSource:
     """Deterministic, resumable task order.
@@ -66,8 +88,7 @@ class TaskSource:
             ``state_dict``: the checkpoint's iteration says where a resume starts.
 
     ``skip`` (read-only; ``set_skip`` changes it): ``None`` when no skip set was ever given
-    (the filter off), else ``{"skip_task_ids": [...], "policy_version": v, "iteration": i}``
-    (``i``: the iteration the profile was made before, from 1).
+    (the filter off), else a ``SkipSet``.
     """
 
     env_id: str
@@ -86,7 +107,7 @@ class TaskSource:
         self.task_ids = list(self.task_ids)
         self._perm_cache: dict[int, np.ndarray] = {}
         self._skip: frozenset[str] = frozenset()
-        self.skip: dict[str, Any] | None = None
+        self.skip: SkipSet | None = None
 
     def set_skip(self, task_ids: Iterable[str], *, policy_version: int, iteration: int) -> None:
         """Pass over ``task_ids`` from the next request on (module docstring); ``policy_version``
@@ -103,7 +124,7 @@ class TaskSource:
         if len(skip) == len(self.task_ids):
             raise ConfigError(f"skip set names all {len(skip)} tasks of {self.env_id!r}: no task left to roll out")
         self._skip = skip
-        self.skip = {"skip_task_ids": sorted(skip), "policy_version": int(policy_version), "iteration": int(iteration)}
+        self.skip = SkipSet(tuple(sorted(skip)), int(policy_version), int(iteration))
 
     def clear_skip(self) -> None:
         """Drop the skip set (the filter turned off on a resume): from the next request on the
@@ -152,7 +173,7 @@ class TaskSource:
         """``cursor``, ``seed``, ``num_tasks``, and ``skip`` once a skip set was given."""
         state: dict[str, Any] = {"cursor": self.cursor, "seed": self.seed, "num_tasks": len(self.task_ids)}
         if self.skip is not None:
-            state["skip"] = {**self.skip, "skip_task_ids": list(self.skip["skip_task_ids"])}
+            state["skip"] = self.skip.to_state()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -172,7 +193,7 @@ class TaskSource:
         if skip is None:
             self._skip, self.skip = frozenset(), None
             return
-        if not isinstance(skip, dict) or set(skip) != {"skip_task_ids", "policy_version", "iteration"}:
+        if not isinstance(skip, dict) or set(skip) != SkipSet.STATE_KEYS:
             raise CheckpointError(f"checkpoint's task skip record {skip!r}: expected the keys skip_task_ids, "
                                   "policy_version, iteration")
         try:

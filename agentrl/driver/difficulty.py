@@ -87,7 +87,7 @@ class DifficultyFilter:
         if tasks.skip is None:
             return True
         every = self.cfg.env.profile_every
-        return every > 0 and (it - 1) % every == 0 and tasks.skip["iteration"] != it
+        return every > 0 and (it - 1) % every == 0 and tasks.skip.iteration != it
 
     def restored(self, tasks: Any, done: int) -> None:
         """After ``tasks`` (a ``TaskSource``) was restored from the checkpoint after ``done``
@@ -98,8 +98,8 @@ class DifficultyFilter:
         one, as the setting says."""
         if not self.enabled and tasks.skip is not None:
             log.warning("env.difficulty_filter is off: the checkpoint's skip set (%d tasks, profiled before iteration "
-                        "%d) is dropped; iteration %d on draws from every task", len(tasks.skip["skip_task_ids"]),
-                        tasks.skip["iteration"], done + 1)
+                        "%d) is dropped; iteration %d on draws from every task", len(tasks.skip.task_ids),
+                        tasks.skip.iteration, done + 1)
             tasks.clear_skip()
 
     def before_iteration(self, run: Any, it: int, pool: Any = None) -> dict[str, float]:

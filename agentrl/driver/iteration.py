@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from agentrl.driver.checkpoint import CHECKPOINT_FORMAT, RunDir, kill_point
 from agentrl.config import Config
@@ -28,6 +28,14 @@ from agentrl.credit import CreditResult, assign_credit, critic_step_metrics, ref
 from agentrl.replay.codec import finite_trainer_values
 from agentrl.replay.trainer_values import turn_trainer_values
 from agentrl.rollout.loop import rollout_metrics
+
+if TYPE_CHECKING:  # annotations only: the run's parts, built by agentrl.driver.controller
+    from agentrl.cluster.actors.trainer_group import TrainerGroup
+    from agentrl.cluster.engines.pool import EnginePool
+    from agentrl.driver.difficulty import DifficultyFilter
+    from agentrl.replay import ReplayStore
+    from agentrl.tasks import TaskSource
+    from agentrl.types import SamplingRecord
 
 
 @dataclass
@@ -41,19 +49,19 @@ class RunContext:
 
     cfg: Config
     rd: RunDir
-    store: Any
+    store: ReplayStore
     run_id: str
-    pool: Any
-    group: Any
-    tasks: Any
-    sampling: Any
+    pool: EnginePool  # a StreamingEnginePool in async mode
+    group: TrainerGroup
+    tasks: TaskSource
+    sampling: SamplingRecord
     t0: float
     history: list[dict[str, float | None]] = field(default_factory=list)
     policy_version: int = 0
-    progress: Any = None
+    progress: Any = None  # the CLI's progress bar (start / phase / advance), or None
     on_iteration: Callable[[int, dict], None] | None = None
     carried: dict[str, float] = field(default_factory=dict)  # timeline of the last checkpoint, for the next line
-    difficulty: Any = None  # agentrl.driver.difficulty.DifficultyFilter (both modes), or None
+    difficulty: DifficultyFilter | None = None
 
     def now_s(self) -> float:
         """Seconds since ``train()`` started (the timeline's clock)."""

@@ -15,7 +15,7 @@ from agentrl.driver.difficulty import DifficultyFilter, fold_profile, profile_se
 from agentrl.commands.profile import profile_overrides
 from agentrl.config import load_config
 from agentrl.errors import ConfigError
-from agentrl.tasks import TaskSource
+from agentrl.tasks import SkipSet, TaskSource
 from agentrl.types import Episode, EpisodeRequest, TerminationReason, Turn
 
 IDS = ["a", "b", "c", "d"]
@@ -95,7 +95,7 @@ def test_the_profile_sets_the_skip_set_stores_its_episodes_and_file_and_counts_i
     assert all(r.episode_id.startswith("run-1/profile/it3/") for r in requests)
     train_seeds = {r.sample_seed for r in TaskSource(cfg.env.id, IDS, cfg.run.seed, 3).next_requests(4)}
     assert not train_seeds & {r.sample_seed for r in requests}  # not the training's own samples
-    assert src.skip == {"skip_task_ids": ["a", "b"], "policy_version": 2, "iteration": 3}
+    assert src.skip == SkipSet(("a", "b"), policy_version=2, iteration=3)
     assert store.added == [("run-1", 3, 12, "profile")]
     saved = json.loads((tmp_path / "profiles" / "iter_3.json").read_text())
     assert saved["seed"] == profile_seed(5, 3) and saved["policy_version"] == 2 and saved["iteration"] == 3
@@ -117,7 +117,7 @@ def test_a_profile_that_would_skip_every_task_trains_on_all_of_them(tmp_path, ca
     with caplog.at_level("WARNING"):
         m = DifficultyFilter(cfg, IDS).profile(_Pool(lambda t, i: t in ("a", "b")), _Store(), tmp_path, "r", 0, 0, src)
     assert m["profile/fallback_all"] == 1 and m["profile/skipped_tasks"] == 0
-    assert src.skip == {"skip_task_ids": [], "policy_version": 0, "iteration": 0}
+    assert src.skip == SkipSet((), policy_version=0, iteration=0)
     assert "all 4 tasks have pass rate 0 or 1" in caplog.text and "2 never solved, 2 always solved" in caplog.text
     assert {r.task_id for r in src.next_requests(4)} == set(IDS)
 

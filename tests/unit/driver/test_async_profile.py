@@ -23,7 +23,7 @@ from agentrl.driver.iteration import RunContext
 from agentrl.driver.loop import take_update
 from agentrl.driver.stream_source import StreamSource
 from agentrl.errors import ContractError
-from agentrl.tasks import TaskSource
+from agentrl.tasks import SkipSet, TaskSource
 from agentrl.types import Episode, EpisodeRequest, TerminationReason, Turn
 
 IDS = ["a", "b", "c", "d"]
@@ -125,7 +125,7 @@ def test_the_async_profile_pauses_admission_sees_one_version_and_skips_later_req
     m = src.before_iteration(run, 1)
     assert pool.submitted and all(_is_profile(r) for r in pool.submitted)  # nothing trained was drawn before it
     assert len(pool.submitted) == 8 and not src.buf.groups and not src.buf.pending  # never a training group
-    assert run.tasks.skip == {"skip_task_ids": ["a", "b"], "policy_version": 0, "iteration": 1}
+    assert run.tasks.skip == SkipSet(("a", "b"), policy_version=0, iteration=1)
     [(_, it, eps, kind)] = run.store.added
     assert (it, kind, len(eps)) == (1, "profile", 8)
     assert {v for e in eps for t in e.turns for v in t.policy_versions} == {0}
@@ -151,7 +151,7 @@ def test_the_async_profile_pauses_admission_sees_one_version_and_skips_later_req
     assert len(during) == 8 and all(_is_profile(r) for r in during)  # no training request drawn or admitted
     eps = run.store.added[-1][2]
     assert run.store.added[-1][1] == 2 and {v for e in eps for t in e.turns for v in t.policy_versions} == {1}
-    assert run.tasks.skip == {"skip_task_ids": ["b", "c"], "policy_version": 1, "iteration": 2}
+    assert run.tasks.skip == SkipSet(("b", "c"), policy_version=1, iteration=2)
     # the groups admitted before it keep their tasks, version and ids, and finished into the buffer meanwhile
     assert {g.group_id: (g.admitted_version, [r.episode_id for r in g.requests])
             for g in src.buf.groups.values()} == held
@@ -178,7 +178,7 @@ def test_a_profile_request_of_a_lost_engine_is_retried_and_its_aborted_attempt_s
     assert kind == "profile" and len(eps) == 9 and len(aborted) == 1
     assert any(r.attempt == 1 and r.episode_id != aborted[0].episode_id for r in pool.submitted)
     # as EnginePool.rollout's in sync mode: the aborted attempt counts as errored, its retry as the sample
-    assert run.tasks.skip["skip_task_ids"] == ["a", "b"]
+    assert run.tasks.skip.task_ids == ("a", "b")
     assert m["profile/samples_errored"] == 1 and m["profile/samples_scored"] == 8
     assert not src.buf.groups and src.streamer.side is None
 
@@ -203,7 +203,7 @@ def test_a_run_without_the_filter_never_profiles_and_a_resume_keeps_the_skip_set
     on = _run(tmp_path, pool)
     on.tasks.set_skip({"a"}, policy_version=2, iteration=3)
     on.difficulty.restored(on.tasks, 3)  # async mode: the checkpoint's skip set stays
-    assert on.tasks.skip == {"skip_task_ids": ["a"], "policy_version": 2, "iteration": 3}
+    assert on.tasks.skip == SkipSet(("a",), policy_version=2, iteration=3)
 
 
 def test_rollout_seconds_are_the_wall_time_waited_for_the_groups_with_the_refill(tmp_path):
