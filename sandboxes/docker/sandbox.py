@@ -22,13 +22,14 @@ Container (checked by the contract and abuse suites in tests/integration/sandbox
 Exec: ``exec_create`` + ``exec_start(socket=True)``; stdin is written to the socket, the
 multiplexed stdout/stderr frames are read as they come into ``BoundedOutput`` (capped,
 incremental UTF-8; docs/cases.md, C09). The command runs under a small shell wrapper (bash when the
-image has it, so that its clean-up scan never forks and still works after a fork bomb has
-used up the pids limit):
+image has it; neither version of its clean-up scan forks, so it still works after a fork
+bomb has used up the pids limit):
 ``timeout -s KILL <timeout_s> <command>`` (the inside limit), and after it returns the
 wrapper SIGKILLs every process that still carries this exec's marker variable
 (``AGENTRL_EXEC_ID``), so ``setsid`` / ``nohup`` escapees do not outlive their exec. From
-outside, if the stream has not ended ``_OUTSIDE_GRACE_S`` after the deadline, a root exec
-kills the marked processes; if even that fails the container is killed and the exec raises
+outside, if the stream has not ended ``_OUTSIDE_GRACE_S`` after the deadline, a second exec
+(as the sandbox's user: root without capabilities may not signal its processes) kills the
+marked processes; if even that fails the container is killed and the exec raises
 ``SandboxError``.
 
 Faults are not the model's: a container that fails to start, is gone, or stops, and a
@@ -308,7 +309,7 @@ class DockerSandbox:
         try:
             self._client.api.exec_start(
                 self._client.api.exec_create(
-                    self.container_id, launch(KILL_ONLY, exec_id), user="0:0",
+                    self.container_id, launch(KILL_ONLY, exec_id), user=SANDBOX_USER,
                 )["Id"]
             )
         except _INFRA_ERRORS as exc:

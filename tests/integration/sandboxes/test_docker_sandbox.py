@@ -173,6 +173,46 @@ def test_abuse_daemon_restarted_mid_episode_raises_sandbox_error(run_id):
 # ---------------------------------------------------------------------------- images
 
 
+def test_an_exec_whose_wrapper_cannot_clean_up_is_ended_from_outside(dsb, client):
+    """The command stops its wrapper (sh -> timeout -> wrapper: the parent of its parent),
+    so nothing inside ends the exec: the stream stays open past the deadline, and the
+    sandbox kills the exec's processes with a second exec. That exec runs as the sandbox's
+    user: root without capabilities may not signal them, and then the container had to be
+    killed (SandboxError) for a command that merely timed out."""
+    r = dsb.exec("read -r _ _ _ pp _ < /proc/$PPID/stat; kill -STOP $pp; sleep 1014", timeout_s=1)
+    assert (r.timed_out, r.exit_code) == (True, 137)
+    assert r.duration_s < 8
+    assert procs_with_cmdline("sleep 1014") == []
+    assert client.api.inspect_container(dsb.container_id)["State"]["Running"]  # not killed
+    assert dsb.exec("echo alive").stdout == "alive\n"
+
+
+def test_an_image_without_bash_still_kills_escapees(tmp_path, client, run_id):
+    """The POSIX fallback of the clean-up scan (images without bash), in a real container."""
+    from sandboxes.docker import DockerSandbox
+    from sandboxes.docker.images import BASE_IMAGE, build_image
+
+    name = f"agentrl-test-nobash-{uuid.uuid4().hex[:8]}:v1"
+    df = tmp_path / "Dockerfile"
+    df.write_text(f"FROM {BASE_IMAGE}\nUSER root\nRUN rm -f /usr/bin/bash /bin/bash\nUSER 1000:1000\n")
+    built = build_image(name, dockerfile=df)
+    try:
+        with DockerSandbox(SandboxSpec(run_id=run_id, image=name)) as sb:
+            assert sb.exec("[ -x /bin/bash ] && echo bash || echo none").stdout == "none\n"
+            r = sb.exec("setsid sh -c 'sleep 987661' > /dev/null 2>&1 & nohup sleep 987662 > /dev/null 2>&1 & echo started")
+            assert (r.exit_code, r.stdout, r.timed_out) == (0, "started\n", False)
+            assert procs_with_cmdline("sleep 987661") == [] and procs_with_cmdline("sleep 987662") == []
+            r = sb.exec("setsid sh -c 'sleep 987663' & sleep 1000", timeout_s=1)
+            assert r.timed_out and r.duration_s < 5
+            assert procs_with_cmdline("sleep 987663") == [] and procs_with_cmdline("sleep 1000") == []
+    finally:
+        for image in (name, built):
+            try:
+                client.images.remove(image, force=True)
+            except Exception:  # noqa: BLE001 - best effort cleanup
+                pass
+
+
 def test_base_image_is_cached_by_recipe(caplog):
     from sandboxes.docker.images import BASE_IMAGE, RECIPE_LABEL, base_recipe, build_image
 
