@@ -51,7 +51,7 @@ import secrets
 import zlib
 from typing import Any, Hashable
 
-from agentrl.errors import ConfigError, RewardError, SandboxError, ToolParseError
+from agentrl.errors import ConfigError, EnvError, RewardError, SandboxError, ToolParseError
 from agentrl.types import ExecResult, StepInfo
 from environments.core import TextEnv, clip_text
 from environments.shell_task_bank import TASKS, ShellTask
@@ -283,6 +283,33 @@ class ShellTasksEnv(TextEnv):
                                  '<tool_call>{"name": "bash", "arguments": {"command": "..."}}</tool_call> with valid JSON.')
         if not calls:
             return self._finish(truncated=False, prefix="")
+        messages, over = self.run_tool_calls(calls)
+        if over:
+            outputs = messages
+            note = (f"Tool call limit reached: {len(calls) - len(outputs)} call(s) not run "
+                    f"(at most {self.max_tool_calls} per task). The task is over.")
+            obs, reward, term, trunc, info = self._finish(truncated=True, prefix="\n\n".join(outputs + [note]))
+            info["tool_calls"] = calls
+            return obs, reward, term, trunc, info
+        info = self._info(calls=calls, observation_role="tool", tool_outputs=tuple(messages))
+        observation = "\n\n".join(messages)
+        return observation, 0.0, False, False, info
+
+    def run_tool_calls(self, calls: list[ToolCall]) -> tuple[list[str], bool]:
+        """Run parsed ``bash`` calls in the sandbox as ``step`` does, within the task's
+        tool-call budget. Also what an agent through the gateway calls for its tools
+        (``agentrl.gateway.agent_task.AgentTask.call_tools``).
+
+        Returns:
+            ``(messages, over)``: with ``over`` False, one tool message per call (the last
+            followed by the calls left); with ``over`` True (the budget ran out) the
+            results of the calls that ran, and the task is over.
+
+        Raises:
+            EnvError: no episode running. SandboxError: the sandbox failed.
+        """
+        if self._task is None or self._done:
+            raise EnvError("run_tool_calls() needs a running episode; call reset() first")
         budget = self.max_tool_calls - self._num_tool_calls
         outputs = []
         for i, call in enumerate(calls[: max(budget, 0)]):
@@ -294,15 +321,28 @@ class ShellTasksEnv(TextEnv):
             outputs.append(header + "\n" + self._format(result))
         self._num_tool_calls += len(outputs)
         if len(calls) > len(outputs):
-            note = (f"Tool call limit reached: {len(calls) - len(outputs)} call(s) not run "
-                    f"(at most {self.max_tool_calls} per task). The task is over.")
-            obs, reward, term, trunc, info = self._finish(truncated=True, prefix="\n\n".join(outputs + [note]))
-            info["tool_calls"] = calls
-            return obs, reward, term, trunc, info
-        messages = self._tool_messages(outputs, self.max_tool_calls - self._num_tool_calls)
-        info = self._info(calls=calls, observation_role="tool", tool_outputs=tuple(messages))
-        observation = "\n\n".join(messages)
-        return observation, 0.0, False, False, info
+            return outputs, True
+        return self._tool_messages(outputs, self.max_tool_calls - self._num_tool_calls), False
+
+    def score(self) -> tuple[float, bool]:
+        """Grade the working directory now and end the episode: ``(reward, success)``, the
+        fraction of checks met and whether all were (what the episode's last ``step``
+        returns). Also the verifier of an agent through the gateway.
+
+        Raises:
+            EnvError: no episode running. RewardError: grading failed.
+        """
+        if self._task is None:
+            raise EnvError("score() needs an episode; call reset() first")
+        passed = self._grade()
+        return sum(passed) / len(passed), all(passed)
+
+    def _grade(self) -> list[bool]:
+        """The task's checks run now; the episode is over."""
+        assert self._task is not None
+        passed = grade(self.sandbox, self._task)
+        self._done = True
+        return passed
 
     def close(self) -> None:
         """End the env; the sandbox is NOT closed (its owner closes it). Idempotent."""
@@ -331,6 +371,8 @@ class ShellTasksEnv(TextEnv):
         assert self._task is not None
         digest = self._history.hexdigest()[:16] if self._num_tool_calls or calls else ""
         anchor: Hashable = (self._task.task_id, digest)
+        if calls is not None:
+            step_info.setdefault("tool_calls", len(calls))
         return StepInfo(anchor=anchor, **step_info).to_info(
             task_id=self._task.task_id, tool_calls=list(calls or []),
             num_tool_calls=self._num_tool_calls, num_invalid_actions=self._num_invalid_actions)
@@ -348,9 +390,7 @@ class ShellTasksEnv(TextEnv):
         return f"{message}\n(Invalid replies left before the task ends: {left}.)", 0.0, False, False, info
 
     def _finish(self, *, truncated: bool, prefix: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self._task is not None
-        passed = grade(self.sandbox, self._task)
-        self._done = True
+        passed = self._grade()
         reward = sum(passed) / len(passed)
         lines = [prefix] if prefix else []
         lines.append(f"Checked the working directory: {sum(passed)} of {len(passed)} criteria met.")

@@ -33,8 +33,8 @@ import numpy as np
 
 import critics
 from agentrl.config import AlgorithmConfig
-from agentrl.credit.rows import (Level, check_level, critic_rows, drop_turns_from_loss, token_sequences, turn_means,
-                                 turn_token_counts)
+from agentrl.credit.rows import (Level, check_level, critic_rows, drop_turns_from_loss, to_stream_order,
+                                 token_sequences, turn_means, turn_token_counts)
 from agentrl.errors import ConfigError, ContractError
 from agentrl.types import Episode, SamplingRecord, TerminationReason, TokenBatch, ValueBatch
 
@@ -322,7 +322,8 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
                           dtype=np.float64).reshape(-1)  # [sum(counts)]
         if flat.size != sum(counts):
             raise ContractError(f"values_fn returned {flat.size} values for {sum(counts)} value positions")
-        values = np.split(flat, np.cumsum(counts)[:-1])  # [N][K_i] or [N][N_i]
+        values = [to_stream_order(e, v, est.level)  # read in each episode's row order
+                  for e, v in zip(kept, np.split(flat, np.cumsum(counts)[:-1]))]  # [N][K_i] or [N][N_i]
     params = estimator_params(cfg)
     if est.level == "turn":
         out = est.fn(rewards, anchors, group_ids, values, params)

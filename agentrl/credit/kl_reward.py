@@ -87,12 +87,14 @@ def turn_penalties(scored: Sequence[Episode], batch: TokenBatch, per_token_kl: A
     out: dict[str, list[float]] = {}
     row = 0
     for e in scored:
-        sampled: list[float] = []  # this episode's sampled tokens in stream order
-        for _ in e.rows():
+        sampled: list[float] = []  # this episode's sampled tokens in row order
+        turn_of: list[int] = []  # the turn of each of them
+        for r in e.rows():
             if row >= len(slices):
                 raise ContractError(f"batch has {len(slices)} rows; episode {e.episode_id} needs more")
             s = slices[row]
             sampled.extend(v for v, m in zip(vals[s], mask[s]) if m)
+            turn_of.extend(span.turn for span in r.turns for _ in range(span.completion_len))
             row += 1
         counts = turn_token_counts(e)
         if len(sampled) != sum(counts):
@@ -102,10 +104,10 @@ def turn_penalties(scored: Sequence[Episode], batch: TokenBatch, per_token_kl: A
         bad = [v for v in sampled if not math.isfinite(v)]
         if bad:
             raise ContractError(f"episode {e.episode_id}: per-token KL {bad[0]} is not finite")
-        per_turn, start = [], 0
-        for n in counts:
-            per_turn.append(coef * math.fsum(sampled[start:start + n]))
-            start += n
+        by_turn: list[list[float]] = [[] for _ in counts]
+        for k, v in zip(turn_of, sampled):
+            by_turn[k].append(v)
+        per_turn = [coef * math.fsum(t) for t in by_turn]
         out[e.episode_id] = per_turn
     if row != len(slices):
         raise ContractError(f"batch has {len(slices)} rows but the scored episodes hold {row}")

@@ -38,8 +38,10 @@ def episode_boundaries(episode: Episode) -> list[list[int]]:
     """Turn boundaries (``critics.turn_boundaries``: the last token before each turn's
     completion) of each trainer row of ``episode``.
 
-    Either way the rows' boundaries, concatenated, hold one entry per turn in turn order,
-    so critic values over these rows split back per episode by ``len(episode.turns)``.
+    Either way the rows' boundaries, concatenated, hold one entry per turn, in row order
+    (``row_order(episode, "turn")``: turn order unless branches interleave), so critic values
+    over these rows split back per episode by ``len(episode.turns)`` and go to turn order
+    with ``to_stream_order``.
 
     Raises:
         ContractError: a row whose first turn has no prompt tokens (the episode named).
@@ -64,9 +66,10 @@ def episode_token_positions(episode: Episode) -> list[list[int]]:
     """Token-level value positions (``critics.token_value_positions``: ``p - 1`` for every
     sampled token ``p``) of each trainer row of ``episode``.
 
-    The rows' positions, concatenated, hold one entry per sampled token in stream order
-    (``episode.num_generated_tokens()`` in all), so critic values over these rows split
-    back per episode by that count.
+    The rows' positions, concatenated, hold one entry per sampled token
+    (``episode.num_generated_tokens()`` in all), in row order (``row_order(episode,
+    "token")``: stream order unless branches interleave), so critic values over these rows
+    split back per episode by that count and go to stream order with ``to_stream_order``.
 
     Raises:
         ContractError: a row that starts with a sampled token (no prompt before it); the
@@ -98,7 +101,9 @@ def split_per_row(episode: Episode, per_turn: Sequence[float] | Any) -> list[lis
 
 def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> list[list[float]]:
     """Per-sampled-token numbers (advantages, returns, old values) of ``episode``, in stream
-    order, split like ``episode_token_positions`` (each row gets its sampled tokens' values).
+    order (turn by turn, each turn's tokens in order), split like
+    ``episode_token_positions`` (each row gets its sampled tokens' values; rows of
+    interleaved branches take their turns' tokens wherever they sit in the stream).
 
     Raises:
         ContractError: ``len(per_token) != episode.num_generated_tokens()``.
@@ -109,10 +114,39 @@ def split_tokens_per_row(episode: Episode, per_token: Sequence[float] | Any) -> 
         raise ContractError(
             f"got {len(vals)} per-token values for episode {episode.episode_id} with {n} sampled tokens"
         )
-    out, start = [], 0
-    for row in episode.rows():
-        out.append(vals[start:start + row.num_sampled])
-        start += row.num_sampled
+    pos = iter(row_order(episode, "token"))
+    return [[vals[next(pos)] for _ in range(row.num_sampled)] for row in episode.rows()]
+
+
+def row_order(episode: Episode, level: Level) -> list[int]:
+    """Stream positions in the order ``episode``'s rows hold them: turn indices
+    (``level="turn"``) or sampled-token indices in stream order (``"token"``), row by row.
+    The identity for an episode whose rows keep turn order (one branch, or ``per_step``);
+    a permutation when branches interleave (a row holds turns 0 and 2, the next turn 1).
+    Values that come back in row order (a critic's, read at ``critic_rows``' positions) go
+    to stream order with ``out[order[i]] = value[i]``."""
+    check_level(level)
+    spans = [s for row in episode.rows() for s in row.turns]
+    if level == "turn":
+        return [s.turn for s in spans]
+    starts = np.cumsum([0] + turn_token_counts(episode)).tolist()
+    return [starts[s.turn] + j for s in spans for j in range(s.completion_len)]
+
+
+def to_stream_order(episode: Episode, values: Sequence[float] | Any, level: Level) -> np.ndarray:
+    """``values`` given in row order (``row_order``) put back in stream order. ``[K]`` or
+    ``[N_tokens]`` float64.
+
+    Raises:
+        ContractError: not one value per position.
+    """
+    order = row_order(episode, level)
+    vals = np.asarray(values, dtype=np.float64).reshape(-1)
+    if vals.size != len(order):
+        raise ContractError(f"got {vals.size} values in row order for episode {episode.episode_id}; "
+                            f"expected {len(order)} ({level} level)")
+    out = np.empty(len(order), dtype=np.float64)
+    out[order] = vals
     return out
 
 
@@ -162,8 +196,8 @@ def critic_rows(kept: Sequence[Episode], returns: Sequence[Sequence[float]] | No
       sampled token per episode, in stream order.
 
     Returns:
-        ``list[ValueRow]``; its values, concatenated, are in episode order, then turn (or
-        sampled-token) order.
+        ``list[ValueRow]``; its positions, concatenated, are in episode order, then in each
+        episode's row order (``row_order``: turn order unless branches interleave).
 
     Raises:
         ContractError: a count that does not match an episode, or a bad ``level``.

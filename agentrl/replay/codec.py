@@ -120,6 +120,7 @@ def episode_row(run_id: str, iteration: int, position: int, ep: Episode,
         "policy_version_min": min(versions) if versions else None,
         "policy_version_max": max(versions) if versions else None,
         "advantage_mean": adv_mean,
+        "counters": json_object(f"episode {ep.episode_id} counters", ep.counters) if ep.counters else None,
         "created_at": now,
     }
 
@@ -147,6 +148,8 @@ def turn_row(ep: Episode, k: int, t: Turn, advantage: float | None) -> dict[str,
         "observation_text": t.observation_text,
         "invalid_action": bool(t.invalid_action),
         "advantage": None if advantage is None else float(advantage),
+        "branch": int(t.branch),
+        "tool_calls": int(t.tool_calls),
     }
 
 
@@ -177,9 +180,12 @@ def reason(value: str | None) -> TerminationReason | None:
     return None if value is None else TerminationReason(value)
 
 
-def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequence[SandboxEventRow]) -> Episode:
+def episode_from_rows(row: EpisodeRow | Any, turns: Sequence[TurnRow | Any],
+                      events: Sequence[SandboxEventRow | Any]) -> Episode:
     """The ``Episode`` stored as ``row`` with its ``turns`` (in turn order) and sandbox
-    ``events`` (in turn, then ``seq`` order)."""
+    ``events`` (in turn, then ``seq`` order): ORM rows, or result rows with the same column
+    names (``agentrl.replay.read.get_episode`` selects them with ``ReplayDB.columns_as_found``).
+    A NULL ``counters`` reads as no counters."""
     by_turn: dict[int, list[ExecResult]] = {}
     for ev in events:
         by_turn.setdefault(ev.turn_index, []).append(ExecResult(
@@ -212,6 +218,8 @@ def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequenc
                 observation_text=t.observation_text,
                 invalid_action=t.invalid_action,
                 exec_results=by_turn.get(t.turn_index, []),
+                branch=t.branch,
+                tool_calls=t.tool_calls,
             )
             for t in turns
         ],
@@ -221,6 +229,7 @@ def episode_from_rows(row: EpisodeRow, turns: Sequence[TurnRow], events: Sequenc
         error=row.error,
         prompt_mode=row.prompt_mode,
         success=row.success,
+        counters={str(k): float(v) for k, v in (row.counters or {}).items()},
     )
 
 

@@ -42,7 +42,9 @@ and observations (``agentrl.replay.search_index``). Schema 7 (revision ``0007``)
 Schema 8 (revision ``0008``): no table changes; the ``iteration`` columns (episodes, metrics,
 completion marks) number training iterations from 1, as every other place a user sees an
 iteration (docs/design.md, "Iteration numbering"; 0 holds what precedes training), and the
-rows stored 0-based before are shifted by one.
+rows stored 0-based before are shifted by one. Schema 9 (revision ``0009``): ``turns.branch``
+and ``turns.tool_calls`` (0 on turns stored before: one branch, no tool calls reported) and
+``episodes.counters`` (NULL: none, on every episode stored before).
 """
 
 from __future__ import annotations
@@ -74,12 +76,12 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """Version of the tables below. Bump it with every schema change, together with a new Alembic
 revision (4: the ``iterations`` table of completion marks; 5: ``turns.policy_versions``,
 per-token weight versions; 6: trainer-side log-probs and entropies, ``episodes.kind``,
 ``reruns``, the viewer's indexes and full-text search; 7: the index of ``metrics`` by key;
-8: iterations numbered from 1)."""
+8: iterations numbered from 1; 9: ``turns.branch``, ``turns.tool_calls``, ``episodes.counters``)."""
 
 EPISODE_KINDS = ("train", "eval", "profile")
 """Values of ``episodes.kind``: training rollouts, evaluation episodes, and a training run's
@@ -333,6 +335,9 @@ class EpisodeRow(Base):
     kind: Mapped[str] = mapped_column(String(8), default="train", server_default="train")
     """``train``, ``eval`` or ``profile`` (``EPISODE_KINDS``): evaluation episodes are stored apart from the
     training rollouts of the same run (every episode stored before schema 6 is ``train``)."""
+    counters: Mapped[dict[str, float] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    """``Episode.counters`` (str -> finite float); NULL when the episode has none (and on every
+    episode stored before schema 9)."""
 
 
 class TurnRow(Base):
@@ -368,6 +373,12 @@ class TurnRow(Base):
     observation_text: Mapped[str] = mapped_column(SafeText)
     invalid_action: Mapped[bool] = mapped_column(Boolean)
     advantage: Mapped[float | None] = mapped_column(Double)
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """``Turn.branch``: the branch of the episode the turn extends (0 on every turn stored
+    before schema 9)."""
+    tool_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """``Turn.tool_calls``: tool calls the turn's action made, as the env reported (0 on
+    every turn stored before schema 9)."""
     trainer_log_probs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     """Packed ``<f8`` nats ``[C]``: the trainer's log-prob of each completion id, computed in
     the update that trained on the turn (at the weights the update started from, with the

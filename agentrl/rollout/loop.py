@@ -19,6 +19,14 @@ Prompt modes: ``full_history`` appends each observation to the growing conversat
 Observations become chat messages of ``info["observation_role"]`` (``user`` by default);
 with role ``tool``, each string in ``info["tool_outputs"]`` becomes its own tool message.
 
+An env that speaks chat messages (the gateway's) gives ``StepInfo.messages`` instead
+(``full_history`` only, else ``infra_error``): at reset the whole first prompt; at a step the
+messages after the completion, delta-tokenized onto the branch the next turn extends
+(``StepInfo.branch``), whose turns' ids alone are the engine prompt's prefix and the
+context budget; a new branch (a fork) starts from the full rendering, with no prefix. The
+other step-info keys and the ``set_rollout`` / ``receive_completion`` hooks:
+docs/environments.md.
+
 * the environment's ``terminated`` / ``truncated`` → ``env_terminated`` / ``env_truncated``;
 * ``max_turns`` reached → truncated, ``max_turns``;
 * a completion stopped by ``max_new_tokens`` → the episode ends there, truncated,
@@ -50,8 +58,8 @@ from concurrent.futures import Future
 from typing import Any, Callable, Protocol, Sequence
 
 from agentrl.errors import ConfigError, EnvError, InfraError, RewardError
-from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.budget import RolloutBudget
+from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
 from agentrl.rollout.session import RolloutSession
 from agentrl.rollout.state import ActiveEpisode, RolloutLimits
@@ -62,8 +70,8 @@ log = logging.getLogger(__name__)
 
 
 class EngineLike(Protocol):
-    # with rollout.stop_strings, ``add`` also takes ``stop_strings`` and ``stop_context_ids``
-    # (``RolloutWorker.stop_kwargs``; ``VLLMEngine.add``)
+    # with stop strings (rollout.stop_strings or a turn's StepInfo.stop_strings), ``add`` also
+    # takes ``stop_strings`` and ``stop_context_ids`` (``RolloutWorker.stop_kwargs``; ``VLLMEngine.add``)
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
             stop_token_ids: Sequence[int], seed: int | None = None) -> None: ...
     def has_unfinished(self) -> bool: ...
@@ -196,6 +204,9 @@ class RolloutWorker:
                     st.execs.append(res)
             st.listener = listener
             sandbox.add_listener(listener)
+        configure = getattr(getattr(env, "unwrapped", env), "set_rollout", None)
+        if callable(configure):  # an env that serves an agent (the gateway's) checks its calls against these
+            configure(self.chat, self.sampling, self.limits.max_new_tokens)
         out = env.reset(seed=st.req.seed, options={"task_id": st.req.task_id})
         if not isinstance(out, tuple) or len(out) != 2:
             raise EnvError(f"{st.req.env_id}.reset returned {type(out).__name__}; expected (observation, info)")
@@ -205,7 +216,13 @@ class RolloutWorker:
         return obs, StepInfo.from_info(info, env_id=st.req.env_id, where="reset")
 
     def _step(self, st: ActiveEpisode) -> tuple[str, float, bool, bool, StepInfo]:
-        return _check_step_output(st.env.step(st.episode.turns[-1].action_text), st.req.env_id)
+        """``env.step`` of the turn just sampled; before it, the env's
+        ``unwrapped.receive_completion(turn, prompt_ids)`` when it has one (module docstring)."""
+        turn = st.episode.turns[-1]
+        hook = getattr(getattr(st.env, "unwrapped", st.env), "receive_completion", None)
+        if callable(hook):
+            hook(turn, list(st.engine_prompt))
+        return _check_step_output(st.env.step(turn.action_text), st.req.env_id)
 
     def _close(self, st: ActiveEpisode) -> None:
         if st.sandbox is not None and st.listener is not None and hasattr(st.sandbox, "remove_listener"):
@@ -244,17 +261,22 @@ class RolloutWorker:
         ep.truncated = not ep.terminated
         return True
 
-    def _queue_turn(self, st: ActiveEpisode, prompt: list[int], queue: list[ActiveEpisode]) -> bool:
-        """Prepare the episode's next turn (request id, prompt, token budget, seed) and put
-        it on ``queue``; the session adds it to the engine (``_add_turn``). Returns True when
-        no turn fits the context (the episode ends, ``context_limit``)."""
+    def _queue_turn(self, st: ActiveEpisode, prompt: list[int], queue: list[ActiveEpisode], info: StepInfo,
+                    branch: int = 0) -> bool:
+        """Prepare the episode's next turn on ``branch`` (request id, engine prompt: the
+        branch's ids so far, none in ``per_step`` mode, + ``prompt``; token budget and stop
+        strings, with ``info``'s for this turn; seed) and put it on ``queue`` for the session
+        (``_add_turn``). True when no turn fits the context (the episode ends, ``context_limit``)."""
         per_step = self.limits.prompt_mode == "per_step"
-        prefix = [] if per_step else st.episode.token_ids()
+        prefix = [] if per_step else st.episode.token_ids(branch)
         room = self.limits.max_context_tokens - len(prefix) - len(prompt)
         if room < 1:
             return self._finish(st, TerminationReason.CONTEXT_LIMIT)
+        st.branch = branch
         st.pending_prompt = prompt
-        st.max_tokens = min(self.limits.max_new_tokens, room)
+        st.token_budget = min(self.limits.max_new_tokens, info.max_new_tokens or self.limits.max_new_tokens)
+        st.max_tokens = min(st.token_budget, room)
+        st.stop_strings = tuple(dict.fromkeys(self.limits.stop_strings + (info.stop_strings or ())))
         turn_idx = len(st.episode.turns)
         st.request_id = f"{st.episode.episode_id}:{turn_idx}"
         st.engine_prompt = prefix + prompt
@@ -268,17 +290,19 @@ class RolloutWorker:
         """Add ``st``'s prepared turn to the engine, sampled under weight version ``version``."""
         st.version = version
         self.engine.add(st.request_id, st.engine_prompt, sampling=self.sampling, max_tokens=st.max_tokens,
-                        stop_token_ids=self.chat.stop_token_ids, seed=st.seed, **self.stop_kwargs())
+                        stop_token_ids=self.chat.stop_token_ids, seed=st.seed, **self.stop_kwargs((), st.stop_strings))
 
-    def stop_kwargs(self, sampled: Sequence[int] = ()) -> dict[str, Any]:
+    def stop_kwargs(self, sampled: Sequence[int] = (), stop_strings: Sequence[str] | None = None) -> dict[str, Any]:
         """``engine.add``'s stop-string arguments (none when no stop strings are set, so an
-        engine without them keeps its signature): the stop strings, and for a request that
-        continues a preempted turn the turn's ids ``sampled`` so far (``stop_context_ids``),
-        so a stop string inside a tool call's JSON string opened before the preemption does
-        not end the turn (``agentrl.rollout.stop_strings``)."""
-        if not self.limits.stop_strings:
+        engine without them keeps its signature): the stop strings (``stop_strings``: a
+        turn's own, ``ActiveEpisode.stop_strings``; None: ``rollout.stop_strings``), and for a
+        request that continues a preempted turn the turn's ids ``sampled`` so far
+        (``stop_context_ids``), so a stop string inside a tool call's JSON string opened
+        before the preemption does not end the turn (``agentrl.rollout.stop_strings``)."""
+        stops = tuple(self.limits.stop_strings if stop_strings is None else stop_strings)
+        if not stops:
             return {}
-        kw: dict[str, Any] = {"stop_strings": self.limits.stop_strings}
+        kw: dict[str, Any] = {"stop_strings": stops}
         if sampled:
             kw["stop_context_ids"] = list(sampled)
         return kw
@@ -300,7 +324,11 @@ class RolloutWorker:
                 st.tools = [dict(t) for t in info.tools] if info.tools else None
                 st.describes_tools = info.system_prompt_describes_tools
                 st.examples = info.example_messages or ()
-                return self._queue_turn(st, self._first_prompt(st, obs), queue)
+                self._refuse_in_per_step(st, info)
+                _add_counters(st.episode, info)
+                if info.messages is not None:  # the whole first prompt, template-ready
+                    return self._queue_turn(st, self.chat.prompt_ids(list(info.messages), st.tools), queue, info)
+                return self._queue_turn(st, self._first_prompt(st, obs), queue, info)
             obs, reward, terminated, truncated, info = result
             turn = st.episode.turns[-1]
             turn.reward = reward
@@ -308,6 +336,10 @@ class RolloutWorker:
             turn.invalid_action = info.invalid_action
             if info.success is not None:
                 st.episode.success = info.success
+            if info.tool_calls is not None:
+                turn.tool_calls = info.tool_calls
+            _add_counters(st.episode, info)
+            self._refuse_in_per_step(st, info)
             with st.lock:
                 turn.exec_results.extend(st.execs)
                 st.execs.clear()
@@ -326,10 +358,9 @@ class RolloutWorker:
                 return self._finish(st, TerminationReason.MAX_TURNS)
             st.anchor = info.anchor_or(obs)
             if self.limits.prompt_mode == "per_step":
-                return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), queue)
-            ended_with_stop_token = bool(turn.completion_ids) and turn.completion_ids[-1] in self.chat.stop_token_ids
-            delta = self.chat.delta_ids(_observation_messages(obs, info), completion_ended_with_stop=ended_with_stop_token)
-            return self._queue_turn(st, delta, queue)
+                return self._queue_turn(st, self._first_prompt(st, self._step_prompt_text(st)), queue, info)
+            branch = turn.branch if info.branch is None else info.branch
+            return self._queue_turn(st, self._next_prompt(st, obs, info, branch), queue, info, branch)
         except RewardError as exc:
             return self._fail(st, TerminationReason.REWARD_ERROR, exc)
         except Exception as exc:
@@ -337,6 +368,29 @@ class RolloutWorker:
             # template, token budget) failed: that episode ends as infra_error with the
             # message; the other episodes of the batch go on.
             return self._fail(st, TerminationReason.INFRA_ERROR, exc)
+
+    def _refuse_in_per_step(self, st: ActiveEpisode, info: StepInfo) -> None:
+        """Raise ``EnvError`` in ``per_step`` mode when the env sends chat messages or a branch > 0."""
+        if self.limits.prompt_mode == "per_step" and (info.messages is not None or info.branch):
+            key = "messages" if info.messages is not None else "branch"
+            raise EnvError(f"{st.req.env_id} sent info[{key!r}] but rollout.prompt_mode is per_step, which rebuilds "
+                           "each prompt from the env's observation text; an agent that sends chat messages (or "
+                           "forks) needs rollout.prompt_mode: full_history")
+
+    def _next_prompt(self, st: ActiveEpisode, obs: str, info: StepInfo, branch: int) -> list[int]:
+        """The next turn's prompt ids on ``branch``: the delta of ``info.messages`` (else the
+        observation's) after that branch's last completion; for a new branch (a fork) the full
+        rendering of ``info.messages`` (``EnvError`` without them)."""
+        on_branch = st.episode.branch_turns(branch)
+        if not on_branch:
+            if info.messages is None:
+                raise EnvError(f"{st.req.env_id} step: info['branch']={branch} starts a new branch but gives no "
+                               "info['messages']; a new branch's first prompt is the full rendering of its messages")
+            return self.chat.prompt_ids(list(info.messages), st.tools)
+        last = st.episode.turns[on_branch[-1]]
+        ended_with_stop_token = bool(last.completion_ids) and last.completion_ids[-1] in self.chat.stop_token_ids
+        msgs = list(info.messages) if info.messages is not None else _observation_messages(obs, info)
+        return self.chat.delta_ids(msgs, completion_ended_with_stop=ended_with_stop_token)
 
     def _first_prompt(self, st: ActiveEpisode, user_text: str) -> list[int]:
         msgs = self.chat.initial_messages(st.system_prompt, user_text, st.tools, prompt_describes_tools=st.describes_tools,
@@ -366,16 +420,16 @@ class RolloutWorker:
         lps = [lp for seg in st.segments for lp in seg[1]] + list(comp.log_probs)
         versions = [seg[2] for seg in st.segments for _ in seg[0]] + [st.version] * len(comp.token_ids)
         st.segments = []
-        if self.limits.stop_strings and comp.finish_reason != "abort":
+        if st.stop_strings and comp.finish_reason != "abort":
             # the engine stops at a stop string within its steps; here the whole turn is cut
             # again (an engine that ignores stop strings, one spanning a preemption), by the
             # same rule (agentrl.rollout.stop_strings: the closing tag where it closes a call)
-            k = cut_at_stop(ids, self.tokenizer.decode, self.limits.stop_strings)
+            k = cut_at_stop(ids, self.tokenizer.decode, st.stop_strings)
             if k is None and comp.finish_reason == "length":
                 # ran to its token limit with a stop string inside a call's JSON string: most
                 # likely a call with a missing closing quote; it ends there as stopped, so the
                 # call is parsed and scored invalid instead of running into imagined output
-                k = cut_at_stop_in_string(ids, self.tokenizer.decode, self.limits.stop_strings)
+                k = cut_at_stop_in_string(ids, self.tokenizer.decode, st.stop_strings)
             if k is not None and not (k == len(ids) - 1 and ids[-1] in self.chat.stop_token_ids):
                 ids, lps, versions = ids[:k], lps[:k], versions[:k]
                 comp = Completion(comp.request_id, tuple(ids), tuple(lps), "stop", None)
@@ -389,13 +443,14 @@ class RolloutWorker:
             anchor=st.anchor,
             action_text=self.tokenizer.decode(ids, skip_special_tokens=True),
             policy_versions=versions,
+            branch=st.branch,
         )
         st.episode.turns.append(turn)
         st.pending_prompt = []
         if comp.finish_reason == "abort":
             return self._fail(st, TerminationReason.INFRA_ERROR, InfraError("the engine aborted the request"))
         if comp.finish_reason == "length":
-            cut_by_context = st.max_tokens < self.limits.max_new_tokens
+            cut_by_context = st.max_tokens < st.token_budget
             st.length_reason = TerminationReason.CONTEXT_LIMIT if cut_by_context else TerminationReason.LENGTH
             if not self.limits.score_truncated:
                 turn.reward = 0.0  # not handed to the environment; not a format failure (docs/cases.md, C08a)
@@ -403,8 +458,15 @@ class RolloutWorker:
         return False
 
 
+def _add_counters(episode: Episode, info: StepInfo) -> None:
+    for key, value in (info.counters or {}).items():
+        episode.counters[key] = episode.counters.get(key, 0.0) + float(value)
+
+
 def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Per-iteration rollout metrics with fixed names (``rollout/...``)."""
+    """Per-iteration rollout metrics with fixed names (``rollout/...``; docs/metrics.md),
+    and each key of the episodes' ``Episode.counters`` summed over the episodes under its
+    own name (e.g. ``gateway/forks``)."""
     n = len(episodes)
     valid = [e for e in episodes if not e.is_error]
     rewards = [e.total_reward for e in valid if e.total_reward is not None]
@@ -427,10 +489,15 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "rollout/sandbox_execs": float(sum(len(t.exec_results) for e in episodes for t in e.turns)),
         # lost with their engine (flagged, never scored; their requests were rolled out again)
         "rollout/aborted_episodes": float(sum(1 for e in episodes if e.termination_reason == TerminationReason.ABORTED)),
+        "rollout/tool_calls": float(sum(t.tool_calls for e in episodes for t in e.turns)),
+        "rollout/episodes_without_tool_calls": float(sum(1 for e in valid if not any(t.tool_calls for t in e.turns))),
     }
     for reason in TerminationReason:
         m[f"rollout/termination/{reason.value}"] = float(sum(1 for e in episodes if e.termination_reason == reason))
     for fr in ("stop", "length", "abort"):
         m[f"rollout/finish_reason/{fr}"] = float(sum(1 for e in episodes for t in e.turns if t.finish_reason == fr))
+    fixed = set(m)  # StepInfo keeps counters out of rollout/; a hand-built one never overwrites these
+    for key, value in ((k, v) for e in episodes for k, v in e.counters.items() if k not in fixed):
+        m[key] = m.get(key, 0.0) + float(value)
     return m
 

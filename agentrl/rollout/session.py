@@ -349,7 +349,7 @@ class RolloutSession:
         self.engine.add(st.request_id, st.engine_prompt + partial, sampling=self.worker.sampling, max_tokens=remaining,
                         stop_token_ids=self.worker.chat.stop_token_ids,
                         seed=segment_seed(st.req.sample_seed, turn, n_seg) if n_seg else st.seed,
-                        **self.worker.stop_kwargs(partial))
+                        **self.worker.stop_kwargs(partial, st.stop_strings))
 
     def _finish_preempted(self, st: Any) -> None:
         last = st.segments.pop()

@@ -42,7 +42,10 @@ class ActiveEpisode:
     execs: list[ExecResult] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     listener: Any = None
-    max_tokens: int = 0
+    max_tokens: int = 0  # the pending turn's engine max_tokens: min(token_budget, room left in the context)
+    token_budget: int = 0  # its new-token cap before the context: rollout.max_new_tokens or StepInfo.max_new_tokens
+    stop_strings: tuple[str, ...] = ()  # its stop strings: rollout.stop_strings + StepInfo.stop_strings
+    branch: int = 0  # the branch it extends (Turn.branch)
     length_reason: TerminationReason = TerminationReason.LENGTH
     # per-step mode: what each step's prompt is rebuilt from
     task_text: str = ""

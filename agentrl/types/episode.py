@@ -6,7 +6,9 @@ Token bookkeeping rules enforced here:
 
 1. Token-in, token-out: an episode's token stream is
    ``turns[0].prompt_ids + turns[0].completion_ids + turns[1].prompt_ids + ...``; the
-   completion ids are exactly what the engine sampled, never re-encoded text.
+   completion ids are exactly what the engine sampled, never re-encoded text. An episode
+   whose environment forked the conversation (``Turn.branch``, ``full_history`` mode) has
+   one such stream per branch, over that branch's turns (``Episode.rows``, ``token_ids(branch=b)``).
 2. ``loss_mask`` is 1 exactly on ``completion_ids`` (the stop token the engine produced
    included), 0 on ``prompt_ids`` (prompt, observations, chat-template glue).
 3. ``sum(loss_mask) == len(behavior_log_probs)`` per episode.
@@ -15,6 +17,7 @@ Token bookkeeping rules enforced here:
 from __future__ import annotations
 
 import hashlib
+import math
 import uuid
 from dataclasses import dataclass, field
 from enum import Enum
@@ -135,9 +138,18 @@ class Episode:
             aborted episodes.
         success: the task was solved, as the environment says (``info["success"]`` of the
             last step); ``None`` when it does not say (then ``total_reward >= 1`` counts).
-        prompt_mode: ``full_history`` (one row) or ``per_step`` (one row per turn); see
-            ``PromptMode``. ``token_ids``/``loss_mask``/``behavior_log_probs`` are the
-            rows concatenated in either mode.
+        prompt_mode: ``full_history`` (one row per branch: one row unless the environment
+            forked the conversation) or ``per_step`` (one row per turn); see ``PromptMode``
+            and ``rows``.
+        counters: named per-episode counts the environment reported (``StepInfo.counters``,
+            e.g. ``"gateway/forks"``), summed over its reset and steps; finite floats.
+            ``rollout_metrics`` sums each over the episodes under its own name.
+
+    Branches (``Turn.branch``, ``full_history`` mode only): an environment may fork the
+    conversation, e.g. an agent behind the gateway whose next request does not extend the
+    tokens so far. Each branch is its own token stream and trainer row; the methods that
+    walk turns take ``branch`` (None: every turn, in turn order; for an episode of one branch
+    that is its stream, for several it interleaves them and is no sequence any model saw).
 
     The episode's reward is ``total_reward`` (alias ``reward``): computed from the turns,
     read-only.
@@ -155,6 +167,7 @@ class Episode:
     episode_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     prompt_mode: PromptMode = "full_history"
     success: bool | None = None
+    counters: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_reward(self) -> float | None:
@@ -178,26 +191,43 @@ class Episode:
         """True for infra or reward errors and aborted episodes: excluded from the loss, never scored 0."""
         return self.termination_reason is not None and self.termination_reason.is_error
 
-    def token_ids(self) -> list[int]:
-        """The full stream: prompt/observation ids and sampled ids interleaved. ``[L]``."""
+    def branches(self) -> list[int]:
+        """The branch ids of the turns (``Turn.branch``), each once, in order of each
+        branch's first turn (``rows`` order in ``full_history`` mode); ``[]`` without turns."""
+        return list(dict.fromkeys(t.branch for t in self.turns))
+
+    def branch_turns(self, branch: int | None = None) -> list[int]:
+        """Indices into ``turns`` of ``branch``'s turns, in turn order; ``None``: every turn."""
+        return [k for k, t in enumerate(self.turns) if branch is None or t.branch == branch]
+
+    def _turns_of(self, branch: int | None) -> list[Turn]:
+        return self.turns if branch is None else [t for t in self.turns if t.branch == branch]
+
+    def token_ids(self, branch: int | None = None) -> list[int]:
+        """Prompt/observation ids and sampled ids interleaved, turn by turn. ``[L]``.
+
+        ``branch=b``: that branch's token stream (what the engine was prompted with before
+        the branch's next turn's prompt ids); ``None``: every turn, in turn order, which is
+        the episode's stream when it has one branch (class docstring)."""
         out: list[int] = []
-        for t in self.turns:
+        for t in self._turns_of(branch):
             out.extend(t.prompt_ids)
             out.extend(t.completion_ids)
         return out
 
-    def loss_mask(self) -> list[int]:
-        """``[L]`` of 0/1: 1 exactly on sampled ids."""
+    def loss_mask(self, branch: int | None = None) -> list[int]:
+        """``[L]`` of 0/1 aligned with ``token_ids(branch)``: 1 exactly on sampled ids."""
         out: list[int] = []
-        for t in self.turns:
+        for t in self._turns_of(branch):
             out.extend([0] * len(t.prompt_ids))
             out.extend([1] * len(t.completion_ids))
         return out
 
-    def behavior_log_probs(self) -> list[float]:
-        """Log-probs of the sampled ids, in stream order. ``[sum(loss_mask)]``."""
+    def behavior_log_probs(self, branch: int | None = None) -> list[float]:
+        """Log-probs (nats) of the sampled ids of ``token_ids(branch)``, in its order.
+        ``[sum(loss_mask(branch))]``."""
         out: list[float] = []
-        for t in self.turns:
+        for t in self._turns_of(branch):
             out.extend(t.behavior_log_probs)
         return out
 
@@ -205,36 +235,47 @@ class Episode:
         """The trainer-row layout of this episode, derived here and nowhere else: which
         turns each row holds and where each turn's prompt and completion segments sit in it.
 
-        * ``full_history``: one row, the whole stream ``prompt_0, completion_0, prompt_1, ...``.
-        * ``per_step``: one row per turn, ``prompt_k + completion_k``.
+        * ``full_history``: one row per branch (``Turn.branch``), in order of the branch's
+          first turn, holding that branch's turns in turn order: the stream
+          ``prompt_0, completion_0, prompt_1, ...`` of those turns (the first one's
+          ``prompt_ids`` is the branch's whole prompt). Keys: branch 0 ``episode_id``,
+          branch ``b > 0`` ``f"{episode_id}:b{b}"``. An episode of one branch has one row.
+        * ``per_step``: one row per turn, ``prompt_k + completion_k``, key
+          ``f"{episode_id}:{k}"`` (every turn is on branch 0 there: ``validate``).
 
         ``training_sequences`` and the credit room's value positions and per-row splits all
-        read this, so they cannot disagree. Row order is turn order; the rows' turns,
-        concatenated, are ``0 .. K-1`` exactly once.
+        read this, so they cannot disagree. The rows' turns, concatenated, are ``0 .. K-1``
+        exactly once; in turn order except where branches interleave (turns 0 and 2 on
+        branch 0, turn 1 on branch 1 give the rows ``[0, 2]`` and ``[1]``): a reader that maps
+        rows back to turns goes by ``TurnSpan.turn``.
 
         Returns:
-            ``[B]`` ``EpisodeRows`` (``B = 1`` or ``K``); ``[]`` for an episode without turns.
+            ``[B]`` ``EpisodeRows`` (``B`` = the number of branches, or ``K`` in
+            ``per_step`` mode); ``[]`` for an episode without turns.
         """
-        rows: list[list[TurnSpan]] = [[]] if self.prompt_mode == "full_history" else []
-        offset = 0
-        for k, t in enumerate(self.turns):
-            if self.prompt_mode != "full_history":
-                rows.append([])
-                offset = 0
-            p, c = len(t.prompt_ids), len(t.completion_ids)
-            rows[-1].append(TurnSpan(k, offset, offset + p, offset + p + c))
-            offset += p + c
         if not self.turns:
             return []
-        suffix = self.prompt_mode != "full_history"
-        return [EpisodeRows(tuple(spans), spans[-1].completion_end if spans else 0,
-                            f"{self.episode_id}:{spans[0].turn}" if suffix else self.episode_id)
-                for spans in rows]
+        if self.prompt_mode != "full_history":
+            rows = []
+            for k, t in enumerate(self.turns):
+                p, c = len(t.prompt_ids), len(t.completion_ids)
+                rows.append(EpisodeRows((TurnSpan(k, 0, p, p + c),), p + c, f"{self.episode_id}:{k}"))
+            return rows
+        spans: dict[int, list[TurnSpan]] = {}  # branch -> its spans, in order of the branch's first turn
+        length: dict[int, int] = {}
+        for k, t in enumerate(self.turns):
+            offset = length.get(t.branch, 0)
+            p, c = len(t.prompt_ids), len(t.completion_ids)
+            spans.setdefault(t.branch, []).append(TurnSpan(k, offset, offset + p, offset + p + c))
+            length[t.branch] = offset + p + c
+        return [EpisodeRows(tuple(s), length[b], self.episode_id if b == 0 else f"{self.episode_id}:b{b}")
+                for b, s in spans.items()]
 
     def training_sequences(self, per_turn_advantages: Sequence[float], policy_version: int | None = None) -> list[TokenSequence]:
         """The trainer rows of this episode (``rows``) with per-turn advantages
         broadcast onto each turn's sampled tokens (0 on prompt/observation tokens): one row
-        in ``full_history`` mode, one per turn in ``per_step`` mode.
+        per branch in ``full_history`` mode (one unless the env forked), one per turn in
+        ``per_step`` mode; each row's ``episode_id`` is its ``rows`` key.
 
         Args:
             per_turn_advantages: ``[K]`` one value per turn.
@@ -272,6 +313,7 @@ class Episode:
         return rows
 
     def num_generated_tokens(self) -> int:
+        """Sampled ids over every turn of every branch (``sum(loss_mask())``)."""
         return sum(len(t.completion_ids) for t in self.turns)
 
     def policy_version_range(self) -> tuple[int, int] | None:
@@ -281,11 +323,11 @@ class Episode:
         versions = [v for t in self.turns for v in t.policy_versions]
         return (min(versions), max(versions)) if versions else None
 
-    def token_policy_versions(self) -> list[int]:
-        """``[L]`` aligned with ``token_ids()``: each sampled id's weight version, 0 on
+    def token_policy_versions(self, branch: int | None = None) -> list[int]:
+        """``[L]`` aligned with ``token_ids(branch)``: each sampled id's weight version, 0 on
         prompt/observation ids."""
         out: list[int] = []
-        for t in self.turns:
+        for t in self._turns_of(branch):
             out.extend([0] * len(t.prompt_ids))
             out.extend(t.policy_versions)
         return out
@@ -305,17 +347,35 @@ class Episode:
             )
         if self.prompt_mode not in ("full_history", "per_step"):
             raise ContractError(f"episode {self.episode_id}: prompt_mode={self.prompt_mode!r}; expected 'full_history' or 'per_step'")
+        if self.prompt_mode == "per_step":
+            forked = next((k for k, t in enumerate(self.turns) if t.branch != 0), None)
+            if forked is not None:
+                raise ContractError(f"episode {self.episode_id}: turn {forked} has branch={self.turns[forked].branch} in "
+                                    "per_step mode; expected branch 0 (branches need full_history)")
+        if not isinstance(self.counters, dict):
+            raise ContractError(f"episode {self.episode_id}: counters of type {type(self.counters).__name__}; "
+                                "expected a dict of str -> finite float")
+        for key, value in self.counters.items():
+            if not (isinstance(key, str) and isinstance(value, (int, float)) and not isinstance(value, bool)
+                    and math.isfinite(value)):
+                raise ContractError(f"episode {self.episode_id}: counters[{key!r}]={value!r}; expected a str key "
+                                    "and a finite number")
         if self.terminated and self.truncated:
             raise ContractError(
                 f"episode {self.episode_id} is both terminated and truncated"
             )
 
 
-def broadcast_turn_values(episode: Episode, per_turn: Sequence[float]) -> list[float]:
+def broadcast_turn_values(episode: Episode, per_turn: Sequence[float], branch: int | None = None) -> list[float]:
     """Spread one value per turn onto that turn's tokens.
 
-    Returns ``[L]`` floats: ``per_turn[k]`` on turn k's completion ids, 0.0 on every
-    prompt/observation id, so an observation token never carries an advantage.
+    Args:
+        per_turn: ``[K]`` one value per turn of the episode (every branch).
+        branch: the tokens of ``episode.token_ids(branch)``; None: of ``token_ids()``.
+
+    Returns ``[L]`` floats aligned with ``episode.token_ids(branch)``: ``per_turn[k]`` on
+    turn k's completion ids, 0.0 on every prompt/observation id, so an observation token
+    never carries an advantage.
 
     Raises:
         ContractError: ``len(per_turn) != len(episode.turns)``.
@@ -326,6 +386,8 @@ def broadcast_turn_values(episode: Episode, per_turn: Sequence[float]) -> list[f
         )
     out: list[float] = []
     for t, v in zip(episode.turns, per_turn):
+        if branch is not None and t.branch != branch:
+            continue
         out.extend([0.0] * len(t.prompt_ids))
         out.extend([float(v)] * len(t.completion_ids))
     return out

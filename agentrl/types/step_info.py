@@ -1,12 +1,18 @@
 """Step info: the part of Gymnasium's ``info`` dict that the rollout reads beside the
 observation (anchor, observation role, tool outputs, system prompt, tools, worked
-examples, invalid action, success), parsed into the frozen ``StepInfo`` by one validator
-that the rollout loop and ``environments.checker`` share. ``STEP_INFO_KEYS`` holds the key
-strings; ``tool_function`` checks one OpenAI-style tool schema.
+examples, invalid action, success; and for an environment that speaks chat messages, such
+as the gateway's: the messages, the branch, tool calls, counters, the next turn's token cap
+and stop strings), parsed into the frozen ``StepInfo`` by one validator that the rollout
+loop and ``environments.checker`` share. ``STEP_INFO_KEYS`` holds the key strings;
+``tool_function`` checks one OpenAI-style tool schema.
 """
 
 from __future__ import annotations
 
+import copy
+import math
+import numbers
+import operator
 from dataclasses import dataclass
 from typing import Any, Hashable, Literal, Mapping
 
@@ -16,12 +22,19 @@ ObservationRole = Literal["user", "tool", "system"]
 OBSERVATION_ROLES: tuple[str, ...] = ("user", "tool", "system")
 EXAMPLE_ROLES: tuple[str, ...] = ("user", "assistant", "tool")
 """Roles a demonstration turn of ``StepInfo.example_messages`` may have."""
+MESSAGE_ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+"""Roles a chat message of ``StepInfo.messages`` may have."""
+MESSAGE_OPTIONAL_KEYS: tuple[str, ...] = ("tool_call_id", "name", "tool_calls")
+"""Keys a chat message of ``StepInfo.messages`` may have beside ``role`` and ``content``."""
 _NO_ANCHOR: Any = None
 STEP_INFO_KEYS: tuple[str, ...] = (
     "anchor", "observation_role", "tool_outputs", "system_prompt", "tools",
     "system_prompt_describes_tools", "example_messages", "invalid_action", "success",
+    "messages", "branch", "tool_call_count", "counters", "max_new_tokens", "stop_strings",
 )
-"""The ``info`` keys ``StepInfo`` owns; every other key is the env's own."""
+"""The ``info`` keys ``StepInfo`` owns; every other key is the env's own. Each is its field's
+name, except ``StepInfo.tool_calls``, whose key is ``"tool_call_count"``: environments keep
+their parsed calls under their own ``info["tool_calls"]``."""
 
 _TOOL_SHAPE = '{"type": "function", "function": {"name": ..., "parameters": {"properties": {...}}}}'
 
@@ -122,6 +135,26 @@ class StepInfo:
         invalid_action: the action could not be parsed (the model's format fault).
         success: whether the episode's task was achieved (on the step that ends it);
             None: the env does not say.
+        messages: chat messages, each a dict with ``role`` (one of ``MESSAGE_ROLES``) and
+            ``content`` (str), and optionally ``tool_call_id`` (str), ``name`` (str) and
+            ``tool_calls`` (a list of dicts, OpenAI style); at least one. At reset: the whole
+            first prompt, template-ready (``system_prompt``, ``example_messages`` and the
+            observation are then not used; ``tools`` still are). At a step: the messages
+            after the completion (``observation_role`` and ``tool_outputs`` are then not
+            used). Needs ``rollout.prompt_mode: full_history``. None: absent.
+        branch: (step) the branch the next turn extends (``Turn.branch``); None: the
+            branch of the turn just taken. A branch id not seen before in the episode starts
+            a new branch, whose first prompt is the full rendering of ``messages`` (a fork:
+            the engine is prompted with nothing before it). ``>= 0``.
+        tool_calls: (step; info key ``"tool_call_count"``) how many tool calls the action
+            just taken made (``Turn.tool_calls``). ``>= 0``; None: the env does not say.
+        counters: named counts added into ``Episode.counters`` (e.g. ``{"gateway/forks":
+            1}``): str keys outside the ``rollout/`` namespace, finite numbers (stored as
+            float). None: absent.
+        max_new_tokens: a cap on the next turn's new tokens, applied below
+            ``rollout.max_new_tokens`` (the smaller wins); ``>= 1``. None: no cap.
+        stop_strings: extra stop strings of the next turn, on top of
+            ``rollout.stop_strings``; non-empty strs. None: none.
     """
 
     anchor: Hashable = _NO_ANCHOR
@@ -133,6 +166,12 @@ class StepInfo:
     example_messages: tuple[dict[str, str], ...] | None = None
     invalid_action: bool = False
     success: bool | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    branch: int | None = None
+    tool_calls: int | None = None
+    counters: Mapping[str, float] | None = None
+    max_new_tokens: int | None = None
+    stop_strings: tuple[str, ...] | None = None
 
     def anchor_or(self, observation: str) -> Hashable:
         """The anchor, or ``observation`` when the env gave none."""
@@ -163,6 +202,16 @@ class StepInfo:
             info["example_messages"] = [dict(m) for m in self.example_messages]
         if self.success is not None:
             info["success"] = self.success
+        if self.messages is not None:
+            info["messages"] = [copy.deepcopy(dict(m)) for m in self.messages]
+        for key, value in (("branch", self.branch), ("tool_call_count", self.tool_calls),
+                           ("max_new_tokens", self.max_new_tokens)):
+            if value is not None:
+                info[key] = value
+        if self.counters is not None:
+            info["counters"] = dict(self.counters)
+        if self.stop_strings is not None:
+            info["stop_strings"] = list(self.stop_strings)
         info.update(extra)
         return info
 
@@ -184,8 +233,12 @@ class StepInfo:
                 the wrong type (an anchor whose ``hash`` raises anything, an
                 ``observation_role`` that is not one of the role strings, a tool schema
                 ``tool_function`` refuses, an example turn that is not a dict with a role of
-                ``EXAMPLE_ROLES`` and str content); the message names the env, the key, the value
-                and what was expected. Nothing else is raised.
+                ``EXAMPLE_ROLES`` and str content, a message that is not a dict with a role of
+                ``MESSAGE_ROLES``, str content and only ``MESSAGE_OPTIONAL_KEYS`` besides, a
+                count that is not an int in range, a counter that is not a finite number,
+                a stop string that is not a non-empty str), or ``branch`` / ``tool_call_count``
+                at reset; the message names the env, the key, the value and what was
+                expected. Nothing else is raised.
         """
         def bad(key: str, value: Any, expected: str) -> StepInfoError:
             return StepInfoError(f"{env_id} {where}: info[{key!r}]={_safe_repr(value)} {expected}",
@@ -237,7 +290,90 @@ class StepInfo:
             if flag is None and not (value is None and default is None):
                 raise bad(key, value, f"must be bool, got {type_name(value)}")
             flags[key] = flag
+        reset = where.startswith("reset")
+        ints: dict[str, int | None] = {}
+        for key, field_name, lo in (("branch", "branch", 0), ("tool_call_count", "tool_calls", 0),
+                                    ("max_new_tokens", "max_new_tokens", 1)):
+            value = info.get(key)
+            if value is None:
+                ints[field_name] = None
+                continue
+            if reset and key in ("branch", "tool_call_count"):
+                raise bad(key, value, "is for step only (reset starts branch 0 and runs no action)")
+            n = _as_int(value)
+            if n is None or n < lo:
+                raise bad(key, value, f"must be an int >= {lo}, got {type_name(value)}")
+            ints[field_name] = n
         return cls(anchor=anchor, observation_role=role,
                    tool_outputs=tuple(outputs) if outputs is not None else None,
                    system_prompt=prompt, tools=tuple(tools) if tools is not None else None,
-                   example_messages=tuple(dict(m) for m in examples) if examples is not None else None, **flags)
+                   example_messages=tuple(dict(m) for m in examples) if examples is not None else None,
+                   messages=_messages(info.get("messages"), bad), counters=_counters(info.get("counters"), bad),
+                   stop_strings=_stop_strings(info.get("stop_strings"), bad), **ints, **flags)
+
+
+def _as_int(value: Any) -> int | None:
+    """``value`` as a Python int when it is an int or a numpy integer (never a bool), else None."""
+    if as_bool(value) is not None:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _messages(value: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
+    """``info["messages"]`` checked (``StepInfo.messages``), as a tuple of deep copies."""
+    if value is None:
+        return None
+    shape = ("must be a non-empty list of {'role': ..., 'content': str} dicts (optional keys: "
+             f"{', '.join(MESSAGE_OPTIONAL_KEYS)})")
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad("messages", value, shape)
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise bad("messages", value, f"has a message {i} of type {type_name(m)}; expected a dict")
+        if m.get("role") not in MESSAGE_ROLES:
+            raise bad("messages", value, f"has a message {i} with role={_safe_repr(m.get('role'), 40)}; expected one "
+                      f"of {MESSAGE_ROLES}")
+        if not isinstance(m.get("content"), str):
+            raise bad("messages", value, f"has a message {i} with content of type {type_name(m.get('content'))}; "
+                      "expected str")
+        extra = sorted(str(k) for k in m if k not in ("role", "content") + MESSAGE_OPTIONAL_KEYS)
+        if extra:
+            raise bad("messages", value, f"has a message {i} with keys {extra}; expected only 'role', 'content' "
+                      f"and {MESSAGE_OPTIONAL_KEYS}")
+        for key in ("tool_call_id", "name"):
+            if key in m and not isinstance(m[key], str):
+                raise bad("messages", value, f"has a message {i} with {key} of type {type_name(m[key])}; expected str")
+        calls = m.get("tool_calls")
+        if "tool_calls" in m and not (isinstance(calls, (list, tuple)) and all(isinstance(c, dict) for c in calls)):
+            raise bad("messages", value, f"has a message {i} with tool_calls={_safe_repr(calls, 80)}; expected a list "
+                      "of dicts")
+    return tuple(copy.deepcopy(dict(m)) for m in value)
+
+
+def _counters(value: Any, bad: Any) -> dict[str, float] | None:
+    """``info["counters"]`` checked (``StepInfo.counters``), values as floats."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise bad("counters", value, "must be a dict of str -> finite number")
+    out: dict[str, float] = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not key or key.startswith("rollout/"):
+            raise bad("counters", value, f"has a key {_safe_repr(key, 80)}; expected a non-empty str outside the "
+                      "'rollout/' namespace (rollout_metrics' own names)")
+        if as_bool(v) is not None or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+            raise bad("counters", value, f"has {key!r}: {_safe_repr(v, 80)}; expected a finite number")
+        out[key] = float(v)
+    return out
+
+
+def _stop_strings(value: Any, bad: Any) -> tuple[str, ...] | None:
+    """``info["stop_strings"]`` checked (``StepInfo.stop_strings``)."""
+    if value is None:
+        return None
+    if not (isinstance(value, (list, tuple)) and all(isinstance(x, str) and x for x in value)):
+        raise bad("stop_strings", value, "must be a list of non-empty str")
+    return tuple(value)

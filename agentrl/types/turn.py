@@ -62,8 +62,9 @@ class Turn:
     """One agent turn: the tokens appended before the completion, then the completion.
 
     Attributes:
-        prompt_ids: ids appended since the previous turn's completion: the initial prompt
-            (turn 0) or the observation plus chat-template glue. ``loss_mask`` 0.
+        prompt_ids: ids appended since the previous completion of the turn's branch: the
+            initial prompt (the branch's first turn) or the observation plus chat-template
+            glue. ``loss_mask`` 0.
         completion_ids: ids exactly as the engine sampled them, the stop token included
             when the engine emitted one. ``loss_mask`` 1.
         behavior_log_probs: log-prob (nats) of each completion id under the engine's
@@ -87,6 +88,12 @@ class Turn:
         invalid_action: the completion could not be parsed into a valid action
             (the model's fault; it may be penalised).
         exec_results: sandbox commands run while executing this turn's action.
+        branch: the branch of the episode this turn extends (``full_history`` mode; 0 unless
+            the environment forked the conversation, ``StepInfo.branch``). Each branch is its
+            own token stream and trainer row (``Episode.rows``); the first turn of a branch
+            > 0 holds that branch's whole rendered prompt as ``prompt_ids``. ``>= 0``.
+        tool_calls: how many tool calls this turn's action made, as the environment reports
+            (``StepInfo.tool_calls`` of the step that ran it); 0 when it does not say. ``>= 0``.
     """
 
     prompt_ids: list[int]
@@ -102,6 +109,8 @@ class Turn:
     invalid_action: bool = False
     exec_results: list[ExecResult] = field(default_factory=list)
     policy_versions: list[int] = field(default_factory=list)
+    branch: int = 0
+    tool_calls: int = 0
 
     def __post_init__(self) -> None:
         if not self.policy_versions and self.completion_ids:
@@ -134,6 +143,10 @@ class Turn:
             raise ContractError(
                 f"finish_reason={self.finish_reason!r}; expected 'stop', 'length' or 'abort'"
             )
+        for name in ("branch", "tool_calls"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ContractError(f"turn {name}={value!r}; expected an int >= 0")
         try:
             hash(self.anchor)
         except TypeError as exc:

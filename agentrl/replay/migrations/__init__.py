@@ -5,7 +5,8 @@ a database and ``check_current`` when it opens one read-only.
 Revisions (``versions/``): ``0005`` is the baseline, equal to ``schema_version`` 5 (the last
 schema before Alembic); ``0006`` adds what the viewer needs (see ``agentrl.replay.models``);
 ``0007`` the index of ``metrics`` by key (the viewer's run pages); ``0008`` numbers the stored
-iterations from 1 (a data migration: the rows of 0-based iterations shifted by one).
+iterations from 1 (a data migration: the rows of 0-based iterations shifted by one); ``0009``
+adds ``turns.branch``, ``turns.tool_calls`` and ``episodes.counters``.
 A database made before Alembic has a ``schema_version`` table and no ``alembic_version``: of
 schema 3 or 4 it is first brought to 5 by the steps the store always had, then the baseline is
 stamped and the later revisions run. The ``schema_version`` row keeps being updated
@@ -30,7 +31,7 @@ from agentrl.replay.models import SCHEMA_VERSION, IterationRow
 
 BASELINE = "0005"
 """Revision equal to ``schema_version`` 5 (made before Alembic)."""
-HEAD = "0008"
+HEAD = "0009"
 """The newest revision this agentrl knows."""
 LEGACY_VERSIONS = (3, 4, 5)
 """``schema_version`` values of pre-Alembic databases that are upgraded in place."""

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Table, event, inspect
+from sqlalchemy import Column, Table, event, inspect, literal, null
 from sqlalchemy.engine import Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session
@@ -182,6 +182,17 @@ class ReplayDB:
         """Episodes carry a ``kind`` (schema 6)."""
         return "kind" in self.episode_columns
 
+    def columns_as_found(self, table: Table) -> list[Any]:
+        """Every column of the models' ``table`` for a select on this database, in the models'
+        order: a column of ``episodes`` or ``turns`` that this database lacks (added by a later
+        revision; a read-only open upgrades nothing) is read as its default, under its name
+        (the column's scalar ``default``: ``kind`` ``"train"``, ``branch`` and ``tool_calls``
+        0; NULL for the others: ``counters``, ``trainer_log_probs``, ``entropies``)."""
+        found = {"episodes": self.episode_columns, "turns": self.turn_columns}.get(table.name)
+        if found is None:
+            return list(table.c)
+        return [c if c.name in found else _default_of(c) for c in table.c]
+
     def table(self, name: str) -> Table | None:
         """The ORM table ``name`` if both the models and this database have it."""
         return Base.metadata.tables.get(name) if name in self.tables else None
@@ -215,6 +226,14 @@ class ReplayDB:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+def _default_of(column: Column) -> Any:
+    """``column``'s scalar default (or NULL) as a select-list expression labelled with its name."""
+    default = column.default
+    if default is None or not getattr(default, "is_scalar", False) or default.arg is None:
+        return null().label(column.name)
+    return literal(default.arg, type_=column.type).label(column.name)
 
 
 class ReadOnlyDB(ReplayDB):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import false, func, select, true
 from sqlalchemy.orm import Session
 
 from agentrl.errors import ContractError
@@ -27,6 +27,11 @@ from agentrl.replay.models import (
 from agentrl.replay.read.db import ReplayDB
 from agentrl.replay.read.runs import complete_subquery
 from agentrl.types import Episode, TerminationReason
+
+E = EpisodeRow.__table__
+T = TurnRow.__table__
+S = SandboxEventRow.__table__
+IT = IterationRow.__table__
 
 
 @dataclass(frozen=True)
@@ -83,14 +88,22 @@ def get_episode(db: ReplayDB, episode_id: str) -> Episode | None:
     """The stored episode, equal to what was added (token ids and log-probs bit-exact,
     exec results included), or ``None`` when it is not stored. ``-0.0`` rewards read back as
     ``0.0`` on SQLite; anchors that are neither ``str`` nor simple literals read back as
-    their ``repr``."""
-    with db.session() as s:
-        row = s.get(EpisodeRow, episode_id)
-        return None if row is None else episode_in(s, row)
+    their ``repr``. On a database of an older schema (opened read-only, not upgraded) the
+    fields of later revisions read as their defaults (``ReplayDB.columns_as_found``: branch
+    0, no tool calls, no counters)."""
+    with db.read() as conn:
+        row = conn.execute(select(*db.columns_as_found(E)).where(E.c.episode_id == episode_id)).first()
+        if row is None:
+            return None
+        turns = conn.execute(select(*db.columns_as_found(T)).where(T.c.episode_id == episode_id)
+                             .order_by(T.c.turn_index)).all()
+        events = conn.execute(select(S).where(S.c.episode_id == episode_id).order_by(S.c.turn_index, S.c.seq)).all()
+    return episode_from_rows(row, turns, events)
 
 
 def episode_in(s: Session, row: EpisodeRow) -> Episode:
-    """The ``Episode`` of ``row`` with its turns and sandbox events, read in session ``s``."""
+    """The ``Episode`` of ``row`` with its turns and sandbox events, read in session ``s``
+    (the writable store's, whose database is at the head revision)."""
     turns = s.scalars(select(TurnRow).where(TurnRow.episode_id == row.episode_id)
                       .order_by(TurnRow.turn_index)).all()
     events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == row.episode_id)
@@ -102,6 +115,21 @@ def check_kind(kind: str | None) -> None:
     """Raises ``ContractError`` unless ``kind`` is ``None`` or one of ``EPISODE_KINDS``."""
     if kind is not None and kind not in EPISODE_KINDS:
         raise ContractError(f"kind={kind!r}; expected one of {list(EPISODE_KINDS)} or None (every kind)")
+
+
+def _kind_is(db: ReplayDB, kind: str) -> Any:
+    """``episodes.kind == kind``; on a database without the column (before schema 6), where
+    every episode is ``train``, true for ``train`` and false for the other kinds."""
+    if db.has_kind:
+        return E.c.kind == kind
+    return true() if kind == "train" else false()
+
+
+def _summaries(db: ReplayDB) -> Any:
+    """``select`` of the episode columns (``ReplayDB.columns_as_found``) and ``complete``
+    (the episode's iteration is marked complete), ``episodes`` outer-joined to ``iterations``."""
+    return (select(*db.columns_as_found(E), IT.c.iteration.is_not(None).label("complete"))
+            .select_from(E.outerjoin(IT, (IT.c.run_id == E.c.run_id) & (IT.c.iteration == E.c.iteration))))
 
 
 def list_episodes(
@@ -119,31 +147,23 @@ def list_episodes(
     if limit < 0 or offset < 0:
         raise ContractError(f"limit={limit}, offset={offset}; expected both >= 0")
     check_kind(kind)
-    q = (select(EpisodeRow, IterationRow.iteration.is_not(None))
-         .outerjoin(IterationRow, (IterationRow.run_id == EpisodeRow.run_id)
-                    & (IterationRow.iteration == EpisodeRow.iteration))
-         .where(EpisodeRow.run_id == run_id))
+    q = _summaries(db).where(E.c.run_id == run_id)
     if iteration is not None:
-        q = q.where(EpisodeRow.iteration == iteration)
+        q = q.where(E.c.iteration == iteration)
     if complete_only:
-        q = q.where(IterationRow.iteration.is_not(None))
+        q = q.where(IT.c.iteration.is_not(None))
     if kind is not None:
-        q = q.where(EpisodeRow.kind == kind)
-    q = q.order_by(EpisodeRow.iteration, EpisodeRow.created_at, EpisodeRow.position,
-                   EpisodeRow.episode_id).limit(limit).offset(offset)
-    with db.session() as s:
-        return [episode_summary(r, bool(done)) for r, done in s.execute(q)]
+        q = q.where(_kind_is(db, kind))
+    q = q.order_by(E.c.iteration, E.c.created_at, E.c.position, E.c.episode_id).limit(limit).offset(offset)
+    with db.read() as conn:
+        return [episode_summary(r, bool(r.complete)) for r in conn.execute(q)]
 
 
 def get_episode_summary(db: ReplayDB, episode_id: str) -> EpisodeSummary | None:
     """The summary of one stored episode (its run, iteration, kind ...), or ``None``."""
-    q = (select(EpisodeRow, IterationRow.iteration.is_not(None))
-         .outerjoin(IterationRow, (IterationRow.run_id == EpisodeRow.run_id)
-                    & (IterationRow.iteration == EpisodeRow.iteration))
-         .where(EpisodeRow.episode_id == episode_id))
-    with db.session() as s:
-        found = s.execute(q).first()
-    return None if found is None else episode_summary(found[0], bool(found[1]))
+    with db.read() as conn:
+        found = conn.execute(_summaries(db).where(E.c.episode_id == episode_id)).first()
+    return None if found is None else episode_summary(found, bool(found.complete))
 
 
 def count_episodes(db: ReplayDB, run_id: str, iteration: int | None = None, *, complete_only: bool = False,
@@ -157,7 +177,7 @@ def count_episodes(db: ReplayDB, run_id: str, iteration: int | None = None, *, c
     check_kind(kind)
     q = select(func.count()).select_from(EpisodeRow).where(EpisodeRow.run_id == run_id)
     if kind is not None:
-        q = q.where(EpisodeRow.kind == kind)
+        q = q.where(_kind_is(db, kind))
     if iteration is not None:
         q = q.where(EpisodeRow.iteration == iteration)
     if complete_only:
@@ -166,8 +186,9 @@ def count_episodes(db: ReplayDB, run_id: str, iteration: int | None = None, *, c
         return int(conn.scalar(q) or 0)
 
 
-def episode_summary(r: EpisodeRow, complete: bool) -> EpisodeSummary:
-    """``EpisodeSummary`` of an ``episodes`` row."""
+def episode_summary(r: Any, complete: bool) -> EpisodeSummary:
+    """``EpisodeSummary`` of an ``episodes`` row (an ``EpisodeRow``, or a result row with its
+    columns, as ``ReplayDB.columns_as_found`` selects them)."""
     return EpisodeSummary(
         episode_id=r.episode_id, run_id=r.run_id, iteration=r.iteration, group_id=r.group_id,
         env_id=r.env_id, task_id=r.task_id, seed=r.seed, terminated=r.terminated,

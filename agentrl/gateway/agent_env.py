@@ -1,0 +1,313 @@
+"""A user's agent as a Gymnasium environment the rollout loop can run: the agent drives, the
+loop samples.
+
+``AgentEnv`` wraps a task environment (for its tasks, its sandbox, its tools and its
+verifier) and a user's agent function (``agentrl.gateway.agent_task``). Per episode:
+
+* ``reset`` resets the task env, opens a gateway session, starts the agent with an
+  ``openai`` client pointed at it, and waits for the agent's first chat call: its messages,
+  rendered for the model's template (``agentrl.gateway.render``), are the first prompt
+  (``StepInfo.messages``).
+* the loop samples the turn and hands it over (``receive_completion``: the sampled ids,
+  their log-probs and versions, the engine's prompt); ``step`` parses the completion's tool
+  calls, answers the waiting call with it, and waits for what the agent does next:
+  - a call whose messages extend a branch's history (what that branch was prompted with,
+    then the answer the gateway gave): the new messages are the next observation
+    (``StepInfo.messages``), appended to that branch's tokens; the sampled ids are kept,
+    never re-rendered;
+  - a call that extends no branch (the agent compacted or edited its history, or called a
+    sub-agent): a new branch (``StepInfo.branch``), prompted with the whole rendering of its
+    messages; it trains as its own row; ``gateway/forks`` counts them;
+  - the agent returned: the episode ends (``terminated``) with its reward: the agent's
+    return value, else a reward posted to ``/sessions/{id}/reward``, else the task env's
+    verifier (``score()``).
+* an agent that raises, or whose session is closed under it, ends its episode as an
+  infrastructure error (``EnvError``), never scored; a call it leaves waiting past the
+  loop's ``rollout.env_timeout_s`` likewise (the loop's watchdog).
+
+Counters (``StepInfo.counters``, summed per episode): ``gateway/forks``,
+``gateway/tool_parse_errors`` (a completion whose tool call could not be parsed: returned
+to the agent as plain content, and ``invalid_action``), ``gateway/calls``.
+
+``register_agent_env(env_id, agent=..., task_env=...)`` registers an agent over a task
+environment under its own id, whose task ids and splits are the task env's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, ClassVar
+
+import gymnasium
+from gymnasium.envs.registration import load_env_creator
+
+from agentrl.errors import ConfigError, EnvError, RewardError
+from agentrl.gateway.agent_task import AgentRunner, AgentTask, load_agent
+from agentrl.gateway.render import is_extension, template_messages
+from agentrl.gateway.server import gateway
+from agentrl.gateway.session import AgentCall, AgentReply, AgentSession, SessionSettings
+from agentrl.gateway.tool_calls import parse_tool_calls
+from agentrl.types import StepInfo, Turn
+from environments.core import TextEnv
+
+log = logging.getLogger(__name__)
+
+DEFAULT_AGENT_TIMEOUT_S = 3600.0
+
+
+class AgentEnv(TextEnv):
+    """A user's agent over a task environment (module docstring).
+
+    Args:
+        sandbox: the episode's sandbox, handed to the task env (None when it needs none).
+        agent: the agent function or ``"module:function"`` (class attribute ``agent`` when
+            made by ``register_agent_env``).
+        task_env: id of the registered task environment (class attribute ``task_env``).
+        task_env_kwargs: its keyword arguments.
+        tool_parser: the model's tool-call format (``hermes``, or a vLLM tool parser name).
+        timeout_s: seconds the env waits for the agent's next move before giving up (the
+            loop's ``rollout.env_timeout_s`` usually ends it first).
+
+    Raises:
+        ConfigError: no agent or task env, or one that cannot be loaded or made.
+    """
+
+    agent: ClassVar[Any] = None
+    task_env: ClassVar[str | None] = None
+    task_env_kwargs: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, sandbox: Any = None, *, agent: Any = None, task_env: str | None = None,
+                 task_env_kwargs: dict[str, Any] | None = None, tool_parser: str = "hermes",
+                 timeout_s: float = DEFAULT_AGENT_TIMEOUT_S) -> None:
+        super().__init__()
+        agent = agent if agent is not None else type(self).agent
+        task_env = task_env or type(self).task_env
+        if agent is None or not task_env:
+            raise ConfigError(f"{type(self).__name__} needs agent= and task_env= (got agent={agent!r}, "
+                              f"task_env={task_env!r}); register one with agentrl.gateway.register_agent_env")
+        self._agent_fn = load_agent(agent)
+        kwargs = dict(type(self).task_env_kwargs, **(task_env_kwargs or {}))
+        if sandbox is not None:
+            kwargs["sandbox"] = sandbox
+        self.inner = gymnasium.make(task_env, disable_env_checker=True, **kwargs)
+        self.sandbox = sandbox
+        self.tool_parser = tool_parser
+        self.timeout_s = float(timeout_s)
+        self._chat: Any = None
+        self._settings = SessionSettings()
+        self._session: AgentSession | None = None
+        self._runner: AgentRunner | None = None
+        self._task: AgentTask | None = None
+        self._branches: list[list[dict[str, Any]]] = []
+        self._call: AgentCall | None = None
+        self._call_branch = 0
+        self._completion: tuple[Turn, list[int]] | None = None
+        self._tools: list[dict[str, Any]] | None = None
+        self._posted_reward: float | None = None
+        self._describe_tools = True
+
+    # --- hooks the rollout loop calls ------------------------------------------------------
+    def set_rollout(self, chat: Any, sampling: Any, max_new_tokens: int) -> None:
+        """The loop's chat tokenizer, sampling transform and token limit (before ``reset``)."""
+        self._chat = chat
+        self._settings = SessionSettings(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+                                         top_k=int(sampling.top_k), max_new_tokens=int(max_new_tokens))
+
+    def receive_completion(self, turn: Turn, prompt_ids: list[int]) -> None:
+        """The turn the engine just sampled for the waiting call, and its whole prompt."""
+        self._completion = (turn, list(prompt_ids))
+
+    # --- gymnasium ---------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        task_id = self._start_reset(seed, options)
+        self._end_session()
+        if self._chat is None:
+            raise EnvError(f"{type(self).__name__} was reset outside the rollout loop (no chat tokenizer); "
+                           "it runs only in agentrl's rollout")
+        obs, raw = self.inner.reset(seed=seed, options={"task_id": task_id} if task_id is not None else None)
+        info = StepInfo.from_info(raw, env_id=str(self.task_env or self.inner.spec.id), where="reset")
+        self._task_id, self._done = raw.get("task_id", task_id), False
+        self._task = self._make_task(obs, info)
+        self._describe_tools = not info.system_prompt_describes_tools
+        self._branches, self._call, self._completion, self._posted_reward = [], None, None, None
+        server = gateway()
+        self._session = server.open_session(self._settings)
+        self._runner = AgentRunner(self._agent_fn, self._task, self._session, server.base_url(self._session),
+                                   self.timeout_s)
+        self._runner.start()
+        outcome = self._wait(first=True)
+        if outcome is None:
+            raise EnvError(f"the agent of task {self._task_id!r} ended without calling the model")
+        return outcome
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._check_step(action)
+        if self._call is None or self._completion is None:
+            raise EnvError("step() without a sampled completion for a waiting agent call "
+                           "(the rollout loop hands it over with receive_completion)")
+        turn, prompt_ids = self._completion
+        call, self._completion = self._call, None
+        req = call.request
+        parsed = parse_tool_calls(turn.action_text, req.tools, parser=self.tool_parser, tool_choice=req.tool_choice,
+                                  tokenizer=self._chat.tokenizer)
+        ids = list(turn.completion_ids)
+        finish = "length" if turn.finish_reason == "length" else ("tool_calls" if parsed.tool_calls else "stop")
+        tok = self._chat.tokenizer
+        call.answer(AgentReply(
+            content=parsed.content, tool_calls=parsed.tool_calls, finish_reason=finish, prompt_ids=prompt_ids,
+            completion_ids=ids, log_probs=list(turn.behavior_log_probs),
+            tokens=[tok.decode([i], skip_special_tokens=False) for i in ids],
+            policy_versions=list(turn.policy_versions)))
+        assistant: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.tool_calls:
+            assistant["tool_calls"] = parsed.tool_calls
+        self._branches[self._call_branch].append(assistant)
+        self._call = None
+        counters = {"gateway/tool_parse_errors": 1.0} if parsed.error else {}
+        outcome = self._wait(first=False, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
+                             counters=counters)
+        return outcome
+
+    def close(self) -> None:
+        self._end_session()
+        try:
+            self.inner.close()
+        finally:
+            super().close()
+
+    # --- internals -----------------------------------------------------------------------
+    def _make_task(self, obs: str, info: StepInfo) -> AgentTask:
+        messages: list[dict[str, Any]] = []
+        if info.system_prompt:
+            messages.append({"role": "system", "content": info.system_prompt})
+        messages.extend({"role": m["role"], "content": m["content"]} for m in info.example_messages or ())
+        messages.append({"role": "user", "content": obs})
+        inner = self.inner.unwrapped
+        runner = getattr(inner, "run_tool_calls", None)
+        return AgentTask(task_id=str(self._task_id), messages=messages, tools=[dict(t) for t in info.tools or ()],
+                         sandbox=self.sandbox, _run_tools=runner if callable(runner) else None)
+
+    def _wait(self, *, first: bool, tool_calls: int = 0, invalid: bool = False,
+              counters: dict[str, float] | None = None) -> Any:
+        """The agent's next move as the reset or step result (None at reset when it ended
+        without a call)."""
+        assert self._session is not None
+        counters = dict(counters or {})
+        while True:
+            try:
+                event = self._session.next_event(self.timeout_s)
+            except TimeoutError as exc:
+                raise EnvError(f"task {self._task_id!r}: {exc}") from None
+            if event.kind == "reward":
+                self._posted_reward = float(event.value)
+            elif event.kind == "call":
+                assert event.call is not None
+                counters["gateway/calls"] = counters.get("gateway/calls", 0.0) + 1.0
+                return self._take_call(event.call, first=first, tool_calls=tool_calls, invalid=invalid,
+                                       counters=counters)
+            elif event.kind == "failed":
+                err = event.error
+                raise EnvError(f"the agent of task {self._task_id!r} raised {type(err).__name__}: {err}") from err
+            elif event.kind == "closed":
+                raise EnvError(f"the gateway session of task {self._task_id!r} was closed")
+            else:  # finished
+                if first:
+                    return None
+                return self._finish(event.value, tool_calls=tool_calls, invalid=invalid, counters=counters)
+
+    def _take_call(self, call: AgentCall, *, first: bool, tool_calls: int, invalid: bool,
+                   counters: dict[str, float]) -> Any:
+        msgs = call.request.messages
+        best, branch = None, -1
+        for b, hist in enumerate(self._branches):
+            n = is_extension(hist, msgs)
+            if n is not None and n < len(msgs) and (best is None or n > best):
+                best, branch = n, b
+        tools = call.request.tools if call.request.tools else (self._task.tools if self._task else None)
+        if first:
+            self._tools = tools
+        # the task's own system prompt may describe its tools already (the in-process env
+        # then adds no description either); any other system message gets one
+        system = msgs[0].get("content") if msgs and msgs[0].get("role") == "system" else None
+        first_task = self._task.messages[0] if self._task else {}
+        task_system = first_task.get("content") if first_task.get("role") == "system" else None
+        describe = self._describe_tools or system != task_system
+        if best is None:  # the first call, or a history that extends no branch: a new branch
+            branch = len(self._branches)
+            new = template_messages(msgs, self._tools if describe else None, self._chat)
+            if not first:
+                counters["gateway/forks"] = counters.get("gateway/forks", 0.0) + 1.0
+        else:
+            new = template_messages(msgs[best:], None, self._chat)
+        if branch == len(self._branches):
+            self._branches.append(list(msgs))
+        else:
+            self._branches[branch] = list(msgs)
+        self._call, self._call_branch = call, branch
+        obs = json.dumps([[m.get("role"), m.get("content")] for m in new], ensure_ascii=False)
+        info = StepInfo(
+            messages=tuple(new),
+            tools=tuple(self._tools) if first and self._tools else None,
+            branch=None if first else branch,
+            tool_calls=None if first else tool_calls,
+            invalid_action=invalid,
+            counters=counters or None,
+            max_new_tokens=call.request.max_tokens,
+            stop_strings=tuple(call.request.stop) or None,
+        ).to_info(task_id=self._task_id)
+        if first:
+            return obs, info
+        return obs, 0.0, False, False, info
+
+    def _finish(self, value: Any, *, tool_calls: int, invalid: bool, counters: dict[str, float]) -> Any:
+        success = None
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise RewardError(f"the agent of task {self._task_id!r} returned {value!r}; expected a number or None")
+            reward = float(value)
+        elif self._posted_reward is not None:
+            reward = self._posted_reward
+        else:
+            score = getattr(self.inner.unwrapped, "score", None)
+            if not callable(score):
+                raise RewardError(f"task {self._task_id!r}: the agent returned None, posted no reward, and "
+                                  f"{self.task_env!r} has no verifier (score())")
+            reward, success = score()
+        self._done = True
+        truncated = bool(self._task is not None and self._task.over)
+        info = StepInfo(tool_calls=tool_calls, invalid_action=invalid, counters=counters or None,
+                        success=success).to_info(task_id=self._task_id)
+        return "", float(reward), not truncated, truncated, info
+
+    def _end_session(self) -> None:
+        if self._runner is not None:
+            self._runner.cancel()
+            self._runner = None
+        if self._session is not None:
+            gateway().close_session(self._session)
+            self._session = None
+
+
+def register_agent_env(env_id: str, *, agent: Any, task_env: str, task_env_kwargs: dict[str, Any] | None = None,
+                       max_episode_steps: int | None = None) -> type[AgentEnv]:
+    """Register ``agent`` over ``task_env`` as the environment ``env_id``; its task ids,
+    splits and ``uses_sandbox`` are the task env's.
+
+    Raises:
+        ConfigError: ``task_env`` is not registered.
+    """
+    try:
+        spec = gymnasium.spec(task_env)
+    except Exception as exc:
+        raise ConfigError(f"task_env={task_env!r} is not a registered environment ({exc})") from None
+    inner_cls = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    attrs: dict[str, Any] = {"agent": staticmethod(agent) if callable(agent) else agent, "task_env": task_env,
+                             "task_env_kwargs": dict(task_env_kwargs or {}),
+                             "uses_sandbox": getattr(inner_cls, "uses_sandbox", True)}
+    for name in ("task_ids", "split_of", "get_task"):
+        if hasattr(inner_cls, name):
+            attrs[name] = classmethod(lambda cls, *a, _n=name, **k: getattr(inner_cls, _n)(*a, **k))
+    cls = type(f"AgentEnv_{env_id.replace('/', '_').replace('-', '_')}", (AgentEnv,), attrs)
+    gymnasium.register(id=env_id, entry_point=cls, max_episode_steps=max_episode_steps)
+    return cls

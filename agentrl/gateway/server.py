@@ -1,0 +1,228 @@
+"""The gateway's HTTP face: OpenAI's Chat Completions API over the rollout engine of this
+process, one session per episode.
+
+Routes (every error in OpenAI's error schema, ``{"error": {"message", "type", "param",
+"code"}}``):
+
+* ``POST /sessions/{id}/v1/chat/completions``: a chat call of session ``id``; its key as
+  ``Authorization: Bearer <key>`` (what the ``openai`` SDK sends for ``api_key``). ``stream``
+  true answers with server-sent ``chat.completion.chunk`` events, then ``[DONE]``.
+* ``POST /v1/chat/completions`` with the header ``X-Session-ID: <id>``: the same, for
+  harnesses that cannot change their base URL per episode; the key still decides what the
+  caller may write.
+* ``GET /sessions/{id}/v1/models``, ``GET /v1/models``: the one model (the policy).
+* ``POST /sessions/{id}/reward`` with ``{"reward": <number>}``: the episode's reward.
+
+Unknown session: 404 (``not_found_error``); missing or wrong key: 401
+(``authentication_error``); a refused parameter: 400 naming it (``agentrl.gateway.protocol``).
+
+The server is one per process (``gateway()``), started on first use on an ephemeral port of
+``AGENTRL_GATEWAY_HOST`` (default ``127.0.0.1``) in a daemon thread running uvicorn; the
+rollout worker of this process serves every session's calls with its engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agentrl.errors import InfraError
+from agentrl.gateway.errors import GatewayError
+from agentrl.gateway.protocol import completion_response, parse_request, stream_chunks
+from agentrl.gateway.session import AgentReply, AgentSession, SessionSettings
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "X-Session-ID"
+_START_TIMEOUT_S = 30.0
+
+
+def _error(exc: GatewayError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+class GatewayServer:
+    """The HTTP server and its sessions (module docstring).
+
+    Args:
+        host: the address to listen on.
+        port: the port; 0 picks a free one (``port`` holds it once started).
+
+    Raises:
+        InfraError: the server did not start within 30 s.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self._sessions: dict[str, AgentSession] = {}
+        self._lock = threading.Lock()
+        self.app = self._make_app()
+        config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="off",
+                                access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="agentrl-gateway", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise InfraError(f"the gateway server on {host}:{port} did not start within {_START_TIMEOUT_S:g} s")
+            time.sleep(0.01)
+        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+
+    # --- sessions ------------------------------------------------------------------------
+    def open_session(self, settings: SessionSettings | None = None, session_id: str | None = None) -> AgentSession:
+        """A new session (its key in ``session.key``)."""
+        sid = session_id or uuid.uuid4().hex
+        session = AgentSession(sid, settings)
+        with self._lock:
+            if sid in self._sessions:
+                raise GatewayError(409, f"session {sid!r} exists already", type="invalid_request_error")
+            self._sessions[sid] = session
+        return session
+
+    def close_session(self, session: AgentSession) -> None:
+        """Close ``session`` (its waiting calls get a 409) and forget it. Idempotent."""
+        session.close()
+        with self._lock:
+            self._sessions.pop(session.session_id, None)
+
+    def base_url(self, session: AgentSession | None = None, host: str | None = None) -> str:
+        """The OpenAI base URL of ``session`` (``.../sessions/{id}/v1``), or the shared one
+        (``.../v1``, with ``X-Session-ID``) for None; ``host`` overrides the address."""
+        root = f"http://{host or self.host}:{self.port}"
+        return f"{root}/sessions/{session.session_id}/v1" if session is not None else f"{root}/v1"
+
+    @property
+    def open_sessions(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def shutdown(self) -> None:
+        """Close every session and stop the server."""
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for s in sessions:
+            self.close_session(s)
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def _session(self, request: Request, session_id: str | None) -> AgentSession:
+        sid = session_id or request.headers.get(SESSION_HEADER)
+        if not sid:
+            raise GatewayError(404, f"no session: call /sessions/<id>/v1/... or send the {SESSION_HEADER} header",
+                               type="not_found_error", code="session_not_found")
+        with self._lock:
+            session = self._sessions.get(sid)
+        if session is None:
+            raise GatewayError(404, f"session {sid!r} does not exist (or its episode has ended)",
+                               type="not_found_error", param=None, code="session_not_found")
+        auth = request.headers.get("authorization", "")
+        given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not given or not _same(given, session.key):
+            raise GatewayError(401, f"wrong or missing API key for session {sid!r}: send its key as "
+                                    "'Authorization: Bearer <key>' (the openai SDK's api_key)",
+                               type="authentication_error", code="invalid_api_key")
+        return session
+
+    # --- the app -------------------------------------------------------------------------
+    def _make_app(self) -> FastAPI:
+        app = FastAPI(title="agentrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
+
+        @app.exception_handler(GatewayError)
+        async def gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
+            return _error(exc)
+
+        @app.post("/sessions/{session_id}/v1/chat/completions")
+        async def chat_in_session(session_id: str, request: Request) -> Any:
+            return await self._chat(request, session_id)
+
+        @app.post("/v1/chat/completions")
+        async def chat_by_header(request: Request) -> Any:
+            return await self._chat(request, None)
+
+        @app.get("/sessions/{session_id}/v1/models")
+        async def models_in_session(session_id: str, request: Request) -> Any:
+            return self._models(self._session(request, session_id))
+
+        @app.get("/v1/models")
+        async def models_by_header(request: Request) -> Any:
+            return self._models(self._session(request, None))
+
+        @app.post("/sessions/{session_id}/reward")
+        async def reward(session_id: str, request: Request) -> Any:
+            session = self._session(request, session_id)
+            body = await _json_body(request)
+            value = body.get("reward")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise GatewayError(400, f"reward={value!r}; expected a finite number", param="reward")
+            session.post_reward(float(value))
+            return {"ok": True}
+
+        return app
+
+    @staticmethod
+    def _models(session: AgentSession) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": session.settings.model_name, "object": "model",
+                                            "created": 0, "owned_by": "agentrl"}]}
+
+    async def _chat(self, request: Request, session_id: str | None) -> Any:
+        session = self._session(request, session_id)
+        body = await _json_body(request)
+        s = session.settings
+        req = parse_request(body, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                            max_new_tokens=s.max_new_tokens)
+        call = session.submit(req)
+        try:
+            reply: AgentReply = await asyncio.wrap_future(call.future)
+        finally:
+            session.forget(call)
+        model = req.model or s.model_name
+        if not req.stream:
+            return JSONResponse(completion_response(req, reply, model=model))
+        chunks = stream_chunks(req, reply, model=model)
+
+        async def events():
+            for chunk in chunks:
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except Exception as exc:
+        raise GatewayError(400, f"the request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise GatewayError(400, f"the request body is a JSON {type(body).__name__}; expected an object")
+    return body
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+_server: GatewayServer | None = None
+_server_lock = threading.Lock()
+
+
+def gateway() -> GatewayServer:
+    """This process's gateway server, started on first use (module docstring)."""
+    global _server
+    with _server_lock:
+        if _server is None:
+            _server = GatewayServer(host=os.environ.get("AGENTRL_GATEWAY_HOST", "127.0.0.1"))
+        return _server
