@@ -224,9 +224,9 @@ class AgentEnv(TextEnv):
             n = is_extension(hist, msgs)
             if n is not None and n < len(msgs) and (best is None or n > best):
                 best, branch = n, b
-        tools = call.request.tools if call.request.tools else (self._task.tools if self._task else None)
+        tools = list(call.request.tools) if call.request.tools else None  # this call's own
         if first:
-            self._tools = tools
+            self._tools = tools  # what the rollout renders with, for templates that render tools=
         # the task's own system prompt may describe its tools already (the in-process env
         # then adds no description either); any other system message gets one
         system = msgs[0].get("content") if msgs and msgs[0].get("role") == "system" else None
@@ -235,7 +235,7 @@ class AgentEnv(TextEnv):
         describe = self._describe_tools or system != task_system
         if best is None:  # the first call, or a history that extends no branch: a new branch
             branch = len(self._branches)
-            new = template_messages(msgs, self._tools if describe else None, self._chat)
+            new = template_messages(msgs, tools if describe else None, self._chat)
             if not first:
                 counters["gateway/forks"] = counters.get("gateway/forks", 0.0) + 1.0
         else:

@@ -1,4 +1,4 @@
-"""The gateway adds no drift: the example agent (examples/openai_agent/agent.py, written only
+"""The gateway adds no drift: the example agent (examples/openai_agent/shell_lookup_agent.py, written only
 with the ``openai`` SDK) and the in-process ShellLookup env, on the same tasks and seeds with
 the same real model (SmolLM2-135M-Instruct, float32, vLLM's CPU build) and real bubblewrap
 sandboxes, give every turn the same prompt ids, sampled ids, behaviour log-probs and
@@ -25,7 +25,7 @@ from sandboxes import SandboxSpec, make_sandbox
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "openai_agent" / "agent.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "openai_agent" / "shell_lookup_agent.py"
 TASKS = ["lookup/0"]  # the `note` family: the model calls bash, reads the note, acts
 
 

@@ -136,3 +136,14 @@ def test_the_readme_example_env_passes_the_checker(tmp_path, monkeypatch):
     finally:
         gymnasium.registry.pop("mine/Echo-v0", None)
         sys.modules.pop("echo_env", None)
+
+
+def test_readme_agent_is_the_example_agent():
+    """The README's agent (section "Bring your own agent") is examples/openai_agent's, line
+    for line, so the two cannot drift apart."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("## Bring your own agent\n")
+    block = _block("python", "# shell_lookup_agent.py", readme[start:readme.index("\n## ", start + 1)])
+    example = (REPO / "examples" / "openai_agent" / "shell_lookup_agent.py").read_text().splitlines()
+    lines = [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines and all(ln in example for ln in lines), [ln for ln in lines if ln not in example]

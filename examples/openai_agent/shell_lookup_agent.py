@@ -3,7 +3,7 @@ trained on ShellLookup through agentrl's gateway.
 
 The agent knows nothing of agentrl: it gets a ``task`` (the first messages, the tools, and
 ``task.call_tools`` to run the calls where the task lives: its sandbox) and an
-``openai.AsyncOpenAI`` client already pointed at its episode's gateway session. It calls the
+``openai.AsyncOpenAI`` client (``client``) already pointed at its episode's gateway session. It calls the
 model, runs the tool calls it asks for, and stops when the model answers without one; the
 task's verifier then scores the sandbox (the return value ``None`` says so).
 
@@ -14,14 +14,12 @@ Importing this module registers it as ``examples/ShellLookupAgent-v0``: the agen
 
 from __future__ import annotations
 
-import openai
-
 from agentrl.gateway import register_agent_env
 
 ENV_ID = "examples/ShellLookupAgent-v0"
 
 
-async def agent(task, client: openai.AsyncOpenAI) -> float | None:
+async def agent(task, client):
     messages = list(task.messages)
     while True:
         response = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
