@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any, ClassVar
 
 import gymnasium
@@ -103,14 +104,18 @@ class AgentEnv(TextEnv):
         self._call: AgentCall | None = None
         self._call_branch = 0
         self._completion: tuple[Turn, list[int]] | None = None
-        self._tools: list[dict[str, Any]] | None = None
         self._posted_reward: float | None = None
         self._describe_tools = True
+        self._branch_tools: list[str] = []  # each branch's tools (JSON), which its extensions must keep
+        self._wait_s = self.timeout_s
 
     # --- hooks the rollout loop calls ------------------------------------------------------
-    def set_rollout(self, chat: Any, sampling: Any, max_new_tokens: int) -> None:
-        """The loop's chat tokenizer, sampling transform and token limit (before ``reset``)."""
+    def set_rollout(self, chat: Any, sampling: Any, max_new_tokens: int, env_timeout_s: float | None = None) -> None:
+        """The loop's chat tokenizer, sampling transform, token limit and env-call limit
+        (``rollout.env_timeout_s``: the env gives up on a silent agent after it, too), before
+        ``reset``."""
         self._chat = chat
+        self._wait_s = min(self.timeout_s, env_timeout_s) if env_timeout_s else self.timeout_s
         self._settings = SessionSettings(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                                          top_k=int(sampling.top_k), max_new_tokens=int(max_new_tokens))
 
@@ -130,7 +135,8 @@ class AgentEnv(TextEnv):
         self._task_id, self._done = raw.get("task_id", task_id), False
         self._task = self._make_task(obs, info)
         self._describe_tools = not info.system_prompt_describes_tools
-        self._branches, self._call, self._completion, self._posted_reward = [], None, None, None
+        self._branches, self._branch_tools = [], []
+        self._call, self._completion, self._posted_reward = None, None, None
         server = gateway()
         self._session = server.open_session(self._settings)
         self._runner = AgentRunner(self._agent_fn, self._task, self._session, server.base_url(self._session),
@@ -149,11 +155,14 @@ class AgentEnv(TextEnv):
         turn, prompt_ids = self._completion
         call, self._completion = self._call, None
         req = call.request
-        parsed = parse_tool_calls(turn.action_text, req.tools, parser=self.tool_parser, tool_choice=req.tool_choice,
-                                  tokenizer=self._chat.tokenizer)
-        ids = list(turn.completion_ids)
-        finish = "length" if turn.finish_reason == "length" else ("tool_calls" if parsed.tool_calls else "stop")
         tok = self._chat.tokenizer
+        ids = list(turn.completion_ids)
+        # the text as sampled, special tokens kept (some formats mark calls with them:
+        # mistral's [TOOL_CALLS], llama's <|python_tag|>), less the stop token that ended it
+        body = ids[:-1] if ids and ids[-1] in self._chat.stop_token_ids else ids
+        parsed = parse_tool_calls(tok.decode(body, skip_special_tokens=False), req.tools, parser=self.tool_parser,
+                                  tool_choice=req.tool_choice, tokenizer=tok)
+        finish = "length" if turn.finish_reason == "length" else ("tool_calls" if parsed.tool_calls else "stop")
         call.answer(AgentReply(
             content=parsed.content, tool_calls=parsed.tool_calls, finish_reason=finish, prompt_ids=prompt_ids,
             completion_ids=ids, log_probs=list(turn.behavior_log_probs),
@@ -165,9 +174,16 @@ class AgentEnv(TextEnv):
         self._branches[self._call_branch].append(assistant)
         self._call = None
         counters = {"gateway/tool_parse_errors": 1.0} if parsed.error else {}
-        outcome = self._wait(first=False, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
-                             counters=counters)
-        return outcome
+        own_cap = req.max_tokens is not None and req.max_tokens < self._settings.max_new_tokens \
+            and len(ids) >= req.max_tokens
+        if turn.finish_reason == "length" and not own_cap and callable(getattr(self.inner.unwrapped, "score", None)):
+            # cut by the run's budget (or the context): the rollout ends the episode after
+            # this step, so it is scored now, by the task's verifier, without waiting for
+            # the agent's next move
+            return self._finish(None, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
+                                counters=counters)
+        return self._wait(first=False, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
+                          counters=counters)
 
     def close(self) -> None:
         self._end_session()
@@ -196,7 +212,7 @@ class AgentEnv(TextEnv):
         counters = dict(counters or {})
         while True:
             try:
-                event = self._session.next_event(self.timeout_s)
+                event = self._session.next_event(self._wait_s)
             except TimeoutError as exc:
                 raise EnvError(f"task {self._task_id!r}: {exc}") from None
             if event.kind == "reward":
@@ -218,15 +234,17 @@ class AgentEnv(TextEnv):
 
     def _take_call(self, call: AgentCall, *, first: bool, tool_calls: int, invalid: bool,
                    counters: dict[str, float]) -> Any:
+        call.taken_s = time.monotonic()
         msgs = call.request.messages
+        tools = list(call.request.tools) if call.request.tools else None  # this call's own
+        tools_key = json.dumps(tools, sort_keys=True)
         best, branch = None, -1
         for b, hist in enumerate(self._branches):
             n = is_extension(hist, msgs)
-            if n is not None and n < len(msgs) and (best is None or n > best):
+            # an extension keeps its branch's tools (a template that renders them writes
+            # them before the history: other tools would be another prompt)
+            if n is not None and n < len(msgs) and self._branch_tools[b] == tools_key and (best is None or n > best):
                 best, branch = n, b
-        tools = list(call.request.tools) if call.request.tools else None  # this call's own
-        if first:
-            self._tools = tools  # what the rollout renders with, for templates that render tools=
         # the task's own system prompt may describe its tools already (the in-process env
         # then adds no description either); any other system message gets one
         system = msgs[0].get("content") if msgs and msgs[0].get("role") == "system" else None
@@ -242,13 +260,14 @@ class AgentEnv(TextEnv):
             new = template_messages(msgs[best:], None, self._chat)
         if branch == len(self._branches):
             self._branches.append(list(msgs))
+            self._branch_tools.append(tools_key)
         else:
             self._branches[branch] = list(msgs)
         self._call, self._call_branch = call, branch
         obs = json.dumps([[m.get("role"), m.get("content")] for m in new], ensure_ascii=False)
         info = StepInfo(
             messages=tuple(new),
-            tools=tuple(self._tools) if first and self._tools else None,
+            tools=tuple(tools) if best is None and tools else None,  # a new branch's (the first one's too)
             branch=None if first else branch,
             tool_calls=None if first else tool_calls,
             invalid_action=invalid,
@@ -281,6 +300,8 @@ class AgentEnv(TextEnv):
         return "", float(reward), not truncated, truncated, info
 
     def _end_session(self) -> None:
+        if self._task is not None:
+            self._task.close()  # waits for a tool call in progress; later ones are refused
         if self._runner is not None:
             self._runner.cancel()
             self._runner = None

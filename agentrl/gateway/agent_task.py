@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import openai
 
-from agentrl.errors import ConfigError, ToolParseError
+from agentrl.errors import ConfigError, EnvError, ToolParseError
 from agentrl.gateway.session import AgentSession
 from environments.tools import ToolCall
 
@@ -74,6 +74,14 @@ class AgentTask:
     sandbox: Any = None
     over: bool = False
     _run_tools: Callable[[list[ToolCall]], tuple[list[str], bool]] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _closed: bool = field(default=False, repr=False)
+
+    def close(self) -> None:
+        """End the task: a tool call in progress finishes first, later ones raise
+        ``EnvError`` (the episode is over; its sandbox may serve another one next)."""
+        with self._lock:
+            self._closed = True
 
     def call_tools(self, tool_calls: list[Any]) -> list[dict[str, Any]]:
         """Run the assistant message's tool calls with the task's own tools and return one
@@ -87,6 +95,7 @@ class AgentTask:
         Raises:
             ConfigError: the task's environment runs no tools.
             ToolParseError: a call's arguments are not a JSON object.
+            EnvError: the task is over (``close``).
         """
         if self._run_tools is None:
             raise ConfigError(f"task {self.task_id!r}: its environment runs no tools; run them in the agent")
@@ -103,7 +112,10 @@ class AgentTask:
                 raise ToolParseError(f"tool call {fn.get('name')!r} has arguments {raw!r}; expected a JSON object")
             calls.append(ToolCall(str(fn.get("name")), args))
             ids.append(d.get("id") or "")
-        outputs, over = self._run_tools(calls)
+        with self._lock:
+            if self._closed:
+                raise EnvError(f"task {self.task_id!r} is over: its episode ended, its tools no longer run")
+            outputs, over = self._run_tools(calls)
         self.over = self.over or over
         return [{"role": "tool", "tool_call_id": i, "content": o} for i, o in zip(ids, outputs)]
 
@@ -136,7 +148,9 @@ class AgentRunner:
             else:
                 with openai.OpenAI(**self._client_kwargs()) as client:
                     value = self.fn(self.task, client)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            if not self._cancelled:  # not ours: the agent's own cancellation is its failure
+                self.session.agent_failed(exc)
             return
         except BaseException as exc:  # the agent's own failure, reported as the episode's
             if not self._cancelled:

@@ -37,6 +37,11 @@ from environments.tools import HermesToolParser
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 FINISH_REASONS = ("stop", "length", "tool_calls")
+_UNSERVED = ("min_tokens", "ignore_eos", "allowed_token_ids", "bad_words", "guided_json", "guided_regex",
+             "guided_choice", "guided_grammar", "structured_outputs", "prompt_logprobs", "use_beam_search",
+             "best_of", "truncate_prompt_tokens", "return_tokens_as_token_ids")
+"""vLLM request extras the gateway refuses (400): each constrains or alters sampling, or
+changes what the reply means."""
 _MIN_LOGPROB = -9999.0  # what vLLM reports for a -inf log-prob (JSON has no infinity)
 
 
@@ -228,7 +233,9 @@ def parse_request(body: dict[str, Any], *, temperature: float, top_p: float, top
             ``n`` > 1; ``top_logprobs`` > 0; a ``response_format`` other than text;
             ``tool_choice`` ``"required"`` or a named function; ``temperature``, ``top_p``
             or ``top_k`` other than the run's; penalties or ``logit_bias``; ``max_tokens``
-            < 1; no messages, a message of an unknown role, content that is not text, a
+            < 1; an empty stop string; one of vLLM's sampling extras (``_UNSERVED``:
+            ``min_tokens``, ``ignore_eos``, guided decoding, ...); ``parallel_tool_calls``
+            false; no messages, a message of an unknown role, content that is not text, a
             last message from the assistant; tools that are not function tools or whose
             schema is invalid.
     """
@@ -270,6 +277,15 @@ def parse_request(body: dict[str, Any], *, temperature: float, top_p: float, top
         raise _bad("messages", f"the last message (messages[{len(messages) - 1}]) is the assistant's; the gateway "
                                "does not continue a prefilled assistant message: end with a user or tool message")
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    if any(not isinstance(x, str) or not x for x in stop):
+        raise _bad("stop", f"stop={req.stop!r}: every stop string must be a non-empty string")
+    for param in _UNSERVED:
+        if body.get(param) not in (None, False):
+            raise _bad(param, f"{param}={body[param]!r}: vLLM's sampling extras change what is sampled or "
+                              "how, which the trainer does not reproduce; the gateway serves plain sampling")
+    if body.get("parallel_tool_calls") is False:
+        raise _bad("parallel_tool_calls", "parallel_tool_calls=false: the gateway cannot hold the model to one "
+                                          "call per reply; leave it unset (or true) and run the calls it makes")
     return ChatRequest(
         messages=messages,
         tools=_tools(req.tools),

@@ -19,6 +19,7 @@ import logging
 import queue
 import secrets
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -59,12 +60,24 @@ class AgentReply:
 @dataclass
 class AgentCall:
     """One chat request of the agent, waiting for its reply (``future``: an ``AgentReply``,
-    or a ``GatewayError`` when the session ends first)."""
+    or a ``GatewayError`` when the session ends first).
+
+    Attributes:
+        submitted_s, taken_s, answered_s: ``time.monotonic()`` seconds when the HTTP side
+            queued it, when the env took it (its turn then goes to the engine), when the env
+            answered it; None until then. ``answered_s - taken_s`` is the rollout's share of
+            the call (the engine's sampling included); the rest of a client's round trip is
+            the gateway's (HTTP, checks, rendering, hand-offs).
+    """
 
     request: ChatRequest
     future: Future = field(default_factory=Future)
+    submitted_s: float = field(default_factory=time.monotonic)
+    taken_s: float | None = None
+    answered_s: float | None = None
 
     def answer(self, reply: AgentReply) -> None:
+        self.answered_s = time.monotonic()
         if not self.future.done():
             self.future.set_result(reply)
 

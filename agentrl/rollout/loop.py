@@ -206,7 +206,7 @@ class RolloutWorker:
             sandbox.add_listener(listener)
         configure = getattr(getattr(env, "unwrapped", env), "set_rollout", None)
         if callable(configure):  # an env that serves an agent (the gateway's) checks its calls against these
-            configure(self.chat, self.sampling, self.limits.max_new_tokens)
+            configure(self.chat, self.sampling, self.limits.max_new_tokens, self.env_timeout_s)
         out = env.reset(seed=st.req.seed, options={"task_id": st.req.task_id})
         if not isinstance(out, tuple) or len(out) != 2:
             raise EnvError(f"{st.req.env_id}.reset returned {type(out).__name__}; expected (observation, info)")
@@ -343,7 +343,7 @@ class RolloutWorker:
             with st.lock:
                 turn.exec_results.extend(st.execs)
                 st.execs.clear()
-            if turn.finish_reason == "length":
+            if turn.finish_reason == "length" and not st.own_cap:
                 # A cut answer was scored for what it holds, but its format is never
                 # penalised (docs/cases.md, C08a): an unparseable cut answer earns 0, not a penalty.
                 if turn.invalid_action:
@@ -386,7 +386,7 @@ class RolloutWorker:
             if info.messages is None:
                 raise EnvError(f"{st.req.env_id} step: info['branch']={branch} starts a new branch but gives no "
                                "info['messages']; a new branch's first prompt is the full rendering of its messages")
-            return self.chat.prompt_ids(list(info.messages), st.tools)
+            return self.chat.prompt_ids(list(info.messages), list(info.tools) if info.tools is not None else st.tools)
         last = st.episode.turns[on_branch[-1]]
         ended_with_stop_token = bool(last.completion_ids) and last.completion_ids[-1] in self.chat.stop_token_ids
         msgs = list(info.messages) if info.messages is not None else _observation_messages(obs, info)
@@ -449,8 +449,14 @@ class RolloutWorker:
         st.pending_prompt = []
         if comp.finish_reason == "abort":
             return self._fail(st, TerminationReason.INFRA_ERROR, InfraError("the engine aborted the request"))
+        st.own_cap = False
         if comp.finish_reason == "length":
             cut_by_context = st.max_tokens < st.token_budget
+            if not cut_by_context and st.token_budget < self.limits.max_new_tokens:
+                # cut by the cap the env asked for this turn (StepInfo.max_new_tokens, e.g. an
+                # agent's max_tokens): a short answer it wanted, not the run's budget running out
+                st.own_cap = True
+                return False
             st.length_reason = TerminationReason.CONTEXT_LIMIT if cut_by_context else TerminationReason.LENGTH
             if not self.limits.score_truncated:
                 turn.reward = 0.0  # not handed to the environment; not a format failure (docs/cases.md, C08a)

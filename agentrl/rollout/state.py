@@ -47,6 +47,7 @@ class ActiveEpisode:
     stop_strings: tuple[str, ...] = ()  # its stop strings: rollout.stop_strings + StepInfo.stop_strings
     branch: int = 0  # the branch it extends (Turn.branch)
     length_reason: TerminationReason = TerminationReason.LENGTH
+    own_cap: bool = False  # the pending turn was cut by its own StepInfo.max_new_tokens: the episode goes on
     # per-step mode: what each step's prompt is rebuilt from
     task_text: str = ""
     system_prompt: str | None = None

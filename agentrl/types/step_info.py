@@ -123,7 +123,8 @@ class StepInfo:
         tool_outputs: with role ``tool``, one string per tool call run; each becomes its
             own tool message (chat templates expect one per call). None: absent.
         system_prompt: (reset) the system message of the episode; None: absent.
-        tools: (reset) OpenAI-style function schemas offered to the model, as dicts, each
+        tools: (reset; at a step, those of a new ``branch``) OpenAI-style function schemas
+            offered to the model, as dicts, each
             passing ``tool_function``. None: absent; ``()``: no tools.
         system_prompt_describes_tools: (reset) the system prompt already explains the
             tools in words, so the rollout must not append a generated description.

@@ -163,6 +163,17 @@ async def sub_agent_agent(task, client: openai.AsyncOpenAI):
     return 1.0
 
 
+async def short_reply_agent(task, client: openai.AsyncOpenAI):
+    """A short side call (max_tokens=4: e.g. a title) that is cut, then the real work."""
+    title = await client.chat.completions.create(model="policy", messages=list(task.messages), max_tokens=4)
+    _seen("short", title)
+    messages = list(task.messages)
+    r = await client.chat.completions.create(model="policy", messages=messages, tools=task.tools)
+    _seen("short", r)
+    return 1.0
+
+
+register_agent_env("tests/ShortReplyAgent-v0", agent=short_reply_agent, task_env="tests/GatewayEchoTask-v0")
 register_agent_env("tests/CompactingAgent-v0", agent=compacting_agent, task_env="tests/GatewayEchoTask-v0")
 register_agent_env("tests/SubAgentAgent-v0", agent=sub_agent_agent, task_env="tests/GatewayEchoTask-v0")
 register_agent_env("tests/TwoTurnAgent-v0", agent=two_turn_agent, task_env="tests/GatewayEchoTask-v0")
@@ -275,3 +286,14 @@ def test_a_compacted_history_and_a_sub_agent_fork_branches_that_train_as_rows_of
     res = assign_credit([compacted, sub], AlgorithmConfig(), SamplingRecord(temperature=1.0))
     assert res.batch.num_loss_tokens == sum(len(t.completion_ids) for e in (compacted, sub) for t in e.turns)
     assert len(res.batch.seq_lens) == 4  # two rows per episode
+
+
+def test_a_call_cut_by_its_own_max_tokens_does_not_end_the_episode(scripted):
+    SEEN.clear()
+    (ep,), _ = run(scripted, "tests/ShortReplyAgent-v0", group="short")
+    assert ep.error is None, ep.error
+    title, work = SEEN["short"]
+    assert title.choices[0].finish_reason == "length" and title.usage.completion_tokens == 4
+    assert work.choices[0].finish_reason == "tool_calls"
+    assert [t.finish_reason for t in ep.turns] == ["length", "stop"]
+    assert ep.termination_reason == TerminationReason.ENV_TERMINATED and ep.total_reward == 1.0

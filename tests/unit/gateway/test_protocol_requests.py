@@ -87,6 +87,13 @@ def test_defaults():
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "no-such-type"}}}]}, "tools"),
     ({"max_tokens": "many"}, "max_tokens"),
     ({"stream": "yes please"}, "stream"),
+    ({"stop": ""}, "stop"),
+    ({"stop": ["a", ""]}, "stop"),
+    ({"min_tokens": 5}, "min_tokens"),
+    ({"ignore_eos": True}, "ignore_eos"),
+    ({"guided_json": {"type": "object"}}, "guided_json"),
+    ({"structured_outputs": {"json": {}}}, "structured_outputs"),
+    ({"parallel_tool_calls": False, "tools": [TOOL]}, "parallel_tool_calls"),
 ])
 def test_refusals_name_the_field(body, param):
     refused({"messages": USER, **body}, param)

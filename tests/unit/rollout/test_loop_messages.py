@@ -169,11 +169,18 @@ def test_messages_delta_fork_and_return_to_branch_0():
     assert m["gateway/requests"] == 4.0 and m["gateway/forks"] == 1.0
 
 
-def test_a_per_turn_cap_cut_is_a_length_stop_not_a_context_limit():
-    env = MessagesEnv(StepInfo(messages=RESET, max_new_tokens=2), [StepInfo()])
+def test_a_reply_cut_by_its_own_cap_is_a_short_turn_and_the_episode_goes_on():
+    """A cut by the turn's own cap (an agent's max_tokens, below rollout.max_new_tokens) is a
+    short answer it asked for: the env gets it and the episode goes on; a cut by the run's
+    budget still ends the episode (C08a)."""
+    env = MessagesEnv(StepInfo(messages=RESET, max_new_tokens=2), [StepInfo(messages=TOOL), StepInfo()])
     ep, engine, _ = run(env)
     assert engine.adds[0]["max_tokens"] == 2 and ep.turns[0].finish_reason == "length"
-    assert ep.termination_reason == TerminationReason.LENGTH
+    assert len(env.actions) == 2 and len(ep.turns) == 2
+    assert ep.termination_reason == TerminationReason.ENV_TERMINATED and ep.total_reward == 1.0
+    env = MessagesEnv(StepInfo(messages=RESET), [StepInfo(messages=TOOL), StepInfo()])
+    ep, _, _ = run(env, max_new_tokens=2)  # the run's own budget
+    assert len(ep.turns) == 1 and ep.termination_reason == TerminationReason.LENGTH
 
 
 def test_a_cap_above_rollout_max_new_tokens_is_held_to_it():
