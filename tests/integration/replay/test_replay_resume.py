@@ -133,7 +133,7 @@ def test_a_version_3_database_is_upgraded_in_place(db_url: str, make_episode) ->
     engine.dispose()
     with ReplayStore(db_url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 8  # 3 -> 4 -> 5 -> head
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 9  # 3 -> 4 -> 5 -> head
             assert current_revision(conn) == HEAD
         assert store.get_episode(ep.episode_id) == ep
         assert store.completed_iterations("run-old") == []  # stored before the upgrade: unmarked
@@ -147,8 +147,8 @@ def test_a_version_2_database_is_refused_naming_both_versions(tmp_path) -> None:
     make_pre_alembic(url)
     with sqlite3.connect(tmp_path / "v2.db") as conn:
         conn.execute("UPDATE schema_version SET version = 2")
-    with pytest.raises(ContractError, match=r"schema_version 2, this agentrl expects schema_version 8 "
-                                            r"\(revision '0008'\).*schema_version 3 \(3 -> 4 -> 5 -> Alembic\)"):
+    with pytest.raises(ContractError, match=rf"schema_version 2, this agentrl expects schema_version {SCHEMA_VERSION} "
+                                            rf"\(revision '{HEAD}'\).*schema_version 3 \(3 -> 4 -> 5 -> Alembic\)"):
         ReplayStore(url)
 
 
