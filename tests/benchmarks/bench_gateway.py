@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--sessions", type=int, default=256)
+    ap.add_argument("--sessions", type=int, default=256, help="concurrent sessions; 0: skip that part")
     args = ap.parse_args()
 
     from transformers import AutoTokenizer
@@ -162,6 +162,8 @@ def main() -> None:
     print(f"best: in-process {best['in-process']:.1f} tokens/s, gateway {best['gateway']:.1f} tokens/s; "
           f"ratio gateway/in-process {best['gateway'] / best['in-process']:.3f} (target >= 0.9)")
 
+    if not args.sessions:
+        return
     TURNS["n"] = 2
     RTTS.clear()
     CALLS.clear()

@@ -297,3 +297,45 @@ def test_a_call_cut_by_its_own_max_tokens_does_not_end_the_episode(scripted):
     assert work.choices[0].finish_reason == "tool_calls"
     assert [t.finish_reason for t in ep.turns] == ["length", "stop"]
     assert ep.termination_reason == TerminationReason.ENV_TERMINATED and ep.total_reward == 1.0
+
+
+def test_a_weight_load_during_a_session_keeps_it_alive_and_tokens_keep_their_versions(scripted):
+    """``partial_rollout: continue``: the engine request of the agent's second call is
+    preempted halfway, the weights load (version 1), the request goes on; the agent gets its
+    whole reply, the episode trains with each token tagged with the version that sampled it."""
+    from agentrl.rollout.session import RolloutSession, WeightLoad
+
+    SEEN.clear()
+    engine, chat = scripted
+    worker = RolloutWorker(engine, chat, lambda req: (gymnasium.make(req.env_id, disable_env_checker=True), None),
+                           RolloutLimits(max_turns=4, max_new_tokens=96, max_context_tokens=2048),
+                           SamplingRecord(temperature=1.0), env_timeout_s=120)
+    req = EpisodeRequest(env_id="tests/TwoTurnAgent-v0", task_id="t0", seed=0, group_id="load", sample_seed=0)
+    rid = f"{req.episode_id}:1"
+    session = RolloutSession(worker, policy_version=0)
+    done = []
+    try:
+        session.submit([req])
+        for _ in range(2000):
+            partial = engine._partial.get(rid)
+            if partial is not None and len(partial.token_ids) >= 5:
+                break
+            done += session.step_once(wait_s=0.05)
+        assert len(engine._partial[rid].token_ids) >= 5
+        load = WeightLoad(apply=lambda: (engine.reset_prefix_cache(), "prefix_reset")[1], policy_version=1,
+                          mode="continue")
+        session.request_load(load)
+        while session.in_flight():
+            done += session.step_once(wait_s=1.0)
+        session.wait_closed()
+    finally:
+        session.shutdown()
+    (ep,) = done
+    assert ep.error is None, ep.error
+    assert load.stats["preempted_requests"] == 1
+    assert ep.turns[0].policy_versions == [0] * len(ep.turns[0].completion_ids)
+    versions = ep.turns[1].policy_versions
+    assert versions[0] == 0 and versions[-1] == 1 and sorted(versions) == versions
+    r0, r1 = SEEN["two_turn"]
+    assert r1.choices[0].model_extra["token_ids"] == ep.turns[1].completion_ids  # the whole turn, both versions
+    assert r1.choices[0].message.tool_calls[0].function.name == "bash"
