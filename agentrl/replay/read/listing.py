@@ -2,13 +2,17 @@
 
     page = episode_page(db, "run-1", EpisodeFilter(success=False), Sort("reward", desc=True))
     page.rows, page.next_cursor                        # pass next_cursor back for the next page
+    page.tool_calls[page.rows[0].episode_id]           # the sum of its turns' tool_calls
+    tool_call_share(db, "run-1").share                 # of the newest episodes, made no tool call
 
 Keyset pagination: a page is ``ORDER BY key, episode_id LIMIT n + 1`` from the last row of
 the previous page (``WHERE (key, episode_id) > (k, id)``), never ``OFFSET``, so a deep page
 costs what the first does when the sort has an index (the index list is agreed with the
 schema's owner in ``agentrl.replay.models``). A nullable sort key (``total_reward``) pages
 its non-NULL rows first, then its NULL rows by ``episode_id``. Which index a filtered page
-uses is decided in ``agentrl.replay.read.query_plans``.
+uses is decided in ``agentrl.replay.read.query_plans``. The sort by tool calls (``TOOL_CALLS``,
+an episode's turns summed) has no index: it reads the counts of every episode the filters
+leave, so its pages cost what the run's turns do.
 """
 
 from __future__ import annotations
@@ -16,30 +20,39 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, or_, select, tuple_
+from sqlalchemy import Integer, and_, case, exists, false, func, literal, or_, select, true, tuple_
 from sqlalchemy.engine import Connection
 
 from agentrl.errors import ContractError
 from agentrl.replay.models import EpisodeRow, TurnRow
 from agentrl.replay.read import query_plans
 from agentrl.replay.read.db import ReplayDB
+from agentrl.replay.read.episodes import check_kind
 
 E = EpisodeRow.__table__
 T = TurnRow.__table__
 PAGE_SIZE_MAX = 500
+
+TOOL_CALLS = (select(func.coalesce(func.sum(T.c.tool_calls), 0)).where(T.c.episode_id == E.c.episode_id)
+              .correlate(E).scalar_subquery())
+"""The episode's tool calls: the sum of its turns' ``tool_calls`` (a correlated subquery; no
+index orders it, so a page sorted by it reads the tool-call counts of every episode the
+filters leave; on a database without the column, schema 8 and older, ``tool_calls_of``)."""
 
 SORTS = {
     "default": (E.c.iteration, E.c.created_at, E.c.position),
     "reward": (E.c.total_reward,),
     "length": (E.c.num_generated_tokens,),
     "turns": (E.c.num_turns,),
+    "tool_calls": (TOOL_CALLS,),
 }
 """Sort name → key columns (``episode_id`` is always appended as the tie-breaker)."""
 _NULLABLE_SORTS = {"reward"}
+_SORT_KEY = "sort_key"
 
 LIST_COLUMNS = (E.c.episode_id, E.c.run_id, E.c.iteration, E.c.group_id, E.c.env_id, E.c.task_id,
                 E.c.seed, E.c.terminated, E.c.truncated, E.c.termination_reason, E.c.success,
@@ -82,10 +95,19 @@ class Sort:
 @dataclass
 class Page:
     """One page of ``episode_page``: ``rows`` (``LIST_COLUMNS`` rows, attribute access by
-    column name) and the cursor of the next page (``None`` on the last one)."""
+    column name), the cursor of the next page (``None`` on the last one) and ``tool_calls``,
+    episode id → the sum of its turns' ``tool_calls`` (0 on a database without the column)."""
 
     rows: list[Any]
     next_cursor: str | None
+    tool_calls: dict[str, int] = field(default_factory=dict)
+
+
+def tool_calls_of(db: ReplayDB) -> Any:
+    """``TOOL_CALLS`` on a database with ``turns.tool_calls`` (schema 9), else the constant 0
+    (``ReplayDB.columns_as_found``: turns stored before read as 0 tool calls)."""
+    found = {c.name: c for c in db.columns_as_found(T)}
+    return TOOL_CALLS if found["tool_calls"] is T.c.tool_calls else literal(0, Integer)
 
 
 def encode_cursor(values: Sequence[Any]) -> str:
@@ -186,15 +208,17 @@ def text_search(db: ReplayDB, conn: Connection, q: str) -> Any:
 
 def episode_page(db: ReplayDB, run_id: str, f: EpisodeFilter = EpisodeFilter(), sort: Sort = Sort(),
                  cursor: str | None = None, limit: int = 50) -> Page:
-    """One page of a run's episodes (rows of ``LIST_COLUMNS``) and the cursor of the next
-    page (``None`` on the last one).
+    """One page of a run's episodes (rows of ``LIST_COLUMNS``), the cursor of the next page
+    (``None`` on the last one) and the page's tool-call counts (``Page.tool_calls``).
 
     Raises:
         ContractError: ``limit`` outside ``[1, PAGE_SIZE_MAX]`` or a bad ``cursor``.
     """
     if not 1 <= limit <= PAGE_SIZE_MAX:
         raise ContractError(f"limit={limit}; expected 1..{PAGE_SIZE_MAX}")
-    keys = (*SORTS[sort.key], E.c.episode_id)
+    computed = sort.key == "tool_calls"  # a key that is no column: selected under the name _SORT_KEY
+    keys = ((tool_calls_of(db),) if computed else SORTS[sort.key]) + (E.c.episode_id,)
+    columns = (*LIST_COLUMNS, keys[0].label(_SORT_KEY)) if computed else LIST_COLUMNS
     after = decode_cursor(cursor, sort) if cursor else None
     null_phase = bool(after and after[-1] == 1)
     nullable = sort.key in _NULLABLE_SORTS
@@ -211,21 +235,84 @@ def episode_page(db: ReplayDB, run_id: str, f: EpisodeFilter = EpisodeFilter(), 
                 cmp = tuple_(*keys) < tuple(after[:-1]) if sort.desc else tuple_(*keys) > tuple(after[:-1])
                 where.append(cmp)
             order = [k.desc() if sort.desc else k.asc() for k in (query_plans.unordered(keys) if by_filter else keys)]
-            rows = list(conn.execute(select(*LIST_COLUMNS).where(*where).order_by(*order).limit(limit + 1)))
+            rows = list(conn.execute(select(*columns).where(*where).order_by(*order).limit(limit + 1)))
         if nullable and len(rows) <= limit:
             where = [*base, keys[0].is_(None)]
             if null_phase:
                 where.append(E.c.episode_id < after[-2] if sort.desc else E.c.episode_id > after[-2])
             last_key = query_plans.unordered(keys[-1:])[0] if by_filter else E.c.episode_id
             order_id = last_key.desc() if sort.desc else last_key.asc()
-            rows += list(conn.execute(select(*LIST_COLUMNS).where(*where).order_by(order_id)
+            rows += list(conn.execute(select(*columns).where(*where).order_by(order_id)
                                       .limit(limit + 1 - len(rows))))
-    more = len(rows) > limit
-    rows = rows[:limit]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        calls = _tool_calls(db, conn, [r.episode_id for r in rows])
     nxt = None
     if more and rows:
         last = rows[-1]._mapping
-        vals = [last[k.name] for k in keys]
+        vals = [last[_SORT_KEY if computed and i == 0 else k.name] for i, k in enumerate(keys)]
         phase = 1 if nullable and vals[0] is None else 0
         nxt = encode_cursor([*vals, phase])
-    return Page(rows, nxt)
+    return Page(rows, nxt, calls)
+
+
+def _tool_calls(db: ReplayDB, conn: Connection, episode_ids: list[str]) -> dict[str, int]:
+    """Episode id → the sum of its turns' ``tool_calls``, for ``episode_ids`` (one query over
+    their turns; zeros without a query on a database without the column)."""
+    calls = dict.fromkeys(episode_ids, 0)
+    if episode_ids and "tool_calls" in db.turn_columns:
+        for eid, n in conn.execute(select(T.c.episode_id, func.sum(T.c.tool_calls))
+                                   .where(T.c.episode_id.in_(episode_ids)).group_by(T.c.episode_id)):
+            calls[eid] = int(n or 0)
+    return calls
+
+
+SHARE_EPISODES = 2000
+"""Episodes ``tool_call_share`` reads by default: the run's newest ones."""
+
+
+@dataclass(frozen=True)
+class ToolCallShare:
+    """How many of a run's newest episodes made no tool call (``tool_call_share``)."""
+
+    episodes: int
+    """Episodes read: the run's newest, at most the ``max_episodes`` asked for."""
+    without: int
+    """Of those, the episodes whose turns' ``tool_calls`` are all 0 (or that have no turn)."""
+    more: bool
+    """The run has more episodes than were read."""
+
+    @property
+    def share(self) -> float | None:
+        """``without / episodes`` in [0, 1]; ``None`` when no episode was read."""
+        return self.without / self.episodes if self.episodes else None
+
+
+def tool_call_share(db: ReplayDB, run_id: str, kind: str | None = None,
+                    max_episodes: int = SHARE_EPISODES) -> ToolCallShare:
+    """The share of the run's newest ``max_episodes`` episodes (of one ``kind``, if given)
+    that made no tool call: bounded work on any run size (the newest episodes through the
+    (run_id, iteration, created_at, position) index, then an ``EXISTS`` over each one's
+    turns). On a database without ``turns.tool_calls`` (schema 8 and older) every episode
+    counts as without.
+
+    Raises:
+        ContractError: ``max_episodes < 1``, or an unknown ``kind``.
+    """
+    if max_episodes < 1:
+        raise ContractError(f"max_episodes={max_episodes}; expected >= 1")
+    check_kind(kind)
+    q = select(E.c.episode_id).where(E.c.run_id == run_id)
+    if kind is not None:  # every episode stored before schema 6 is "train"
+        q = q.where(E.c["kind"] == kind if db.has_kind else (true() if kind == "train" else false()))
+    newest = (q.order_by(E.c.iteration.desc(), E.c.created_at.desc(), E.c.position.desc())
+              .limit(max_episodes).subquery())
+    if "tool_calls" in db.turn_columns:
+        called = exists().where(T.c.episode_id == newest.c.episode_id, T.c.tool_calls > 0)
+        without = func.sum(case((called, 0), else_=1))
+    else:
+        without = func.count()
+    with db.read() as conn:
+        n, w = conn.execute(select(func.count(), without).select_from(newest)).one()
+        more = n >= max_episodes and conn.scalar(q.offset(max_episodes).limit(1)) is not None
+    return ToolCallShare(int(n), int(w or 0), more)

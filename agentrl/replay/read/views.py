@@ -39,7 +39,8 @@ _TURN_TEXT_COLUMNS = (T.c.turn_index, T.c.policy_version, T.c.finish_reason, T.c
 @dataclass
 class TurnView:
     """One turn for display; ``events`` are its sandbox commands in order (rows of
-    ``sandbox_events``), ``num_prompt`` / ``num_completion`` its token counts."""
+    ``sandbox_events``), ``num_prompt`` / ``num_completion`` its token counts. ``row`` has
+    ``branch`` and ``tool_calls`` (0 on a database without them, schema 8 and older)."""
 
     row: Any
     num_prompt: int
@@ -59,17 +60,39 @@ class EpisodeView:
     summary: Any
     """The episode's row (``LIST_COLUMNS``)."""
     turns: list[TurnView]
+    counters: dict[str, float] = field(default_factory=dict)
+    """``Episode.counters`` (name → count); empty when the episode has none, or on a database
+    without the column (schema 8 and older)."""
+
+    @property
+    def branches(self) -> dict[int, list[int]]:
+        """Branch → the indices of its turns, in turn order, branches in order of their first
+        turn (``{0: [...]}`` for an episode that never forked; ``{}`` without turns)."""
+        out: dict[int, list[int]] = {}
+        for t in self.turns:
+            out.setdefault(int(t.row.branch), []).append(int(t.row.turn_index))
+        return out
+
+    @property
+    def tool_calls(self) -> int:
+        """The sum of the turns' ``tool_calls``."""
+        return sum(int(t.row.tool_calls) for t in self.turns)
 
 
 def episode_view(db: ReplayDB, episode_id: str) -> EpisodeView | None:
-    """The episode ``episode_id`` with every turn and sandbox command, or None (three queries)."""
+    """The episode ``episode_id`` with every turn and sandbox command, or None (three queries).
+    On a database of an older schema the fields of later revisions read as their defaults
+    (``ReplayDB.columns_as_found``: branch 0, no tool calls, no counters)."""
     sizes = (func.length(T.c.prompt_ids) / 4, func.length(T.c.completion_ids) / 4)  # packed <i4: 4 bytes/id
+    turn_cols = {c.name: c for c in db.columns_as_found(T)}
+    counters = {c.name: c for c in db.columns_as_found(E)}["counters"]
     with db.read() as conn:
-        summary = conn.execute(select(*LIST_COLUMNS).where(E.c.episode_id == episode_id)).first()
+        summary = conn.execute(select(*LIST_COLUMNS, counters).where(E.c.episode_id == episode_id)).first()
         if summary is None:
             return None
         turns = [TurnView(r, int(r.n_prompt), int(r.n_completion)) for r in conn.execute(
-            select(*_TURN_TEXT_COLUMNS, sizes[0].label("n_prompt"), sizes[1].label("n_completion"))
+            select(*_TURN_TEXT_COLUMNS, turn_cols["branch"], turn_cols["tool_calls"], sizes[0].label("n_prompt"),
+                   sizes[1].label("n_completion"))
             .where(T.c.episode_id == episode_id).order_by(T.c.turn_index))]
         by_index = {t.row.turn_index: t for t in turns}
         for ev in conn.execute(select(S.c.turn_index, S.c.seq, S.c.command, S.c.exit_code, S.c.stdout, S.c.stderr,
@@ -77,7 +100,7 @@ def episode_view(db: ReplayDB, episode_id: str) -> EpisodeView | None:
                                .where(S.c.episode_id == episode_id).order_by(S.c.turn_index, S.c.seq)):
             if ev.turn_index in by_index:
                 by_index[ev.turn_index].events.append(ev)
-    return EpisodeView(summary, turns)
+    return EpisodeView(summary, turns, dict(summary.counters or {}))
 
 
 # ---------------------------------------------------------------------------------------

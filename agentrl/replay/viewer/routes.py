@@ -20,9 +20,11 @@ from fastapi.responses import HTMLResponse
 
 from agentrl.replay import read
 from agentrl.replay.diagnose import diagnose
+from agentrl.replay.models import EPISODE_KINDS
 from agentrl.replay.read import EpisodeFilter, RunInfo, Sort, TokenPage
-from agentrl.replay.viewer.state import Viewer
+from agentrl.replay.read.listing import tool_call_share
 from agentrl.replay.viewer.run_charts import METRIC_KEYS, SPLIT_KEYS, run_charts, token_table
+from agentrl.replay.viewer.state import Viewer
 from agentrl.types import TerminationReason
 
 router = APIRouter()
@@ -114,7 +116,8 @@ def run_page(request: Request) -> HTMLResponse:
                         eval_link=lambda it: link(it, "eval" if v.db.has_kind else None))
     tokens = token_table(metrics)
     return v.render("run.html", run=run, charts=charts, tokens=tokens[-TOKEN_ROWS:], tokens_total=len(tokens), done=done,
-                    in_progress=sorted({it for s in metrics.values() for it, _ in s} - set(done)))
+                    in_progress=sorted({it for s in metrics.values() for it, _ in s} - set(done)),
+                    tool_share=tool_call_share(v.db, run_id))
 
 
 def _filters(request: Request) -> EpisodeFilter:
@@ -148,6 +151,7 @@ def episodes_page(request: Request) -> HTMLResponse:
     params = {k: val for k, val in request.query_params.items() if k != "cursor" and val != ""}
     return v.render("episodes.html", run=run, page=page, f=f, sort=sort, limit=limit, params=params,
                     sorts=list(read.SORTS), page_sizes=PAGE_SIZES, has_kind=v.db.has_kind,
+                    tool_share=tool_call_share(v.db, run_id, f.kind) if f.kind in (None, *EPISODE_KINDS) else None,
                     terminations=sorted(r.value for r in TerminationReason) + ["none"], first_page=cursor is None)
 
 
