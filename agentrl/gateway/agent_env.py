@@ -35,6 +35,7 @@ environment under its own id, whose task ids and splits are the task env's.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import time
@@ -107,6 +108,7 @@ class AgentEnv(TextEnv):
         self._posted_reward: float | None = None
         self._describe_tools = True
         self._branch_tools: list[str] = []  # each branch's tools (JSON), which its extensions must keep
+        self._sampled_text: dict[int, list[int]] = {}  # branch -> its last answer's sampled ids (stop token aside)
         self._wait_s = self.timeout_s
 
     # --- hooks the rollout loop calls ------------------------------------------------------
@@ -135,7 +137,7 @@ class AgentEnv(TextEnv):
         self._task_id, self._done = raw.get("task_id", task_id), False
         self._task = self._make_task(obs, info)
         self._describe_tools = not info.system_prompt_describes_tools
-        self._branches, self._branch_tools = [], []
+        self._branches, self._branch_tools, self._sampled_text = [], [], {}
         self._call, self._completion, self._posted_reward = None, None, None
         server = gateway()
         self._session = server.open_session(self._settings)
@@ -172,6 +174,7 @@ class AgentEnv(TextEnv):
         if parsed.tool_calls:
             assistant["tool_calls"] = parsed.tool_calls
         self._branches[self._call_branch].append(assistant)
+        self._sampled_text[self._call_branch] = list(body)  # for the drift check of the next extension
         self._call = None
         counters = {"gateway/tool_parse_errors": 1.0} if parsed.error else {}
         own_cap = req.max_tokens is not None and req.max_tokens < self._settings.max_new_tokens \
@@ -258,6 +261,9 @@ class AgentEnv(TextEnv):
                 counters["gateway/forks"] = counters.get("gateway/forks", 0.0) + 1.0
         else:
             new = template_messages(msgs[best:], None, self._chat)
+            drift = self._drift_tokens(msgs[best - 1], branch)
+            if drift:
+                counters["gateway/drift_tokens"] = counters.get("gateway/drift_tokens", 0.0) + drift
         if branch == len(self._branches):
             self._branches.append(list(msgs))
             self._branch_tools.append(tools_key)
@@ -278,6 +284,19 @@ class AgentEnv(TextEnv):
         if first:
             return obs, info
         return obs, 0.0, False, False, info
+
+    def _drift_tokens(self, sent_back: dict[str, Any], branch: int) -> int:
+        """How many tokens re-rendering the assistant message the agent sent back would have
+        changed against what was sampled (the tokens outside the longest matching blocks of
+        the two sequences): ``gateway/drift_tokens``. Counted, never used: the branch keeps the
+        sampled ids."""
+        sampled = self._sampled_text.get(branch)
+        if sampled is None or sent_back.get("role") != "assistant":
+            return 0
+        (rendered,) = template_messages([sent_back], None, self._chat)
+        again = self._chat.tokenizer.encode(rendered.get("content") or "", add_special_tokens=False)
+        same = sum(m.size for m in difflib.SequenceMatcher(None, again, sampled, autojunk=False).get_matching_blocks())
+        return max(len(again), len(sampled)) - same
 
     def _finish(self, value: Any, *, tool_calls: int, invalid: bool, counters: dict[str, float]) -> Any:
         success = None

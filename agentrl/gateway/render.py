@@ -69,10 +69,11 @@ def _arguments(arguments: Any) -> Any:
 
 
 def hermes_call_text(call: dict[str, Any]) -> str:
-    """One OpenAI tool call as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
+    """One OpenAI tool call as ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``:
+    the layout Hermes / Qwen chat templates write and agentrl's tool prompts show."""
     fn = call.get("function", {})
-    return "<tool_call>" + json.dumps({"name": fn.get("name"), "arguments": _arguments(fn.get("arguments"))},
-                                      ensure_ascii=False) + "</tool_call>"
+    return "<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": _arguments(fn.get("arguments"))},
+                                        ensure_ascii=False) + "\n</tool_call>"
 
 
 def _calls_in_content(content: str, calls: Sequence[dict[str, Any]]) -> str:

@@ -223,6 +223,8 @@ def test_the_sdk_gets_tool_calls_token_ids_and_log_probs_and_the_episode_trains_
     assert r1.model_extra["prompt_token_ids"] == ep.turns[0].prompt_ids + ep.turns[0].completion_ids + ep.turns[1].prompt_ids
     assert r0.model_extra["prompt_token_ids"] == ep.turns[0].prompt_ids
     assert ep.turns[0].tool_calls == 1 and ep.turns[1].tool_calls == 1
+    assert ep.counters["gateway/calls"] == 2
+    assert ep.counters.get("gateway/drift_tokens", 0) == 0  # the hermes rendering writes the call as sampled
     assert "ran: " + COMMAND in chat.tokenizer.decode(ep.turns[1].prompt_ids)
     (row,) = ep.rows()
     assert sum(row.loss_mask()) == sum(len(t.completion_ids) for t in ep.turns)
@@ -339,3 +341,24 @@ def test_a_weight_load_during_a_session_keeps_it_alive_and_tokens_keep_their_ver
     r0, r1 = SEEN["two_turn"]
     assert r1.choices[0].model_extra["token_ids"] == ep.turns[1].completion_ids  # the whole turn, both versions
     assert r1.choices[0].message.tool_calls[0].function.name == "bash"
+
+
+def test_a_call_written_unlike_the_templates_layout_counts_drift_and_keeps_the_sampled_ids(scripted):
+    """The model writes its call compactly (no newlines, no spaces); the SDK sends it back as
+    a parsed tool call, which a re-rendering gateway would write in the template's layout:
+    ``gateway/drift_tokens`` counts the difference, and the next turn's prompt still starts
+    with the ids as sampled."""
+    engine, chat = scripted
+    compact = '<tool_call>{"name":"bash","arguments":{"command":"ls"}}</tool_call>'
+    saved = ScriptedTokens.script
+    ScriptedTokens.script = tuple(chat.tokenizer.encode(compact, add_special_tokens=False)) + (2,)
+    try:
+        SEEN.clear()
+        (ep,), _ = run(scripted, "tests/TwoTurnAgent-v0", group="drift")
+    finally:
+        ScriptedTokens.script = saved
+    assert ep.error is None, ep.error
+    assert ep.counters["gateway/drift_tokens"] > 0
+    r1 = SEEN["two_turn"][1]
+    assert r1.model_extra["prompt_token_ids"][: len(ep.turns[0].prompt_ids) + len(ep.turns[0].completion_ids)] == \
+        ep.turns[0].prompt_ids + ep.turns[0].completion_ids

@@ -19,7 +19,7 @@ from agentrl.rollout.chat import ChatTokenizer, render_tools_for_prompt
 PY = {"type": "function", "function": {"name": "python", "description": "Run Python.",
       "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
 RUN = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64}
-CALL_TEXT = 'Running it.\n<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>'
+CALL_TEXT = 'Running it.\n<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>'
 # ChatML that renders tools= and an assistant's tool_calls (as Qwen-style templates do)
 NATIVE_TEMPLATE = (
     "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %} {{ t.function.name }}{% endfor %}"
@@ -81,9 +81,9 @@ def test_tool_descriptions_become_the_system_message_when_there_is_none(chat):
 
 
 def test_several_calls_one_per_line_and_none_content(chat):
-    calls = parse_tool_calls(CALL_TEXT + "\n" + CALL_TEXT.split("\n")[1], [PY]).tool_calls
+    calls = parse_tool_calls(CALL_TEXT + "\n" + CALL_TEXT.split("\n", 1)[1], [PY]).tool_calls
     msgs = template_messages([{"role": "assistant", "content": None, "tool_calls": calls}], None, chat)
-    call = '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>'
+    call = '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>'
     assert msgs[0]["content"] == call + "\n" + call
     assert template_messages([{"role": "assistant", "content": None}], None, chat)[0]["content"] == ""
 
@@ -102,7 +102,7 @@ def test_a_native_template_gets_tool_calls_with_dict_arguments(native_chat):
 
 def test_hermes_call_text_keeps_a_non_json_argument_string():
     call = {"function": {"name": "f", "arguments": "not json"}}
-    assert hermes_call_text(call) == '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>'
+    assert hermes_call_text(call) == '<tool_call>\n{"name": "f", "arguments": "not json"}\n</tool_call>'
 
 
 def test_messages_equal_ignores_ids_and_serialization():
