@@ -25,7 +25,11 @@ verifier) and a user's agent function (``agentrl.gateway.agent_task``). Per epis
   infrastructure error (``EnvError``), never scored; a call it leaves waiting past the
   loop's ``rollout.env_timeout_s`` likewise (the loop's watchdog).
 
-Counters (``StepInfo.counters``, summed per episode): ``gateway/forks``,
+The anchor of each turn (GiGPO's state) is a hash of the conversation the agent's call
+holds, without the random tool-call ids, so episodes of a group that reach the same
+conversation share it.
+
+Counters (``StepInfo.counters``, summed per episode): ``gateway/forks``, ``gateway/drift_tokens``,
 ``gateway/tool_parse_errors`` (a completion whose tool call could not be parsed: returned
 to the agent as plain content, and ``invalid_action``), ``gateway/calls``.
 
@@ -36,6 +40,7 @@ environment under its own id, whose task ids and splits are the task env's.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import logging
 import time
@@ -272,6 +277,7 @@ class AgentEnv(TextEnv):
         self._call, self._call_branch = call, branch
         obs = json.dumps([[m.get("role"), m.get("content")] for m in new], ensure_ascii=False)
         info = StepInfo(
+            anchor=self._anchor(msgs),
             messages=tuple(new),
             tools=tuple(tools) if best is None and tools else None,  # a new branch's (the first one's too)
             branch=None if first else branch,
@@ -284,6 +290,13 @@ class AgentEnv(TextEnv):
         if first:
             return obs, info
         return obs, 0.0, False, False, info
+
+    def _anchor(self, msgs: list[dict[str, Any]]) -> str:
+        """GiGPO's anchor state of the next turn: the conversation the call holds, roles and
+        text with its tool calls written out, tool-call ids left out (they are drawn at
+        random), hashed. Episodes of a group that reach the same conversation share it."""
+        state = [(m.get("role"), m.get("content") or "") for m in template_messages(msgs, None, self._chat)]
+        return hashlib.sha256(json.dumps(state, ensure_ascii=False).encode()).hexdigest()[:24]
 
     def _drift_tokens(self, sent_back: dict[str, Any], branch: int) -> int:
         """How many tokens re-rendering the assistant message the agent sent back would have

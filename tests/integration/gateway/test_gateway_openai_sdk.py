@@ -362,3 +362,18 @@ def test_a_call_written_unlike_the_templates_layout_counts_drift_and_keeps_the_s
     r1 = SEEN["two_turn"][1]
     assert r1.model_extra["prompt_token_ids"][: len(ep.turns[0].prompt_ids) + len(ep.turns[0].completion_ids)] == \
         ep.turns[0].prompt_ids + ep.turns[0].completion_ids
+
+
+def test_episodes_of_a_group_that_reach_the_same_conversation_share_its_anchor(scripted):
+    """GiGPO's anchor is the conversation the call holds; the random tool-call ids the gateway
+    draws do not make two equal states differ."""
+    engine, chat = scripted
+    worker = RolloutWorker(engine, chat, lambda req: (gymnasium.make(req.env_id, disable_env_checker=True), None),
+                           RolloutLimits(max_turns=4, max_new_tokens=96, max_context_tokens=2048),
+                           SamplingRecord(temperature=1.0), env_timeout_s=120)
+    reqs = [EpisodeRequest(env_id="tests/TwoTurnAgent-v0", task_id="t0", seed=0, group_id="anchor", index=i,
+                           sample_seed=i) for i in range(2)]
+    a, b = worker.run(reqs, policy_version=0)
+    assert a.error is None and b.error is None
+    assert [t.anchor for t in a.turns] == [t.anchor for t in b.turns]
+    assert a.turns[0].anchor != a.turns[1].anchor
