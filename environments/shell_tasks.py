@@ -288,7 +288,8 @@ class ShellTasksEnv(TextEnv):
             outputs = messages
             note = (f"Tool call limit reached: {len(calls) - len(outputs)} call(s) not run "
                     f"(at most {self.max_tool_calls} per task). The task is over.")
-            obs, reward, term, trunc, info = self._finish(truncated=True, prefix="\n\n".join(outputs + [note]))
+            obs, reward, term, trunc, info = self._finish(truncated=True, prefix="\n\n".join(outputs + [note]),
+                                                          tool_calls=len(outputs))
             info["tool_calls"] = calls
             return obs, reward, term, trunc, info
         info = self._info(calls=calls, observation_role="tool", tool_outputs=tuple(messages))
@@ -389,13 +390,15 @@ class ShellTasksEnv(TextEnv):
         left = self.max_invalid_actions - self._num_invalid_actions
         return f"{message}\n(Invalid replies left before the task ends: {left}.)", 0.0, False, False, info
 
-    def _finish(self, *, truncated: bool, prefix: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _finish(self, *, truncated: bool, prefix: str,
+                tool_calls: int | None = None) -> tuple[str, float, bool, bool, dict[str, Any]]:
         passed = self._grade()
         reward = sum(passed) / len(passed)
         lines = [prefix] if prefix else []
         lines.append(f"Checked the working directory: {sum(passed)} of {len(passed)} criteria met.")
         lines += [f"- [{'x' if ok else ' '}] {c.description}" for ok, c in zip(passed, self._task.checks)]
-        info = self._info(success=all(passed))
+        info = self._info(success=all(passed)) if tool_calls is None else \
+            self._info(success=all(passed), tool_calls=tool_calls)
         info.update(checks_passed=passed, checks=[c.description for c in self._task.checks])
         return "\n".join(lines), float(reward), not truncated, truncated, info
 

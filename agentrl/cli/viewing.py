@@ -55,17 +55,22 @@ def diagnose(
     fires, 1 when one does, 2 on an error."""
     import json
 
-    from agentrl.replay import ReplayStore
     from agentrl.replay.diagnose import diagnose as run_diagnosis
     from agentrl.replay.diagnose import print_report
+    from agentrl.replay.read import ReadOnlyDB
     from agentrl.replay.viewer import resolve_db_url
 
     try:
         url = resolve_db_url(target, run_dir_replay_url(Path(target)))
-        with ReplayStore(url, read_only=True) as store:
-            run_id = run if run is not None else default_run(store)
+        # read-only and without migrating, as the viewer: a database of an older schema
+        # (one a trainer of that version may still be writing) is read as it is
+        db = ReadOnlyDB(url)
+        try:
+            run_id = run if run is not None else default_run(db)
             with console.status(f"reading {run_id}"):
-                d = run_diagnosis(store, run_id)
+                d = run_diagnosis(db, run_id)
+        finally:
+            db.close()
     except AgentRLError as exc:
         fail(exc, debug)
         return
@@ -76,16 +81,17 @@ def diagnose(
     raise typer.Exit(1 if d.fired() else 0)
 
 
-def default_run(store: Any) -> str:
-    """The store's only run, else its newest run that is not an eval run."""
+def default_run(db: Any) -> str:
+    """The database's only run, else its newest run that is not an eval run."""
     from agentrl.errors import ConfigError
+    from agentrl.replay.read import list_runs
 
-    runs = store.runs()
+    runs = list_runs(db)
     if len(runs) == 1:
         return runs[0].run_id
     train = [r for r in runs if (r.config or {}).get("kind") != "eval"] or runs
     if not train:
-        raise ConfigError(f"{store.url} holds no runs")
+        raise ConfigError(f"{db.url} holds no runs")
     return max(train, key=lambda r: r.created_at).run_id
 
 

@@ -354,6 +354,15 @@ def _messages(value: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
     return tuple(copy.deepcopy(dict(m)) for m in value)
 
 
+RESERVED_METRIC_NAMESPACES = frozenset({
+    "actor", "advantages", "async", "cluster", "critic", "eval", "eval_before", "filter", "forward", "kl", "losses",
+    "perf", "policy", "profile", "replay", "rollout", "rollout_corr", "sandbox", "shaping", "sync", "time",
+    "timeline", "tokens", "train", "trainer",
+})
+"""Metric namespaces the run writes itself (docs/metrics.md); an env's counters
+(``StepInfo.counters``) live outside them, so they never overwrite a run's metric."""
+
+
 def _counters(value: Any, bad: Any) -> dict[str, float] | None:
     """``info["counters"]`` checked (``StepInfo.counters``), values as floats."""
     if value is None:
@@ -362,9 +371,11 @@ def _counters(value: Any, bad: Any) -> dict[str, float] | None:
         raise bad("counters", value, "must be a dict of str -> finite number")
     out: dict[str, float] = {}
     for key, v in value.items():
-        if not isinstance(key, str) or not key or key.startswith("rollout/"):
-            raise bad("counters", value, f"has a key {_safe_repr(key, 80)}; expected a non-empty str outside the "
-                      "'rollout/' namespace (rollout_metrics' own names)")
+        ns, slash, rest = key.partition("/") if isinstance(key, str) else ("", "", "")
+        if not slash or not ns or not rest or ns in RESERVED_METRIC_NAMESPACES:
+            raise bad("counters", value, f"has a key {_safe_repr(key, 80)}; expected '<namespace>/<name>' with a "
+                      "namespace of the env's own (e.g. 'gateway/forks'), not one the run's own metrics use "
+                      f"({', '.join(sorted(RESERVED_METRIC_NAMESPACES))})")
         if as_bool(v) is not None or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
             raise bad("counters", value, f"has {key!r}: {_safe_repr(v, 80)}; expected a finite number")
         out[key] = float(v)

@@ -299,6 +299,8 @@ class HumanEvalEnv(TextEnv):
         """``StepInfo(anchor=..., **step_info).to_info()`` plus this env's own keys."""
         assert self._task is not None
         anchor: Hashable = (self._task.task_id, self._num_tool_calls)
+        if tool_calls:
+            step_info.setdefault("tool_calls", len(tool_calls))  # StepInfo's count (Turn.tool_calls)
         return StepInfo(anchor=anchor, **step_info).to_info(
             task_id=self._task.task_id,
             tool_calls=list(tool_calls),

@@ -99,3 +99,21 @@ def test_the_schema_5_file_reads_back_its_episodes_without_the_columns_of_schema
     finally:
         db.close()
     assert path.read_bytes() == SCHEMA5_DB.read_bytes()
+
+
+def test_agentrl_diagnose_reads_a_schema_8_database_as_it_is(tmp_path: Path) -> None:
+    """``agentrl diagnose`` opens the database read-only without migrating it (a trainer of
+    the older version may still be writing it), as the viewer does."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from agentrl.cli import app
+
+    path = tmp_path / "replay.db"
+    _schema8_db(path)
+    before = path.read_bytes()
+    res = CliRunner().invoke(app, ["diagnose", str(path), "--json"])
+    assert res.exit_code in (0, 1), res.output
+    assert json.loads(res.stdout)["run_id"] == "r"
+    assert path.read_bytes() == before

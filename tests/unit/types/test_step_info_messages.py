@@ -34,11 +34,11 @@ def test_the_new_keys_round_trip_through_to_info_and_from_info():
 
 def test_the_parsed_record_holds_copies_and_plain_types():
     msgs = [dict(m) for m in MESSAGES]
-    parsed = StepInfo.from_info({"messages": msgs, "counters": {"n": np.int64(2)}, "branch": np.int64(1),
+    parsed = StepInfo.from_info({"messages": msgs, "counters": {"my/n": np.int64(2)}, "branch": np.int64(1),
                                  "max_new_tokens": np.int32(8), "stop_strings": ["x"]}, env_id="x/E-v0")
     msgs[2]["tool_calls"][0]["id"] = "changed"
     assert parsed.messages[2]["tool_calls"][0]["id"] == "c1" and isinstance(parsed.messages, tuple)
-    assert parsed.counters == {"n": 2.0} and type(parsed.counters["n"]) is float
+    assert parsed.counters == {"my/n": 2.0} and type(parsed.counters["my/n"]) is float
     assert type(parsed.branch) is int and parsed.branch == 1 and type(parsed.max_new_tokens) is int
     assert parsed.stop_strings == ("x",)
 
@@ -85,12 +85,15 @@ def test_to_info_refuses_a_new_contract_key_as_an_extra():
     ({"max_new_tokens": 0}, "max_new_tokens", "must be an int >= 1, got int"),
     ({"max_new_tokens": 12.5}, "max_new_tokens", "must be an int >= 1, got float"),
     ({"counters": [("a", 1)]}, "counters", "must be a dict of str -> finite number"),
-    ({"counters": {"a": float("inf")}}, "counters", "has 'a': inf; expected a finite number"),
-    ({"counters": {"a": True}}, "counters", "has 'a': True; expected a finite number"),
-    ({"counters": {"a": "1"}}, "counters", "has 'a': '1'; expected a finite number"),
-    ({"counters": {3: 1}}, "counters", "has a key 3; expected a non-empty str"),
-    ({"counters": {"": 1}}, "counters", "has a key ''; expected a non-empty str"),
-    ({"counters": {"rollout/episodes": 1}}, "counters", "outside the 'rollout/' namespace"),
+    ({"counters": {"my/a": float("inf")}}, "counters", "has 'my/a': inf; expected a finite number"),
+    ({"counters": {"my/a": True}}, "counters", "has 'my/a': True; expected a finite number"),
+    ({"counters": {"my/a": "1"}}, "counters", "has 'my/a': '1'; expected a finite number"),
+    ({"counters": {3: 1}}, "counters", "has a key 3; expected '<namespace>/<name>'"),
+    ({"counters": {"": 1}}, "counters", "has a key ''; expected '<namespace>/<name>'"),
+    ({"counters": {"a": 1}}, "counters", "has a key 'a'; expected '<namespace>/<name>'"),
+    ({"counters": {"iteration": 1}}, "counters", "has a key 'iteration'; expected '<namespace>/<name>'"),
+    ({"counters": {"rollout/episodes": 1}}, "counters", "not one the run's own metrics use"),
+    ({"counters": {"time/rollout_s": 1}}, "counters", "not one the run's own metrics use"),
     ({"stop_strings": "</a>"}, "stop_strings", "must be a list of non-empty str"),
     ({"stop_strings": ["</a>", ""]}, "stop_strings", "must be a list of non-empty str"),
     ({"stop_strings": [3]}, "stop_strings", "must be a list of non-empty str"),
