@@ -3,9 +3,9 @@
 no change to the SDK, runs ShellLookup episodes in real bubblewrap sandboxes, and the
 episodes train (credit assignment packs their sampled tokens into a ``TokenBatch``).
 
-The engine is real vLLM with the tiny random model, scripted to answer every call with a
-``bash`` tool call (tests/helpers/forced_tokens.py), so the Runner runs the tool each turn
-until its own turn limit; the agent then lets ShellLookup's checks score the sandbox.
+The engine is the package's scripted one (conftest.py: real vLLM, every call answered with a
+``bash`` tool call), so the Runner runs the tool each turn until its own turn limit; the
+agent then lets ShellLookup's checks score the sandbox.
 """
 
 from __future__ import annotations
@@ -15,21 +15,26 @@ import uuid
 
 import gymnasium
 import pytest
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    RunConfig,
+    Runner,
+    function_tool,
+)
 from agents.exceptions import MaxTurnsExceeded
 
 from agentrl.config import AlgorithmConfig
 from agentrl.credit import assign_credit
 from agentrl.gateway import register_agent_env
-from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord
 from sandboxes import SandboxSpec, make_sandbox
-from tests.helpers.forced_tokens import ScriptedTokens
+from tests.integration.gateway.conftest import COMMAND
 
 pytestmark = pytest.mark.slow
 
-CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>'
 RAN: list[str] = []
 
 
@@ -56,16 +61,8 @@ register_agent_env("tests/AgentsSdkShellLookup-v0", agent=agents_sdk_agent, task
 
 
 @pytest.fixture(scope="module")
-def worker(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    from agentrl.rollout.engine import VLLMEngine
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_path)
-    ScriptedTokens.script = tuple(tok.encode(CALL, add_special_tokens=False)) + (2,)
-    ScriptedTokens.end_id = 2
-    engine = VLLMEngine(tiny_model_path, dtype="float32", max_model_len=4096, seed=0, max_num_seqs=8,
-                        kv_cache_gb=0.125, logits_processors=[ScriptedTokens], decode=tok.decode)
+def worker(scripted):
+    engine, chat = scripted
     run_id = f"test-gw-sdk-{uuid.uuid4().hex[:8]}"
 
     def factory(req):
@@ -76,8 +73,7 @@ def worker(tiny_model_path):
             sb.close()
             raise
 
-    return RolloutWorker(engine, ChatTokenizer(tok, (2, 0)), factory,
-                         RolloutLimits(max_turns=4, max_new_tokens=64, max_context_tokens=4096),
+    return RolloutWorker(engine, chat, factory, RolloutLimits(max_turns=4, max_new_tokens=96, max_context_tokens=4096),
                          SamplingRecord(temperature=1.0), env_timeout_s=120)
 
 
@@ -91,6 +87,6 @@ def test_an_openai_agents_sdk_agent_runs_shell_lookup_episodes_that_train(worker
         assert ep.total_reward is not None  # scored by ShellLookup's checks, not an infra error
         assert len(ep.turns) == 2 and all(t.tool_calls == 1 for t in ep.turns)
         assert all(t.branch == 0 for t in ep.turns)  # the SDK resends its history: no fork
-    assert RAN == ["ls"] * 4  # each call's tool ran in the task's sandbox
+    assert RAN == [COMMAND] * 4  # each call's tool ran in the task's sandbox
     res = assign_credit(episodes, AlgorithmConfig(), SamplingRecord(temperature=1.0))
     assert res.batch.num_loss_tokens == sum(len(t.completion_ids) for e in episodes for t in e.turns)

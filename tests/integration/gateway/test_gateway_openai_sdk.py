@@ -19,17 +19,14 @@ import pytest
 
 from agentrl.gateway import register_agent_env
 from agentrl.gateway.server import SESSION_HEADER, gateway
-from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord, TerminationReason
 from environments.core import TextEnv
 from tests.helpers.forced_tokens import ScriptedTokens
+from tests.integration.gateway.conftest import COMMAND
 
 pytestmark = pytest.mark.slow
 
-COMMAND = "grep -n '</tool_call>' notes.md"
-CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "' + COMMAND + '"}}\n</tool_call>'
-STOP_IDS = (2, 0)  # <|im_end|>, <|endoftext|>
 BASH = {"type": "function", "function": {"name": "bash", "description": "Run a bash command.", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
 SYSTEM = "You are a test agent. Use the bash tool."
@@ -179,20 +176,6 @@ register_agent_env("tests/SubAgentAgent-v0", agent=sub_agent_agent, task_env="te
 register_agent_env("tests/TwoTurnAgent-v0", agent=two_turn_agent, task_env="tests/GatewayEchoTask-v0")
 register_agent_env("tests/StreamingAgent-v0", agent=streaming_agent, task_env="tests/GatewayEchoTask-v0")
 register_agent_env("tests/RefusingAgent-v0", agent=refusing_agent, task_env="tests/GatewayEchoTask-v0")
-
-
-@pytest.fixture(scope="module")
-def scripted(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    from agentrl.rollout.engine import VLLMEngine
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_path)
-    ScriptedTokens.script = tuple(tok.encode(CALL, add_special_tokens=False)) + (2,)
-    ScriptedTokens.end_id = 2
-    engine = VLLMEngine(tiny_model_path, dtype="float32", max_model_len=2048, seed=0, max_num_seqs=8,
-                        kv_cache_gb=0.125, logits_processors=[ScriptedTokens])
-    return engine, ChatTokenizer(tok, STOP_IDS)
 
 
 def run(scripted, env_id: str, n: int = 1, max_turns: int = 4, group: str = "g"):

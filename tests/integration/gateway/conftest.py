@@ -1,0 +1,30 @@
+"""The engine the gateway tests share: real vLLM (tiny random model, SmolLM2's tokenizer and
+chat template), scripted to answer every call with ``CALL`` (tests/helpers/forced_tokens.py):
+a ``bash`` call whose command holds ``</tool_call>`` inside its JSON string, then the
+end-of-turn token. One engine for the package: starting one costs seconds of CI."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrl.rollout.chat import ChatTokenizer
+from tests.helpers.forced_tokens import ScriptedTokens
+
+COMMAND = "grep -n '</tool_call>' notes.md"
+CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "' + COMMAND + '"}}\n</tool_call>'
+STOP_IDS = (2, 0)  # <|im_end|>, <|endoftext|>
+
+
+@pytest.fixture(scope="package")
+def scripted(tiny_model_path):
+    """``(engine, chat)``: the scripted engine and the chat tokenizer of its model."""
+    from transformers import AutoTokenizer
+
+    from agentrl.rollout.engine import VLLMEngine
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    ScriptedTokens.script = tuple(tok.encode(CALL, add_special_tokens=False)) + (2,)
+    ScriptedTokens.end_id = 2
+    engine = VLLMEngine(tiny_model_path, dtype="float32", max_model_len=4096, seed=0, max_num_seqs=8,
+                        kv_cache_gb=0.125, logits_processors=[ScriptedTokens], decode=tok.decode)
+    return engine, ChatTokenizer(tok, STOP_IDS)
