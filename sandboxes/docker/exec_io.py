@@ -6,7 +6,7 @@ backend (``sandboxes.docker.sandbox``); see its module docstring for the whole d
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import struct
 import time
@@ -130,13 +130,25 @@ def pump(
     pending = memoryview(stdin_bytes) if stdin_bytes else None
     if stdin_bytes is not None and not stdin_bytes:
         raw.shutdown(socket.SHUT_WR)
+    # a selector, not select.select(): that refuses file descriptors >= 1024 (FD_SETSIZE),
+    # which a process with many open files (a rollout worker serving 96 agents through the
+    # gateway) hands out, and every exec then failed ("filedescriptor out of range")
+    with selectors.DefaultSelector() as sel:
+        sel.register(raw, selectors.EVENT_READ | (selectors.EVENT_WRITE if pending is not None else 0))
+        return _pump(sel, raw, pending, out, err, deadline)
+
+
+def _pump(sel: selectors.BaseSelector, raw: socket.socket, pending: memoryview | None, out: BoundedOutput,
+          err: BoundedOutput, deadline: float) -> str:
     buf = bytearray()
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return "deadline"
-        wlist = [raw] if pending is not None else []
-        readable, writable, _ = select.select([raw], wlist, [], remaining)
+        events = 0
+        for _key, mask in sel.select(remaining):
+            events |= mask
+        readable, writable = events & selectors.EVENT_READ, events & selectors.EVENT_WRITE
         if writable:
             try:
                 n = raw.send(pending[:_READ_CHUNK])
@@ -150,6 +162,8 @@ def pump(
                 if len(pending) == 0:
                     pending = None
                     raw.shutdown(socket.SHUT_WR)
+            if pending is None:
+                sel.modify(raw, selectors.EVENT_READ)
         if readable:
             try:
                 data = raw.recv(_READ_CHUNK * 4)

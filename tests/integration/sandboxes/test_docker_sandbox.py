@@ -187,6 +187,29 @@ def test_an_exec_whose_wrapper_cannot_clean_up_is_ended_from_outside(dsb, client
     assert dsb.exec("echo alive").stdout == "alive\n"
 
 
+def test_execs_work_when_the_process_holds_more_than_1024_files(dsb):
+    """A rollout process serving many agents through the gateway holds well over 1,024 open
+    files; an exec's socket then gets a descriptor select.select() refuses (FD_SETSIZE). The
+    exec reads it with a selector."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.fail(f"RLIMIT_NOFILE hard limit {hard} < 1300: cannot open the files this test needs")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        r = dsb.exec("cat", stdin="x" * 50_000)  # stdin written and stdout read through the selector
+        assert (r.exit_code, len(r.stdout)) == (0, 50_000)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_an_image_without_bash_still_kills_escapees(tmp_path, client, run_id):
     """The POSIX fallback of the clean-up scan (images without bash), in a real container."""
     from sandboxes.docker import DockerSandbox
