@@ -5,9 +5,11 @@ end-of-turn token. One engine for the package: starting one costs seconds of CI.
 
 from __future__ import annotations
 
+import gymnasium
 import pytest
 
 from agentrl.rollout.chat import ChatTokenizer
+from sandboxes import SandboxSpec, make_sandbox
 from tests.helpers.forced_tokens import ScriptedTokens
 
 COMMAND = "grep -n '</tool_call>' notes.md"
@@ -28,3 +30,17 @@ def scripted(tiny_model_path):
     engine = VLLMEngine(tiny_model_path, dtype="float32", max_model_len=4096, seed=0, max_num_seqs=8,
                         kv_cache_gb=0.125, logits_processors=[ScriptedTokens], decode=tok.decode)
     return engine, ChatTokenizer(tok, STOP_IDS)
+
+
+def bwrap_env_factory(run_id: str):
+    """The rollout's ``factory(request) -> (env, sandbox)``: each episode's env made with a
+    fresh bubblewrap sandbox labelled ``run_id`` (closed if the env cannot be made)."""
+    def factory(req):
+        sb = make_sandbox("bwrap", SandboxSpec(run_id=run_id, memory_mb=512))
+        try:
+            return gymnasium.make(req.env_id, sandbox=sb, disable_env_checker=True), sb
+        except BaseException:
+            sb.close()
+            raise
+
+    return factory

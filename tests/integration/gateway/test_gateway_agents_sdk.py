@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import uuid
 
-import gymnasium
 import pytest
 from agents import (
     Agent,
@@ -30,8 +29,8 @@ from agentrl.credit import assign_credit
 from agentrl.gateway import register_agent_env
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord
-from sandboxes import SandboxSpec, make_sandbox
 from tests.integration.gateway.conftest import COMMAND
+from tests.integration.gateway.conftest import bwrap_env_factory
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +63,7 @@ register_agent_env("tests/AgentsSdkShellLookup-v0", agent=agents_sdk_agent, task
 def worker(scripted):
     engine, chat = scripted
     run_id = f"test-gw-sdk-{uuid.uuid4().hex[:8]}"
-
-    def factory(req):
-        sb = make_sandbox("bwrap", SandboxSpec(run_id=run_id, memory_mb=512))
-        try:
-            return gymnasium.make(req.env_id, sandbox=sb, disable_env_checker=True), sb
-        except BaseException:
-            sb.close()
-            raise
+    factory = bwrap_env_factory(run_id)
 
     return RolloutWorker(engine, chat, factory, RolloutLimits(max_turns=4, max_new_tokens=96, max_context_tokens=4096),
                          SamplingRecord(temperature=1.0), env_timeout_s=120)

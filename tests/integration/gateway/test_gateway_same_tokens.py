@@ -15,13 +15,12 @@ import importlib.util
 import uuid
 from pathlib import Path
 
-import gymnasium
 import pytest
 
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord
-from sandboxes import SandboxSpec, make_sandbox
+from tests.integration.gateway.conftest import bwrap_env_factory
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +45,7 @@ def worker(smollm2_path):
     engine = VLLMEngine(smollm2_path, dtype="float32", max_model_len=4096, seed=0, max_num_seqs=4, kv_cache_gb=0.25,
                         decode=tok.decode)
     run_id = f"test-gw-{uuid.uuid4().hex[:8]}"
-
-    def factory(req):
-        sb = make_sandbox("bwrap", SandboxSpec(run_id=run_id, memory_mb=512))
-        try:
-            return gymnasium.make(req.env_id, sandbox=sb, disable_env_checker=True), sb
-        except BaseException:
-            sb.close()
-            raise
+    factory = bwrap_env_factory(run_id)
 
     return RolloutWorker(engine, ChatTokenizer(tok, (2,)), factory,
                          RolloutLimits(max_turns=3, max_new_tokens=48, max_context_tokens=4096,

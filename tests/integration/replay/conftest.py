@@ -4,7 +4,6 @@ multi-turn episodes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -16,6 +15,7 @@ from agentrl.replay.search_index import FTS_TABLE
 from agentrl.types import Episode
 
 from tests.integration.replay.episode_factory import build_episode
+from tests.helpers.replay_schema import downgrade
 
 
 def _drop_all(url: str) -> None:
@@ -34,21 +34,9 @@ def make_pre_alembic(url: str) -> None:
     """Turn a database at Alembic's head into what the store of ``schema_version`` 5 made:
     the revisions after the baseline are downgraded and the ``alembic_version`` table is
     dropped (a test then takes it further back to 4 or 3 by hand)."""
-    from alembic import command
-    from alembic.config import Config
-
     import agentrl.replay.migrations as migrations
 
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, migrations.BASELINE)
-            conn.execute(text("DROP TABLE alembic_version"))
-    finally:
-        engine.dispose()
+    downgrade(url, migrations.BASELINE, drop_version_table=True)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -11,16 +11,13 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import create_engine
 
-import agentrl.replay.migrations as migrations
 from agentrl.replay import ReplayStore, read
 from agentrl.replay.diagnose.data import load_run
 from agentrl.replay.read import ReadOnlyDB
 from agentrl.types import Episode, ExecResult, TerminationReason, Turn
 from tests.integration.replay.data.make_schema5_db import expected_schema5_episodes
+from tests.helpers.replay_schema import downgrade
 
 SCHEMA5_DB = Path(__file__).parents[2] / "integration" / "replay" / "data" / "replay_schema5.db"
 
@@ -42,16 +39,7 @@ def _schema8_db(path: Path) -> list[Episode]:
         store.start_run("r", {})
         store.add_episodes("r", 1, eps, {eps[0].episode_id: [0.5, -0.5]})
         store.mark_complete("r", 1)
-    engine = create_engine(f"sqlite:///{path}")
-    try:
-        with engine.begin() as conn:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0008")
-            assert migrations.current_revision(conn) == "0008"
-    finally:
-        engine.dispose()
+    downgrade(f"sqlite:///{path}", "0008")
     return eps
 
 

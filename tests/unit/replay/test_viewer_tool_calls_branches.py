@@ -9,18 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine
 
-import agentrl.replay.migrations as migrations
 from agentrl.errors import ContractError
 from agentrl.replay import ReplayStore
 from agentrl.replay.read import EpisodeFilter, ReadOnlyDB, ReplayDB, Sort, episode_page, episode_view
 from agentrl.replay.read.listing import tool_call_share
 from agentrl.replay.viewer import create_app
 from agentrl.types import Episode, TerminationReason, Turn
+from tests.helpers.replay_schema import downgrade
 
 RUN = "r"
 CALLS = {"r/it1/g/0/a0": [2, 0, 1, 0], "r/it1/g/1/a0": [0, 0], "r/it1/g/2/a0": [5], "r/it1/g/3/a0": [0],
@@ -142,21 +139,9 @@ def test_the_pages_show_tool_calls_branches_and_counters(db: ReplayDB) -> None:
     assert 'data-testid="run-no-tool-calls"' in run.text and 'data-testid="no-tool-share"' in run.text
 
 
-def _downgrade_to_0008(url: str) -> None:
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(Path(migrations.__file__).parent))
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0008")
-    finally:
-        engine.dispose()
-
-
 def test_a_schema_8_database_reads_as_one_branch_without_tool_calls_or_counters(tmp_path: Path) -> None:
     url = fill(f"sqlite:///{tmp_path / 'replay.db'}")
-    _downgrade_to_0008(url)
+    downgrade(url, "0008")
     before = (tmp_path / "replay.db").read_bytes()
     db = ReadOnlyDB(url)
     try:
