@@ -174,6 +174,3 @@ class AgentRunner:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:  # the loop closed in between
                 pass
-
-    def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout=timeout_s)

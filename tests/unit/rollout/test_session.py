@@ -21,21 +21,8 @@ from agentrl.rollout.engine import Completion
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.rollout.session import RolloutSession, WeightLoad, segment_seed
 from agentrl.types import EpisodeRequest, SamplingRecord, TerminationReason
+from tests.helpers.char_tokenizer import STOP, CharTokenizer
 
-STOP = 2
-
-
-class CharTokenizer:
-    chat_template = "char"
-
-    def apply_chat_template(self, msgs, tokenize=False, add_generation_prompt=False, tools=None):
-        return "".join(f"<{m['role']}>{m['content']}</s>" for m in msgs) + ("<a>" if add_generation_prompt else "")
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) % 50 + 3 for c in text]
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "</s>" if list(ids) == [STOP] else "x" * len(ids)
 
 
 class ScriptedEngine:
