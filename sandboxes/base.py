@@ -84,6 +84,12 @@ class SandboxSpec:
         default_timeout_s: timeout of an exec that passes none.
         run_id: label put on every container / process tree, so a reaper can remove what
             a crashed run left behind.
+        env: variables every exec sees.
+        ro_mounts: ``(host path, sandbox path)`` pairs bound read-only into the sandbox
+            (absolute paths; the host path must exist on the machine that runs the sandbox,
+            so a remote Docker daemon refuses them). The gateway's socket directory is one
+            (``agentrl.gateway``: an agent command reaches the gateway through it and no
+            network).
     """
 
     image: str = "agentrl-base:latest"
@@ -96,6 +102,7 @@ class SandboxSpec:
     default_timeout_s: float = 30.0
     run_id: str = "default"
     env: Mapping[str, str] = field(default_factory=dict)
+    ro_mounts: tuple[tuple[str, str], ...] = ()
 
 
 @runtime_checkable

@@ -281,6 +281,8 @@ class BwrapSandbox:
             if self._bwrap.has_size:
                 args += ["--size", str(spec.memory_mb * MIB)]
             args += ["--tmpfs", mount]
+        for host, inside in spec.ro_mounts:
+            args += ["--ro-bind", host, inside]
         args += ["--bind", str(self._dir / "work"), spec.workdir, "--remount-ro", "/", "--clearenv"]
         return args
 

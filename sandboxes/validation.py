@@ -6,6 +6,7 @@ Every check raises ``ConfigError`` naming the value and what was expected.
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -84,7 +85,39 @@ def validate_spec(spec: SandboxSpec) -> SandboxSpec:
     validate_timeout(spec.default_timeout_s, "default_timeout_s")
     validate_run_id(spec.run_id)
     validate_env(spec.env, "env")
+    validate_ro_mounts(spec.ro_mounts, w)
     return spec
+
+
+def validate_ro_mounts(mounts: object, workdir: str) -> None:
+    """Check ``SandboxSpec.ro_mounts``: a sequence of ``(host path, sandbox path)`` pairs, both
+    normalised absolute paths, the host path existing here, the sandbox path outside the sandbox's own layout
+    (``RESERVED_MOUNTS``, ``/tmp``, the working directory) and used once.
+
+    Raises:
+        ConfigError: the first bad pair, named.
+    """
+    if isinstance(mounts, (str, bytes)) or not isinstance(mounts, Sequence):
+        raise ConfigError(f"ro_mounts={mounts!r} must be a sequence of (host path, sandbox path) pairs")
+    seen: set[str] = set()
+    for pair in mounts:
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise ConfigError(f"ro_mounts entry {pair!r} must be a (host path, sandbox path) pair")
+        for path in pair:
+            if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path \
+                    or path == "/" or "\0" in path:
+                raise ConfigError(f"ro_mounts entry {pair!r}: {path!r} must be a normalised absolute path "
+                                  "other than '/'")
+        if not os.path.exists(pair[0]):
+            raise ConfigError(f"ro_mounts entry {pair!r}: the host path {pair[0]!r} does not exist on this machine")
+        inside = pair[1]
+        for owned in RESERVED_MOUNTS + ("/tmp", workdir):
+            if inside == owned or inside.startswith(owned + "/") or owned.startswith(inside + "/"):
+                raise ConfigError(f"ro_mounts entry {pair!r}: {inside!r} overlaps {owned}, which the sandbox "
+                                  "mounts itself; choose e.g. '/run/<name>' or '/opt/<name>'")
+        if inside in seen:
+            raise ConfigError(f"ro_mounts names {inside!r} twice")
+        seen.add(inside)
 
 
 def validate_timeout(timeout_s: object, what: str = "timeout_s") -> float:

@@ -50,9 +50,10 @@ import gymnasium
 from gymnasium.envs.registration import load_env_creator
 
 from agentrl.errors import ConfigError, EnvError, RewardError
+from agentrl.gateway.agent_command import AgentCommand, CommandRunner
 from agentrl.gateway.agent_task import AgentRunner, AgentTask, load_agent
 from agentrl.gateway.render import is_extension, template_messages
-from agentrl.gateway.server import gateway
+from agentrl.gateway.server import gateway, shared_base_url
 from agentrl.gateway.session import AgentCall, AgentReply, AgentSession, SessionSettings
 from agentrl.gateway.tool_calls import parse_tool_calls
 from agentrl.types import StepInfo, Turn
@@ -61,6 +62,9 @@ from environments.core import TextEnv
 log = logging.getLogger(__name__)
 
 DEFAULT_AGENT_TIMEOUT_S = 3600.0
+COMMAND_STOP_TIMEOUT_S = 30.0
+"""Seconds an episode's end waits for its agent command to stop (its lifeline ends within a
+second) before the sandbox is handed back."""
 
 
 class AgentEnv(TextEnv):
@@ -68,8 +72,9 @@ class AgentEnv(TextEnv):
 
     Args:
         sandbox: the episode's sandbox, handed to the task env (None when it needs none).
-        agent: the agent function or ``"module:function"`` (class attribute ``agent`` when
-            made by ``register_agent_env``).
+        agent: the agent function, ``"module:function"``, or an ``AgentCommand`` run inside
+            the sandbox (``agentrl.gateway.agent_command``); class attribute ``agent`` when
+            made by ``register_agent_env``.
         task_env: id of the registered task environment (class attribute ``task_env``).
         task_env_kwargs: its keyword arguments.
         tool_parser: the model's tool-call format (``hermes``, or a vLLM tool parser name).
@@ -81,6 +86,7 @@ class AgentEnv(TextEnv):
     """
 
     agent: ClassVar[Any] = None
+    serves_gateway: ClassVar[bool] = True  # the engine pool starts the run's gateway router for it
     task_env: ClassVar[str | None] = None
     task_env_kwargs: ClassVar[dict[str, Any]] = {}
 
@@ -93,7 +99,11 @@ class AgentEnv(TextEnv):
         if agent is None or not task_env:
             raise ConfigError(f"{type(self).__name__} needs agent= and task_env= (got agent={agent!r}, "
                               f"task_env={task_env!r}); register one with agentrl.gateway.register_agent_env")
-        self._agent_fn = load_agent(agent)
+        self._command = agent if isinstance(agent, AgentCommand) else None
+        self._agent_fn = None if self._command is not None else load_agent(agent)
+        if self._command is not None and sandbox is None:
+            raise ConfigError(f"{type(self).__name__} runs the agent command {self._command.command!r} in the "
+                              f"task's sandbox, but {task_env!r} was given none (its class says uses_sandbox=False)")
         kwargs = dict(type(self).task_env_kwargs, **(task_env_kwargs or {}))
         if sandbox is not None:
             kwargs["sandbox"] = sandbox
@@ -104,7 +114,7 @@ class AgentEnv(TextEnv):
         self._chat: Any = None
         self._settings = SessionSettings()
         self._session: AgentSession | None = None
-        self._runner: AgentRunner | None = None
+        self._runner: AgentRunner | CommandRunner | None = None
         self._task: AgentTask | None = None
         self._branches: list[list[dict[str, Any]]] = []
         self._call: AgentCall | None = None
@@ -145,9 +155,14 @@ class AgentEnv(TextEnv):
         self._branches, self._branch_tools, self._sampled_text = [], [], {}
         self._call, self._completion, self._posted_reward = None, None, None
         server = gateway()
-        self._session = server.open_session(self._settings)
-        self._runner = AgentRunner(self._agent_fn, self._task, self._session, server.base_url(self._session),
-                                   self.timeout_s)
+        self._session = server.open_session(self._settings, separate_reward_key=self._command is not None)
+        self._task.session_id, self._task.api_key = self._session.session_id, self._session.key
+        self._task.shared_base_url = shared_base_url()
+        if self._command is not None:
+            self._runner = CommandRunner(self._command, self._task, self._session, self.sandbox, self.timeout_s)
+        else:
+            self._runner = AgentRunner(self._agent_fn, self._task, self._session, server.base_url(self._session),
+                                       self.timeout_s)
         self._runner.start()
         outcome = self._wait(first=True)
         if outcome is None:
@@ -192,6 +207,13 @@ class AgentEnv(TextEnv):
                                 counters=counters)
         return self._wait(first=False, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
                           counters=counters)
+
+    @classmethod
+    def sandbox_mounts(cls) -> tuple[tuple[str, str], ...]:
+        """The read-only mounts this env's sandboxes need (``SandboxSpec.ro_mounts``): the
+        gateway's socket directory for an agent command, none for an agent function. The
+        sandboxes must run on this machine (the socket is a path of it)."""
+        return (gateway().mount(),) if isinstance(cls.agent, AgentCommand) else ()
 
     def close(self) -> None:
         self._end_session()
@@ -334,27 +356,45 @@ class AgentEnv(TextEnv):
     def _end_session(self) -> None:
         if self._task is not None:
             self._task.close()  # waits for a tool call in progress; later ones are refused
-        if self._runner is not None:
-            self._runner.cancel()
-            self._runner = None
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.cancel()
         if self._session is not None:
-            gateway().close_session(self._session)
+            gateway().close_session(self._session)  # an agent command's lifeline ends: it is killed
             self._session = None
+        if isinstance(runner, CommandRunner) and not runner.join(COMMAND_STOP_TIMEOUT_S):
+            log.warning("the agent command of task %r still runs %g s after its episode ended; its exec's "
+                        "timeout (%g s) ends it", self._task_id, COMMAND_STOP_TIMEOUT_S, self.timeout_s)
 
 
-def register_agent_env(env_id: str, *, agent: Any, task_env: str, task_env_kwargs: dict[str, Any] | None = None,
+def register_agent_env(env_id: str, *, agent: Any = None, command: str | list[str] | None = None, task_env: str,
+                       task_env_kwargs: dict[str, Any] | None = None,
                        max_episode_steps: int | None = None) -> type[AgentEnv]:
-    """Register ``agent`` over ``task_env`` as the environment ``env_id``; its task ids,
+    """Register an agent over ``task_env`` as the environment ``env_id``; its task ids,
     splits and ``uses_sandbox`` are the task env's.
 
+    Args:
+        agent: the agent function, ``"module:function"``, or an ``AgentCommand``.
+        command: shorthand for ``agent=AgentCommand(command)``: a command run inside the
+            task's sandbox (``agentrl.gateway.agent_command``).
+
     Raises:
-        ConfigError: ``task_env`` is not registered.
+        ConfigError: both or neither of ``agent`` and ``command``; ``task_env`` is not
+            registered; a command over a task env without a sandbox.
     """
+    if (agent is None) == (command is None):
+        raise ConfigError(f"register_agent_env({env_id!r}): give agent= (a function) or command= (run in the "
+                          "task's sandbox), not both or neither")
+    if command is not None:
+        agent = AgentCommand(command)
     try:
         spec = gymnasium.spec(task_env)
     except Exception as exc:
         raise ConfigError(f"task_env={task_env!r} is not a registered environment ({exc})") from None
     inner_cls = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    if isinstance(agent, AgentCommand) and not getattr(inner_cls, "uses_sandbox", True):
+        raise ConfigError(f"register_agent_env({env_id!r}): an agent command runs in the task's sandbox, but "
+                          f"{task_env!r} uses none")
     attrs: dict[str, Any] = {"agent": staticmethod(agent) if callable(agent) else agent, "task_env": task_env,
                              "task_env_kwargs": dict(task_env_kwargs or {}),
                              "uses_sandbox": getattr(inner_cls, "uses_sandbox", True)}

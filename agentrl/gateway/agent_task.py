@@ -66,6 +66,11 @@ class AgentTask:
             their own commands (``sandbox.exec(...)``).
         over: set once the task's environment has ended the task (e.g. its tool-call limit);
             the agent should then stop.
+        session_id, api_key: the episode's gateway session and its key, for a harness that
+            takes one base URL for the whole run (``shared_base_url``) and names the session
+            in the ``X-Session-ID`` header.
+        shared_base_url: that one URL (``.../v1``): the run's router in front of every
+            engine's gateway, or this process's gateway.
     """
 
     task_id: str
@@ -73,6 +78,9 @@ class AgentTask:
     tools: list[dict[str, Any]]
     sandbox: Any = None
     over: bool = False
+    session_id: str = ""
+    api_key: str = ""
+    shared_base_url: str = ""
     _run_tools: Callable[[list[ToolCall]], tuple[list[str], bool]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _closed: bool = field(default=False, repr=False)

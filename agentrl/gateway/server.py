@@ -11,14 +11,21 @@ Routes (every error in OpenAI's error schema, ``{"error": {"message", "type", "p
   harnesses that cannot change their base URL per episode; the key still decides what the
   caller may write.
 * ``GET /sessions/{id}/v1/models``, ``GET /v1/models``: the one model (the policy).
-* ``POST /sessions/{id}/reward`` with ``{"reward": <number>}``: the episode's reward.
+* ``POST /sessions/{id}/reward`` with ``{"reward": <number>}``: the episode's reward, with
+  the session's reward key (its chat key, unless the session has a separate one).
+* ``GET /sessions/{id}/lifeline``: held open while the session lives (a byte a second), so
+  the forwarder of an agent command in a sandbox stops the command when its episode ends.
 
 Unknown session: 404 (``not_found_error``); missing or wrong key: 401
 (``authentication_error``); a refused parameter: 400 naming it (``agentrl.gateway.protocol``).
 
 The server is one per process (``gateway()``), started on first use on an ephemeral port of
 ``AGENTRL_GATEWAY_HOST`` (default ``127.0.0.1``) in a daemon thread running uvicorn; the
-rollout worker of this process serves every session's calls with its engine.
+rollout worker of this process serves every session's calls with its engine. The same app
+also listens on a Unix socket, ``gateway.sock`` in a directory of its own (``socket_dir``,
+mode 0755, with the forwarder script ``forward.py`` beside it): sandboxes get that directory
+bound read-only at ``SANDBOX_GATEWAY_DIR`` (``mount()``) and reach the gateway through it,
+with no network (``agentrl.gateway.agent_command``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ import json
 import logging
 import math
 import os
+import shutil
+import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -46,7 +56,13 @@ from agentrl.gateway.session import AgentReply, AgentSession, SessionSettings
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-Session-ID"
+SANDBOX_GATEWAY_DIR = "/run/agentrl-gateway"
+"""Where a sandbox sees the gateway's socket directory (``gateway.sock``, ``forward.py``)."""
+SOCKET_NAME = "gateway.sock"
+FORWARDER_NAME = "forward.py"
+LIFELINE_INTERVAL_S = 0.5
 _START_TIMEOUT_S = 30.0
+_FORWARDER_SOURCE = os.path.join(os.path.dirname(__file__), "forwarder.py")
 
 
 def _error(exc: GatewayError) -> JSONResponse:
@@ -60,32 +76,56 @@ class GatewayServer:
         host: the address to listen on.
         port: the port; 0 picks a free one (``port`` holds it once started).
 
+    Attributes:
+        gateway_id: 8 hex digits, the prefix of every session id this server mints.
+        port: the TCP port.
+        socket_dir: the host directory of the Unix socket and the forwarder script.
+
     Raises:
-        InfraError: the server did not start within 30 s.
+        InfraError: the server could not listen, or did not start within 30 s.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
+        self.gateway_id = uuid.uuid4().hex[:8]
         self._sessions: dict[str, AgentSession] = {}
         self._lock = threading.Lock()
         self.app = self._make_app()
-        config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="off",
-                                access_log=False)
+        self.socket_dir = tempfile.mkdtemp(prefix=f"agentrl-gateway-{self.gateway_id}-")
+        try:
+            tcp = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+            uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            uds.bind(os.path.join(self.socket_dir, SOCKET_NAME))
+            uds.listen(1024)
+            # the sandbox's user is not this process's: anyone may connect (the session key
+            # decides what a caller may do) and read the forwarder, nobody else may write
+            os.chmod(os.path.join(self.socket_dir, SOCKET_NAME), 0o666)
+            shutil.copyfile(_FORWARDER_SOURCE, os.path.join(self.socket_dir, FORWARDER_NAME))
+            os.chmod(os.path.join(self.socket_dir, FORWARDER_NAME), 0o644)
+            os.chmod(self.socket_dir, 0o755)
+        except OSError as exc:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            raise InfraError(f"the gateway could not listen on {host}:{port} and {self.socket_dir}: {exc}") from exc
+        self.port = int(tcp.getsockname()[1])
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="agentrl-gateway", daemon=True)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [tcp, uds]},
+                                        name="agentrl-gateway", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + _START_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 raise InfraError(f"the gateway server on {host}:{port} did not start within {_START_TIMEOUT_S:g} s")
             time.sleep(0.01)
-        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
 
     # --- sessions ------------------------------------------------------------------------
-    def open_session(self, settings: SessionSettings | None = None, session_id: str | None = None) -> AgentSession:
-        """A new session (its key in ``session.key``)."""
-        sid = session_id or uuid.uuid4().hex
-        session = AgentSession(sid, settings)
+    def open_session(self, settings: SessionSettings | None = None, session_id: str | None = None, *,
+                     separate_reward_key: bool = False) -> AgentSession:
+        """A new session (its key in ``session.key``, its reward key in ``session.reward_key``);
+        its id starts with ``gateway_id`` and a dash, so a router in front of several gateways
+        sends its calls here."""
+        sid = session_id or f"{self.gateway_id}-{uuid.uuid4().hex}"
+        session = AgentSession(sid, settings, separate_reward_key=separate_reward_key)
         with self._lock:
             if sid in self._sessions:
                 raise GatewayError(409, f"session {sid!r} exists already", type="invalid_request_error")
@@ -104,6 +144,11 @@ class GatewayServer:
         root = f"http://{host or self.host}:{self.port}"
         return f"{root}/sessions/{session.session_id}/v1" if session is not None else f"{root}/v1"
 
+    def mount(self) -> tuple[str, str]:
+        """``(socket_dir, SANDBOX_GATEWAY_DIR)``: the read-only mount (``SandboxSpec.ro_mounts``)
+        through which a sandbox on this machine reaches this gateway."""
+        return self.socket_dir, SANDBOX_GATEWAY_DIR
+
     @property
     def open_sessions(self) -> int:
         with self._lock:
@@ -117,8 +162,9 @@ class GatewayServer:
             self.close_session(s)
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
-    def _session(self, request: Request, session_id: str | None) -> AgentSession:
+    def _session(self, request: Request, session_id: str | None, *, reward: bool = False) -> AgentSession:
         sid = session_id or request.headers.get(SESSION_HEADER)
         if not sid:
             raise GatewayError(404, f"no session: call /sessions/<id>/v1/... or send the {SESSION_HEADER} header",
@@ -130,8 +176,9 @@ class GatewayServer:
                                type="not_found_error", param=None, code="session_not_found")
         auth = request.headers.get("authorization", "")
         given = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        if not given or not _same(given, session.key):
-            raise GatewayError(401, f"wrong or missing API key for session {sid!r}: send its key as "
+        if not given or not _same(given, session.reward_key if reward else session.key):
+            what = "reward key" if reward and session.reward_key != session.key else "API key"
+            raise GatewayError(401, f"wrong or missing {what} for session {sid!r}: send it as "
                                     "'Authorization: Bearer <key>' (the openai SDK's api_key)",
                                type="authentication_error", code="invalid_api_key")
         return session
@@ -162,13 +209,24 @@ class GatewayServer:
 
         @app.post("/sessions/{session_id}/reward")
         async def reward(session_id: str, request: Request) -> Any:
-            session = self._session(request, session_id)
+            session = self._session(request, session_id, reward=True)
             body = await _json_body(request)
             value = body.get("reward")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise GatewayError(400, f"reward={value!r}; expected a finite number", param="reward")
             session.post_reward(float(value))
             return {"ok": True}
+
+        @app.get("/sessions/{session_id}/lifeline")
+        async def lifeline(session_id: str, request: Request) -> Any:
+            session = self._session(request, session_id)
+
+            async def beats():
+                while not session.closed:
+                    yield b"."
+                    await asyncio.sleep(LIFELINE_INTERVAL_S)
+
+            return StreamingResponse(beats(), media_type="application/octet-stream")
 
         return app
 
@@ -217,6 +275,21 @@ def _same(a: str, b: str) -> bool:
 
 _server: GatewayServer | None = None
 _server_lock = threading.Lock()
+_router_url: str | None = None
+
+
+def set_router_url(url: str | None) -> None:
+    """The run's router in front of every engine's gateway (``.../v1``; None: none), which
+    ``shared_base_url`` gives agents of this process."""
+    global _router_url
+    _router_url = url
+
+
+def shared_base_url() -> str:
+    """The one base URL (``.../v1``) where a harness that names its session in the
+    ``X-Session-ID`` header reaches its session: the run's router when it has one, else this
+    process's gateway."""
+    return _router_url or gateway().base_url()
 
 
 def gateway() -> GatewayServer:

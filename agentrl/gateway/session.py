@@ -118,11 +118,20 @@ class AgentSession:
         session_id: the id in the URL (``/sessions/{id}/v1``) or the ``X-Session-ID`` header.
         settings: what requests are checked against; ``configure`` may replace it before
             the first call.
+        separate_reward_key: give ``POST /sessions/{id}/reward`` a key of its own
+            (``reward_key``) instead of the chat key, for agents whose key the model's own
+            actions can read (an agent command in the sandbox the model's tool calls run in).
+
+    Attributes:
+        key: the chat key (``Authorization: Bearer <key>``).
+        reward_key: the key a reward must be posted with (``key`` unless separate).
     """
 
-    def __init__(self, session_id: str, settings: SessionSettings | None = None) -> None:
+    def __init__(self, session_id: str, settings: SessionSettings | None = None, *,
+                 separate_reward_key: bool = False) -> None:
         self.session_id = session_id
         self.key = secrets.token_urlsafe(24)
+        self.reward_key = secrets.token_urlsafe(24) if separate_reward_key else self.key
         self.settings = settings or SessionSettings()
         self._events: queue.Queue[AgentEvent] = queue.Queue()
         self._calls: list[AgentCall] = []

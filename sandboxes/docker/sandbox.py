@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 import docker
 import docker.errors
 
-from agentrl.errors import SandboxError
+from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
 from sandboxes import front
 from sandboxes.base import SandboxSpec
@@ -118,6 +118,9 @@ class DockerSandbox:
         self.label = self._front.label
         self._client = client if client is not None else docker_client(host=docker_host)
         self._remote = client_is_remote(self._client)
+        if spec.ro_mounts and self._remote:
+            raise ConfigError(f"ro_mounts={spec.ro_mounts!r} bind paths of this machine, but the Docker daemon "
+                              f"{self._client.api.base_url!r} is remote; run it on this machine's daemon")
         reap_containers_once(reap_containers, client=self._client)
         t0 = time.monotonic()
         labels = container_labels(self.label)
@@ -139,6 +142,7 @@ class DockerSandbox:
                     pids_limit=spec.pids_limit,
                     nano_cpus=int(spec.cpus * 1e9),
                     read_only=True,
+                    binds={host: {"bind": inside, "mode": "ro"} for host, inside in spec.ro_mounts},
                     cap_drop=["ALL"],
                     security_opt=["no-new-privileges"],
                     tmpfs={

@@ -11,6 +11,7 @@ the built-ins, entry points and ``env.import_modules``); sandboxes through ``san
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import logging
 from typing import Any, Mapping, Sequence
@@ -61,6 +62,14 @@ def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) ->
     return ids
 
 
+def env_sandbox_mounts(env_cls: Any) -> tuple[tuple[str, str], ...]:
+    """The read-only mounts an environment class asks of its sandboxes
+    (``sandbox_mounts()``, e.g. an agent command's gateway socket; ``SandboxSpec.ro_mounts``),
+    ``()`` when it asks none."""
+    fn = getattr(env_cls, "sandbox_mounts", None)
+    return tuple((str(h), str(i)) for h, i in fn()) if callable(fn) else ()
+
+
 class EnvFactory:
     """What the rollout worker calls per episode: ``factory(request) -> (env, sandbox)``, a
     fresh environment with its own sandbox (the worker closes both), or with none
@@ -105,6 +114,13 @@ class EnvFactory:
         env_cls = load_env_creator(entry) if isinstance(entry, str) else entry
         self.uses_sandbox = bool(getattr(env_cls, "uses_sandbox", True))
         self.spec = sandbox_spec(cfg, run_id)  # the same spec a sandbox host's pool holds
+        mounts = env_sandbox_mounts(env_cls)
+        if mounts and self.uses_sandbox:
+            if sandbox_hosts:
+                raise ConfigError(f"env.id={cfg.env.id!r} binds {[m[0] for m in mounts]} of the rollout's machine "
+                                  "into its sandboxes (an agent command reaching the gateway), which sandbox hosts "
+                                  "cannot; set cluster.sandbox_hosts: 0")
+            self.spec = dataclasses.replace(self.spec, ro_mounts=self.spec.ro_mounts + mounts)
         self.docker_host = cfg.sandbox.docker_host
         self.hosts = list(sandbox_hosts or ())
         self.backend: str | None = None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
+import environments
+from agentrl.cluster.actors.env_factory import env_sandbox_mounts
 from agentrl.rollout.chat import ChatTokenizer
 from sandboxes import SandboxSpec, make_sandbox
 from tests.helpers.forced_tokens import ScriptedTokens
@@ -32,11 +34,16 @@ def scripted(tiny_model_path):
     return engine, ChatTokenizer(tok, STOP_IDS)
 
 
-def bwrap_env_factory(run_id: str):
+def bwrap_env_factory(run_id: str, backend: str = "bwrap", execs: list | None = None):
     """The rollout's ``factory(request) -> (env, sandbox)``: each episode's env made with a
-    fresh bubblewrap sandbox labelled ``run_id`` (closed if the env cannot be made)."""
+    fresh sandbox of ``backend`` labelled ``run_id``, with the read-only mounts its env class
+    asks for (``env_sandbox_mounts``, as the run's ``EnvFactory`` adds them), every exec's
+    result appended to ``execs`` when given (closed if the env cannot be made)."""
     def factory(req):
-        sb = make_sandbox("bwrap", SandboxSpec(run_id=run_id, memory_mb=512))
+        mounts = env_sandbox_mounts(environments.env_class(req.env_id))
+        sb = make_sandbox(backend, SandboxSpec(run_id=run_id, memory_mb=512, ro_mounts=mounts))
+        if execs is not None:
+            sb.add_listener(execs.append)
         try:
             return gymnasium.make(req.env_id, sandbox=sb, disable_env_checker=True), sb
         except BaseException:

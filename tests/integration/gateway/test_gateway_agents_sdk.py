@@ -29,8 +29,7 @@ from agentrl.credit import assign_credit
 from agentrl.gateway import register_agent_env
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord
-from tests.integration.gateway.conftest import COMMAND
-from tests.integration.gateway.conftest import bwrap_env_factory
+from tests.integration.gateway.conftest import COMMAND, bwrap_env_factory
 
 pytestmark = pytest.mark.slow
 
