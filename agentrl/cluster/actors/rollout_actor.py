@@ -24,6 +24,7 @@ import environments
 from agentrl.cluster.actors.env_factory import EnvFactory
 from agentrl.config import Config
 from agentrl.errors import ClusterError, ConfigError
+from agentrl.gateway.server import gateway, set_router_url
 from agentrl.rollout.budget import RolloutBudget
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import VLLMEngine
@@ -153,6 +154,24 @@ class RolloutActor:
         ctx = ray.get_runtime_context()
         return {"engine_index": self.engine_index, "node_id": ctx.get_node_id(),
                 "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+    def gateway_backend(self) -> dict:
+        """This process's gateway, as a ``GatewayRouter`` backend (``agentrl.gateway.router``),
+        started if it is not yet: ``{"gateway_id": str (8 hex chars), "base_url":
+        "http://<host>:<port>"}``. ``host`` is the gateway's own address, or this node's IP
+        when it listens on every address (``0.0.0.0`` / ``::``)."""
+        server = gateway()
+        host = server.host
+        if host in ("", "0.0.0.0", "::"):
+            host = ray.util.get_node_ip_address()
+        if ":" in host:  # an IPv6 address in a URL is bracketed
+            host = f"[{host}]"
+        return {"gateway_id": server.gateway_id, "base_url": f"http://{host}:{server.port}"}
+
+    def set_gateway_router(self, url: str) -> None:
+        """The run's one gateway address (``agentrl.cluster.engines.gateway_router``), which
+        agents of this process get as ``task.shared_base_url``."""
+        set_router_url(url)
 
     def pool_stats(self) -> dict | None:
         """Warm-pool statistics (start-up and acquire latencies), or None without a pool."""

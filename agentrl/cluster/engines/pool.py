@@ -52,10 +52,10 @@ import ray
 from ray.exceptions import NodeDiedError, ObjectLostError, OutOfMemoryError, RayActorError
 
 from agentrl.cluster.actors.actor_errors import actor_failure_message
-
 from agentrl.cluster.actors.placement import role_options
 from agentrl.cluster.actors.rollout_actor import RolloutActor
 from agentrl.cluster.engines.dispatch import abort_requests, assign_requests, describe_engine, split_contiguous
+from agentrl.cluster.engines.gateway_router import EngineGatewayRouter, serves_gateway
 from agentrl.cluster.engines.start import wait_ready
 from agentrl.config import Config
 from agentrl.errors import ClusterError
@@ -133,6 +133,7 @@ class EnginePool:
         self._starting: list[_Starting] = []
         self._lost: list[str] = []  # descriptions of every engine lost in this run
         self._trainer_actors: Sequence[Any] | None = None  # where the current weights are (set by update_weights)
+        self.gateway_router: EngineGatewayRouter | None = None  # for an agent behind the gateway, after ready()
 
     # -- actors ----------------------------------------------------------------------
     def _start_actor(self, index: int) -> Any:
@@ -189,6 +190,8 @@ class EnginePool:
                              place_timeout_s=self.cfg.cluster.rendezvous_timeout_s)
         for e, s in zip(self._engines, started):
             e.start_s, e.node = s.start_s, s.node
+        if self.gateway_router is None and serves_gateway(self.cfg):
+            self.gateway_router = EngineGatewayRouter(self.actors)
         return [e.start_s for e in self._engines]
 
     # -- rollout -----------------------------------------------------------------------
@@ -343,6 +346,8 @@ class EnginePool:
                     node = dict(ray.get(s.actor.node.remote()))
                     if push_weights and self._trainer_actors is not None:
                         _sync_fn(self.cfg)(self._trainer_actors, [s.actor])
+                    if self.gateway_router is not None:
+                        self.gateway_router.add([s.actor])
                 except ENGINE_LOST_ERRORS as exc:
                     log.warning("replacement for rollout engine %d failed to start: %s", s.index,
                                 actor_failure_message(exc, f"rollout engine {s.index}"))
@@ -462,6 +467,9 @@ class EnginePool:
         for a in [e.actor for e in self._engines] + [s.actor for s in self._starting]:
             self._kill(a)
         self._engines, self._starting = [], []
+        if self.gateway_router is not None:
+            self.gateway_router.shutdown()
+            self.gateway_router = None
 
     @staticmethod
     def _kill(actor: Any) -> None:

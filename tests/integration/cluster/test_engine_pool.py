@@ -229,3 +229,23 @@ def test_ready_is_bounded_when_other_actors_hold_the_cpus(ray_session, tmp_path)
     assert msg.startswith("rollout engine 0 was not placed on any node within cluster.rendezvous_timeout_s=1.5 s"), msg
     assert "it asks for CPU 1 (cluster.placement.rollout)" in msg
     assert f"the cluster has CPU {total:g} in all, nothing free" in msg
+
+
+def test_one_router_address_reaches_each_engines_own_gateway(pool):
+    import httpx
+
+    from agentrl.cluster.engines.gateway_router import EngineGatewayRouter
+
+    router = EngineGatewayRouter(pool.actors)
+    try:
+        backends = router.router.backends
+        assert len(backends) == 2  # one gateway per engine process, each its own id
+        for gateway_id, url in backends.items():
+            # an unknown session of that gateway: answered by the gateway in the engine's
+            # process (its own 404), not by the router
+            r = httpx.get(f"{router.base_url}/v1/models", headers={"X-Session-ID": f"{gateway_id}-nosuch"})
+            assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"], r.text
+        r = httpx.get(f"{router.base_url}/v1/models", headers={"X-Session-ID": "ffffffff-x"})
+        assert r.status_code == 404 and "not one of this router's gateways" in r.json()["error"]["message"]
+    finally:
+        router.shutdown()
