@@ -10,6 +10,7 @@ store's packed columns (``agentrl.replay.models``: ``<i4`` ids, ``<f8`` log-prob
 from __future__ import annotations
 
 import difflib
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from agentrl.replay.read.db import ReplayDB
 from agentrl.replay.read.listing import LIST_COLUMNS, E, T
 
 S = SandboxEventRow.__table__
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 TOKEN_PAGE_SIZE = 1024
 """Tokens per page of the token view (an episode of 32k tokens has 32 pages)."""
 
@@ -50,6 +52,25 @@ class TurnView:
     @property
     def anchor(self) -> str:
         return str(decode_anchor(self.row.anchor, self.row.anchor_kind))
+
+    @property
+    def messages(self) -> list[tuple[str, str]] | None:
+        """The observation as chat messages ``[(role, content), ...]`` when it is a list of
+        them (an agent behind the gateway: the messages its next call added, as
+        ``AgentEnv`` records them, ``[[role, content], ...]`` in JSON); None for any other
+        observation text."""
+        text = self.row.observation_text or ""
+        if not text.startswith("[["):
+            return None
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(items, list) or not all(
+                isinstance(m, list) and len(m) == 2 and m[0] in CHAT_ROLES and isinstance(m[1], (str, type(None)))
+                for m in items):
+            return None
+        return [(m[0], m[1] or "") for m in items]
 
 
 @dataclass

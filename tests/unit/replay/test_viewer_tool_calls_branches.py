@@ -6,6 +6,7 @@ left at schema 8 and opened read-only reads as one branch, 0 tool calls and no c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,10 @@ COUNTERS = {"gateway/forks": 2.0, "gateway/calls": 4.0, "gateway/tool_parse_erro
 
 def _episode(eid: str, calls: list[int]) -> Episode:
     forked = eid == "r/it1/g/0/a0"
+    # a gateway episode's observations are the messages the agent's next call added
+    obs = (lambda k: json.dumps([["tool", f"out {k}"], ["user", "go on"]])) if forked else (lambda k: f"o{k}")
     turns = [Turn([1, 2, k], [4, 5], [-0.25, -0.5], reward=0.0, action_text=f"a{k}", tool_calls=n,
-                  branch=BRANCHES[k] if forked else 0)
+                  branch=BRANCHES[k] if forked else 0, observation_text=obs(k))
              for k, n in enumerate(calls)]
     return Episode(group_id="g", env_id="x/E-v0", task_id=f"t-{eid}", seed=3, turns=turns, terminated=True,
                    termination_reason=TerminationReason.ENV_TERMINATED, episode_id=eid,
@@ -127,12 +130,17 @@ def test_the_pages_show_tool_calls_branches_and_counters(db: ReplayDB) -> None:
     forked = client.get("/episode", params={"id": "r/it1/g/0/a0"}).text
     assert "3 branches: " in forked and forked.count('data-testid="branch-summary"') == 3
     assert '<a href="#turn-0">0</a>, <a href="#turn-2">2</a>' in forked
+    assert "branch 1, forked at turn 1" in forked and "branch 2, forked at turn 3" in forked
+    # the observations of a gateway episode read as messages, each with its role
+    roles = [s.split('"')[0] for s in forked.split('data-testid="turn-message" data-role="')[1:]]
+    assert roles == ["tool", "user"] * 4 and "out 3" in forked and 'data-testid="turn-observation"' not in forked
     assert [s.split('"')[0] for s in forked.split('data-testid="turn-branch" data-branch="')[1:]] == ["0", "1", "0", "2"]
     assert forked.count('data-testid="episode-counter"') == 3 and "gateway/tool_parse_errors" in forked
     assert 'data-testid="episode-tool-calls">3<' in forked and "2 tool calls" in forked and "1 tool call<" in forked
     assert 'data-testid="token-view"' in forked  # the token view is still there
     plain = client.get("/episode", params={"id": "r/it1/g/1/a0"}).text
     assert "branches:" not in plain and 'data-testid="turn-branch"' not in plain
+    assert 'data-testid="turn-message"' not in plain and plain.count('data-testid="turn-observation"') == 2
     assert 'data-testid="episode-counters"' not in plain and 'data-testid="turn-tool-calls"' not in plain
     run = client.get("/run", params={"id": RUN})
     assert run.status_code == 200, run.text[-500:]
