@@ -124,10 +124,20 @@ def envs_check(
 
     try:
         environments.import_env_modules(list(module or []))
+        cls = environments.env_class(env_id)
+        env_kwargs = None
+        if getattr(cls, "serves_gateway", False):
+            # an agent behind the gateway steps only inside a rollout (a model answers its
+            # calls); the contract the loop relies on is its task env's, which is checked
+            say("note:", f"{env_id} is an agent behind the gateway over {cls.task_env}: checking {cls.task_env} (its "
+                "tasks, sandbox and verifier) with the agent's task_env_kwargs; the agent itself runs in a rollout "
+                "(agentrl train, agentrl eval; docs/gateway.md)", style="bold")
+            env_id, env_kwargs = cls.task_env, dict(cls.task_env_kwargs)
+            cls = environments.env_class(env_id)
         # An env class with uses_sandbox = False is made without one, as a run makes it.
-        needs_sandbox = bool(getattr(environments.env_class(env_id), "uses_sandbox", True))
+        needs_sandbox = bool(getattr(cls, "uses_sandbox", True))
         factory = (lambda: make_sandbox(backend, SandboxSpec(run_id="envs-check"))) if needs_sandbox else None
-        report = check_env(env_id, sandbox_factory=factory)
+        report = check_env(env_id, sandbox_factory=factory, env_kwargs=env_kwargs)
     except AgentRLError as exc:
         fail(exc, debug)
         return

@@ -105,6 +105,14 @@ def test_envs_check_makes_an_env_without_a_sandbox_when_its_class_needs_none():
     assert "example/Add-v0: PASS" in r.stdout
 
 
+def test_envs_check_of_an_agent_behind_the_gateway_checks_its_task_env_and_says_so():
+    r = _agentrl("envs", "check", "examples/ShellLookupAgent-v0", "--module", "shell_lookup_agent",
+                 pythonpath=REPO / "examples" / "openai_agent")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "agentrl/ShellLookup-v1: PASS" in r.stdout
+    assert "is an agent behind the gateway over agentrl/ShellLookup-v1" in " ".join(r.stderr.split())
+
+
 def _long_path(tmp_path: Path) -> Path:
     """A missing path of about 300 characters whose names hold rich markup look-alikes."""
     return tmp_path / ("a" * 90) / ("b[bold]" * 12) / ("c" * 90) / "run[/y]"
