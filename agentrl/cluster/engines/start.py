@@ -25,7 +25,6 @@ import ray
 from ray.exceptions import RayActorError
 
 from agentrl.cluster.actors.actor_errors import actor_failure_message
-
 from agentrl.cluster.actors.placement import resources_text
 from agentrl.errors import ClusterError
 
