@@ -388,7 +388,9 @@ class SandboxPool:
 class PooledSandbox:
     """A sandbox leased from a ``SandboxPool`` for one episode, for code that only knows
     ``close()`` (an environment, the rollout worker): everything is the leased sandbox's,
-    except ``close()``, which hands it back to the pool (reset or replaced there) once.
+    except ``close()``, which hands it back to the pool (reset or replaced there) once, and
+    ``discard()``, which hands it back to be closed and replaced (a command the sandbox may
+    still run must not reach the next episode).
 
     Args:
         pool: the pool ``sandbox`` was acquired from.
@@ -405,3 +407,10 @@ class PooledSandbox:
         if not self._released:
             self._released = True
             self._pool.release(self._sandbox)
+
+    def discard(self) -> None:
+        """Hand the sandbox back broken: the pool closes it (killing whatever still runs in
+        it) and starts a fresh one. Idempotent; a later ``close()`` does nothing."""
+        if not self._released:
+            self._released = True
+            self._pool.release(self._sandbox, broken=True)

@@ -20,13 +20,15 @@ It runs its tools itself, in the sandbox; the task's verifier scores the sandbox
 exits 0. A non-zero exit, a run past its ``timeout_s`` or a sandbox failure ends the episode
 as an infrastructure error (never scored). When the episode ends first (its turn limit, a
 cut by the run's token budget), the session closes, its lifeline ends, and the forwarder
-kills the command before the sandbox serves anything else.
+kills the command before the sandbox serves anything else; a command that stopped its
+forwarder has its sandbox closed or, pooled, replaced (``AgentEnv``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
@@ -41,6 +43,8 @@ from agentrl.gateway.session import AgentSession
 log = logging.getLogger(__name__)
 
 _STDERR_TAIL_CHARS = 2000
+TASK_FILE_NAME = "task.json"
+"""The task's file in ``AGENTRL_AGENT_DIR`` (the forwarder writes it; ``AGENTRL_TASK_FILE``)."""
 _RESERVED_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY", "AGENTRL_TASK_FILE", "AGENTRL_AGENT_DIR",
                  "AGENTRL_SESSION_ID", "AGENTRL_TASK_ID", "AGENTRL_MODEL")
 
@@ -59,8 +63,9 @@ class AgentCommand:
         python: the sandbox's Python that runs the forwarder.
 
     Raises:
-        ConfigError: an empty command, a reserved variable in ``env``, or a file name that is
-            absolute or leaves its directory.
+        ConfigError: an empty command, a reserved variable in ``env``, a file name that is
+            not a normalised relative path, is ``task.json``, or is another file's directory,
+            or a file whose text is not valid UTF-8.
     """
 
     command: str | Sequence[str]
@@ -77,11 +82,22 @@ class AgentCommand:
         for name in self.env:
             if name in _RESERVED_ENV:
                 raise ConfigError(f"env[{name!r}] is set by the gateway for each episode; leave it out")
+        names = list(self.files)
         for name, text in self.files.items():
-            parts = str(name).split("/")
-            if not name or str(name).startswith("/") or ".." in parts or not isinstance(text, str):
-                raise ConfigError(f"files[{name!r}]: expected a relative name inside the agent directory and "
-                                  "text content")
+            if not isinstance(name, str) or not name or name.startswith("/") or posixpath.normpath(name) != name \
+                    or name == "." or name.split("/")[0] == ".." or "\0" in name:
+                raise ConfigError(f"files[{name!r}]: expected a normalised relative name inside the agent directory "
+                                  "(e.g. 'agent.py' or 'lib/util.py')")
+            if name == TASK_FILE_NAME:
+                raise ConfigError(f"files[{name!r}]: that name holds the task (AGENTRL_TASK_FILE); choose another")
+            if any(other.startswith(name + "/") for other in names):
+                raise ConfigError(f"files[{name!r}] is a file and the directory of another file; rename one")
+            try:
+                if not isinstance(text, str):
+                    raise TypeError(type(text).__name__)
+                text.encode("utf-8")
+            except (TypeError, UnicodeEncodeError) as exc:
+                raise ConfigError(f"files[{name!r}]: expected text that is valid UTF-8 ({exc})") from None
 
     def argv(self, session_id: str) -> list[str]:
         """What the sandbox runs: the forwarder, then the command."""
@@ -136,7 +152,9 @@ class CommandRunner:
             if not self._cancelled:
                 self.session.agent_failed(exc)
             return
-        if self._cancelled:
+        if self._cancelled:  # its episode had ended: the forwarder stopped it
+            log.debug("the agent command of task %r stopped with its episode: exit %s, stderr %r",
+                      self.task.task_id, res.exit_code, (res.stderr or "")[-_STDERR_TAIL_CHARS:])
             return
         what = f"the agent command {_show(self.command.command)} of task {self.task.task_id!r}"
         tail = (res.stderr or "")[-_STDERR_TAIL_CHARS:].strip()

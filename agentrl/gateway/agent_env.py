@@ -62,9 +62,10 @@ from environments.core import TextEnv
 log = logging.getLogger(__name__)
 
 DEFAULT_AGENT_TIMEOUT_S = 3600.0
-COMMAND_STOP_TIMEOUT_S = 30.0
+COMMAND_STOP_TIMEOUT_S = 10.0
 """Seconds an episode's end waits for its agent command to stop (its lifeline ends within a
-second) before the sandbox is handed back."""
+second); a command still running then (it stopped its forwarder) has its sandbox closed, or
+a pooled one discarded, so it cannot reach the next episode."""
 
 
 class AgentEnv(TextEnv):
@@ -104,6 +105,12 @@ class AgentEnv(TextEnv):
         if self._command is not None and sandbox is None:
             raise ConfigError(f"{type(self).__name__} runs the agent command {self._command.command!r} in the "
                               f"task's sandbox, but {task_env!r} was given none (its class says uses_sandbox=False)")
+        if self._command is not None and gateway().mount() not in tuple(getattr(getattr(sandbox, "spec", None),
+                                                                                "ro_mounts", ())):
+            raise ConfigError(f"the agent command {self._command.command!r} needs the gateway's socket mounted in "
+                              f"its sandbox ({gateway().mount()} in SandboxSpec.ro_mounts), which the run adds for "
+                              "an env whose class holds the command: register it with register_agent_env(..., "
+                              "command=...) or agent=AgentCommand(...) rather than passing it per instance")
         kwargs = dict(type(self).task_env_kwargs, **(task_env_kwargs or {}))
         if sandbox is not None:
             kwargs["sandbox"] = sandbox
@@ -185,6 +192,15 @@ class AgentEnv(TextEnv):
         parsed = parse_tool_calls(tok.decode(body, skip_special_tokens=False), req.tools, parser=self.tool_parser,
                                   tool_choice=req.tool_choice, tokenizer=tok)
         finish = "length" if turn.finish_reason == "length" else ("tool_calls" if parsed.tool_calls else "stop")
+        own_cap = req.max_tokens is not None and req.max_tokens < self._settings.max_new_tokens \
+            and len(ids) >= req.max_tokens
+        # cut by the run's budget (or the context): the rollout ends the episode after this
+        # step, so the task's verifier scores it now; the agent is stopped first (its waiting
+        # call gets a 409), so nothing it does changes what is scored
+        scored_now = turn.finish_reason == "length" and not own_cap \
+            and callable(getattr(self.inner.unwrapped, "score", None))
+        if scored_now:
+            self._end_session()
         call.answer(AgentReply(
             content=parsed.content, tool_calls=parsed.tool_calls, finish_reason=finish, prompt_ids=prompt_ids,
             completion_ids=ids, log_probs=list(turn.behavior_log_probs),
@@ -197,12 +213,7 @@ class AgentEnv(TextEnv):
         self._sampled_text[self._call_branch] = list(body)  # for the drift check of the next extension
         self._call = None
         counters = {"gateway/tool_parse_errors": 1.0} if parsed.error else {}
-        own_cap = req.max_tokens is not None and req.max_tokens < self._settings.max_new_tokens \
-            and len(ids) >= req.max_tokens
-        if turn.finish_reason == "length" and not own_cap and callable(getattr(self.inner.unwrapped, "score", None)):
-            # cut by the run's budget (or the context): the rollout ends the episode after
-            # this step, so it is scored now, by the task's verifier, without waiting for
-            # the agent's next move
+        if scored_now:
             return self._finish(None, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
                                 counters=counters)
         return self._wait(first=False, tool_calls=len(parsed.tool_calls), invalid=parsed.error is not None,
@@ -363,8 +374,15 @@ class AgentEnv(TextEnv):
             gateway().close_session(self._session)  # an agent command's lifeline ends: it is killed
             self._session = None
         if isinstance(runner, CommandRunner) and not runner.join(COMMAND_STOP_TIMEOUT_S):
-            log.warning("the agent command of task %r still runs %g s after its episode ended; its exec's "
-                        "timeout (%g s) ends it", self._task_id, COMMAND_STOP_TIMEOUT_S, self.timeout_s)
+            # it stopped its forwarder (the same user can): the sandbox goes, with it
+            log.warning("the agent command of task %r still runs %g s after its episode ended; its sandbox is "
+                        "closed (a pooled one replaced) so it cannot reach the next episode",
+                        self._task_id, COMMAND_STOP_TIMEOUT_S)
+            discard = getattr(self.sandbox, "discard", None)
+            try:
+                discard() if callable(discard) else self.sandbox.close()
+            except Exception:  # noqa: BLE001 - already closed or broken: nothing left to stop
+                log.exception("discarding the sandbox of task %r failed", self._task_id)
 
 
 def register_agent_env(env_id: str, *, agent: Any = None, command: str | list[str] | None = None, task_env: str,

@@ -84,9 +84,7 @@ def _serve(listener, path):
 
 def _write_payload(payload):
     agent_dir = tempfile.mkdtemp(prefix="agentrl-agent-")
-    task_file = os.path.join(agent_dir, "task.json")
-    with open(task_file, "w", encoding="utf-8") as f:
-        json.dump(payload.get("task") or {}, f)
+    task_file = os.path.join(agent_dir, "task.json")  # agent_command.TASK_FILE_NAME
     for name, text in (payload.get("files") or {}).items():
         target = os.path.normpath(os.path.join(agent_dir, name))
         if not target.startswith(agent_dir + os.sep):
@@ -96,6 +94,8 @@ def _write_payload(payload):
             f.write(text)
         if text.startswith("#!"):
             os.chmod(target, 0o755)
+    with open(task_file, "w", encoding="utf-8") as f:  # last: no file can replace it
+        json.dump(payload.get("task") or {}, f)
     return agent_dir, task_file
 
 
@@ -110,7 +110,11 @@ def main(argv=None):
         parser.error("no command after --")
     key = os.environ.get("OPENAI_API_KEY", "")
     raw = sys.stdin.buffer.read()
-    agent_dir, task_file = _write_payload(json.loads(raw.decode("utf-8")) if raw.strip() else {})
+    try:
+        agent_dir, task_file = _write_payload(json.loads(raw.decode("utf-8")) if raw.strip() else {})
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("agentrl-forward: could not write the task and the agent's files: %s\n" % exc)
+        return SESSION_REFUSED_EXIT
 
     conn = _UnixConnection(args.socket, timeout=30)
     try:

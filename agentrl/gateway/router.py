@@ -18,6 +18,7 @@ after ``connect_timeout_s``; reads never time out (a turn may sample for minutes
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -70,6 +71,9 @@ class GatewayRouter:
         self._backends: dict[str, str] = {}
         self._lock = threading.Lock()
         self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._open: set[httpx.Response] = set()  # upstream answers being relayed
+        self._closing = False
         self.app = self._make_app()
         # the backend's own date and server headers pass through; the router adds none
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="on",
@@ -118,9 +122,21 @@ class GatewayRouter:
         return f"http://{self.host}:{self.port}"
 
     def shutdown(self) -> None:
-        """Stop the server (open streams are cut) and close its connections to the backends."""
+        """Stop the server and close its connections to the backends; open streams are cut
+        (the server does not wait for them)."""
+        self._closing = True
+        loop = self._loop
+        if loop is not None and self._open and not loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(self._close_open(), loop).result(timeout=5)
+            except Exception:  # noqa: BLE001 - the loop is ending anyway
+                log.debug("closing the router's open streams failed", exc_info=True)
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+    async def _close_open(self) -> None:
+        for response in list(self._open):
+            await response.aclose()
 
     def _backend_of(self, session_id: str | None) -> str:
         if not session_id:
@@ -142,6 +158,7 @@ class GatewayRouter:
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             timeout = httpx.Timeout(None, connect=self.connect_timeout_s)
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=128)
+            self._loop = asyncio.get_running_loop()
             async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as client:
                 self._client = client
                 yield
@@ -192,13 +209,17 @@ class GatewayRouter:
                                type="server_error", code="backend_unavailable") from None
 
         async def relay() -> AsyncIterator[bytes]:
+            self._open.add(response)
             try:
                 async for chunk in response.aiter_raw():
                     yield chunk
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.StreamError) as exc:
+                if self._closing:  # shutdown() closed it: the stream ends here
+                    return
                 log.warning("the gateway at %s broke off %s %s mid-answer: %s", backend, request.method, path, exc)
                 raise
             finally:
+                self._open.discard(response)
                 await response.aclose()
 
         out = StreamingResponse(relay(), status_code=response.status_code)

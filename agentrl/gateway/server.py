@@ -62,6 +62,7 @@ SOCKET_NAME = "gateway.sock"
 FORWARDER_NAME = "forward.py"
 LIFELINE_INTERVAL_S = 0.5
 _START_TIMEOUT_S = 30.0
+_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, with its NUL
 _FORWARDER_SOURCE = os.path.join(os.path.dirname(__file__), "forwarder.py")
 
 
@@ -91,7 +92,8 @@ class GatewayServer:
         self._sessions: dict[str, AgentSession] = {}
         self._lock = threading.Lock()
         self.app = self._make_app()
-        self.socket_dir = tempfile.mkdtemp(prefix=f"agentrl-gateway-{self.gateway_id}-")
+        self.socket_dir = _socket_dir(self.gateway_id)
+        tcp = None
         try:
             tcp = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
             uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -104,6 +106,8 @@ class GatewayServer:
             os.chmod(os.path.join(self.socket_dir, FORWARDER_NAME), 0o644)
             os.chmod(self.socket_dir, 0o755)
         except OSError as exc:
+            if tcp is not None:
+                tcp.close()
             shutil.rmtree(self.socket_dir, ignore_errors=True)
             raise InfraError(f"the gateway could not listen on {host}:{port} and {self.socket_dir}: {exc}") from exc
         self.port = int(tcp.getsockname()[1])
@@ -257,6 +261,16 @@ class GatewayServer:
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _socket_dir(gateway_id: str) -> str:
+    """A new directory for the Unix socket: under the temporary directory, or under
+    ``/tmp`` when that path would be too long for a socket (108 bytes on Linux)."""
+    prefix = f"agentrl-gateway-{gateway_id}-"
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, prefix + "x" * 8, SOCKET_NAME).encode()) > _SOCKET_PATH_MAX:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix=prefix, dir=base)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

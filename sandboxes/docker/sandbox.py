@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 
 import docker
 import docker.errors
+import docker.types
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
@@ -142,7 +143,8 @@ class DockerSandbox:
                     pids_limit=spec.pids_limit,
                     nano_cpus=int(spec.cpus * 1e9),
                     read_only=True,
-                    binds={host: {"bind": inside, "mode": "ro"} for host, inside in spec.ro_mounts},
+                    mounts=[docker.types.Mount(inside, host, type="bind", read_only=True)
+                            for host, inside in spec.ro_mounts],
                     cap_drop=["ALL"],
                     security_opt=["no-new-privileges"],
                     tmpfs={

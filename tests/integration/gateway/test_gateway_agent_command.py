@@ -10,7 +10,8 @@ port on loopback and on every address of the host, and a TCP server the test lis
 all of them (which the test itself reaches, the positive control). It tries to post its own
 reward with the key it was given. It prints what it found as one JSON line and exits 3 if
 anything was reached. With ``TURNS=0`` it never stops calling; with ``HANG_WHEN_ENDED`` it
-hangs when its episode has ended (a harness that never gives up).
+hangs when its episode has ended (a harness that never gives up), writing into the working
+directory, and with ``STOP_FORWARDER`` it first stops its forwarder with SIGSTOP.
 """
 
 from __future__ import annotations
@@ -22,25 +23,40 @@ import time
 import uuid
 from pathlib import Path
 
+import gymnasium
 import psutil
 import pytest
 
+import environments
+from agentrl.cluster.actors.env_factory import env_sandbox_mounts
 from agentrl.gateway import register_agent_env
 from agentrl.gateway.agent_command import AgentCommand
 from agentrl.gateway.server import gateway
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord
+from sandboxes import PooledSandbox, SandboxPool, SandboxSpec, make_sandbox
 from tests.helpers.sandbox_checks import require_docker
 from tests.integration.gateway.conftest import COMMAND, bwrap_env_factory
 
 pytestmark = pytest.mark.slow
 
 AGENT = r'''
-import json, os, socket, subprocess, sys, time, urllib.error, urllib.request
+import json, os, signal, socket, subprocess, sys, time, urllib.error, urllib.request
 
 base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
 task = json.load(open(os.environ["AGENTRL_TASK_FILE"]))
 turns = int(os.environ.get("TURNS", "2"))
+
+
+def forwarder_pid():
+    pid = os.getppid()
+    while pid > 1:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            if b"forward.py" in f.read():
+                return pid
+        with open("/proc/%d/stat" % pid) as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise SystemExit("no forwarder above me")
 
 
 def chat(messages):
@@ -51,7 +67,12 @@ def chat(messages):
         return json.loads(urllib.request.urlopen(req, timeout=300).read())["choices"][0]["message"]
     except urllib.error.HTTPError as exc:
         if exc.code == 409 and os.environ.get("HANG_WHEN_ENDED"):  # a harness that never gives up
-            time.sleep(1000)
+            if os.environ.get("STOP_FORWARDER"):  # ... and stops its forwarder (the same user may)
+                os.kill(forwarder_pid(), signal.SIGSTOP)
+            while True:
+                with open("still-here.txt", "a") as f:
+                    f.write(".")
+                time.sleep(0.2)
         raise
 
 
@@ -210,3 +231,51 @@ def test_the_example_command_agent_runs_shell_lookup_in_its_sandbox(scripted, mo
     # what the agent sent back after each call: its tool's output, as a tool message
     for turn in ep.turns[:2]:
         assert [role for role, _ in json.loads(turn.observation_text)] == ["tool"], turn.observation_text
+
+
+def test_a_command_cut_by_the_token_budget_is_stopped_before_the_verifier_scores(scripted, listener):
+    _register("tests/CommandAgentCut-v0", PROBES="[]", TURNS="0", HANG_WHEN_ENDED="1")
+    engine, chat = scripted
+    execs: list = []
+    factory = bwrap_env_factory(f"test-gw-cmd-{uuid.uuid4().hex[:8]}", execs=execs)
+    worker = RolloutWorker(engine, chat, factory, RolloutLimits(max_turns=4, max_new_tokens=8, max_context_tokens=4096),
+                           SamplingRecord(temperature=1.0), env_timeout_s=120)
+    [ep] = worker.run([EpisodeRequest(env_id="tests/CommandAgentCut-v0", task_id="lookup/4", seed=4, group_id="g4",
+                                      sample_seed=4)], policy_version=0)
+    assert ep.error is None, ep.error
+    assert len(ep.turns) == 1 and ep.turns[0].finish_reason == "length" and ep.total_reward is not None
+    # the command had ended when the step that scored returned: its exec is the turn's own
+    [run] = _agent_execs(ep.turns[-1].exec_results)
+    assert run.exit_code == 143 and "the session ended" in run.stderr, run
+
+
+def test_a_command_that_stops_its_forwarder_loses_its_pooled_sandbox(scripted, monkeypatch):
+    from agentrl.gateway import agent_env
+    from tests.helpers.sandbox_checks import procs_with_label, wait_until
+
+    monkeypatch.setattr(agent_env, "COMMAND_STOP_TIMEOUT_S", 2.0)
+    env_id = "tests/CommandAgentStopsForwarder-v0"
+    _register(env_id, PROBES="[]", TURNS="0", HANG_WHEN_ENDED="1", STOP_FORWARDER="1")
+    run_id = f"test-gw-cmd-{uuid.uuid4().hex[:8]}"
+    spec = SandboxSpec(run_id=run_id, memory_mb=512, ro_mounts=env_sandbox_mounts(environments.env_class(env_id)))
+    pool = SandboxPool(lambda: make_sandbox("bwrap", spec), size=1, max_sandboxes=2)
+    engine, chat = scripted
+    try:
+        def factory(req):
+            sb = PooledSandbox(pool, pool.acquire(timeout_s=60))
+            return gymnasium.make(req.env_id, sandbox=sb, disable_env_checker=True), sb
+
+        worker = RolloutWorker(engine, chat, factory,
+                               RolloutLimits(max_turns=2, max_new_tokens=96, max_context_tokens=4096),
+                               SamplingRecord(temperature=1.0), env_timeout_s=120)
+        [ep] = worker.run([EpisodeRequest(env_id=env_id, task_id="lookup/5", seed=5, group_id="g5", sample_seed=5)],
+                          policy_version=0)
+        assert ep.error is None and len(ep.turns) == 2, ep.error
+        # the hung command's sandbox was replaced, not reset for the next episode: nothing of
+        # it runs on, and a fresh sandbox's working directory has none of its writes
+        assert wait_until(lambda: procs_with_label(run_id) == [], timeout_s=30)
+        assert wait_until(lambda: pool.stats().replaced >= 1, timeout_s=30)
+        with pool.lease(timeout_s=60) as fresh:
+            assert fresh.exec("ls").stdout == ""
+    finally:
+        pool.close()

@@ -8,7 +8,9 @@ session, and that the answers (JSON, streams, error bodies) come back unchanged.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -209,3 +211,28 @@ def test_rollout_actor_names_its_gateway(monkeypatch, host: str, expected: str) 
     monkeypatch.setattr(rollout_actor.ray.util, "get_node_ip_address", lambda: "10.1.2.3")
     method = rollout_actor.RolloutActor.__ray_actor_class__.gateway_backend  # the class under @ray.remote
     assert method(None) == {"gateway_id": "0123abcd", "base_url": f"http://{expected}:4321"}
+
+
+def test_shutdown_cuts_an_open_stream_and_returns_at_once() -> None:
+    gw, router = GatewayServer(), GatewayRouter()
+    try:
+        router.add_backend(gw.gateway_id, f"http://127.0.0.1:{gw.port}")
+        session = gw.open_session()
+        conn = http.client.HTTPConnection("127.0.0.1", router.port, timeout=30)
+        conn.request("GET", f"/sessions/{session.session_id}/lifeline",
+                     headers={"Authorization": f"Bearer {session.key}"})
+        stream = conn.getresponse()
+        assert stream.status == 200 and stream.read(1) == b"."  # the lifeline flows through the router
+        t0 = time.monotonic()
+        router.shutdown()
+        assert time.monotonic() - t0 < 5 and not router._thread.is_alive()
+        t1 = time.monotonic()
+        try:
+            while stream.read(1):  # the rest of the stream: cut, not flowing on
+                pass
+        except http.client.IncompleteRead:
+            pass
+        assert time.monotonic() - t1 < 5
+    finally:
+        router.shutdown()
+        gw.shutdown()

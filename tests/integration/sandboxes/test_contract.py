@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,13 +26,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tests.helpers.sandbox_checks import containers_with_label, procs_with_cmdline, procs_with_label, wait_until, what_is_left
 
 from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
 from sandboxes import Sandbox
 from sandboxes.labels import RUN_ID_ENV
 from sandboxes.output import truncation_marker
+from tests.helpers.sandbox_checks import (
+    containers_with_label,
+    procs_with_cmdline,
+    procs_with_label,
+    wait_until,
+    what_is_left,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -84,6 +91,20 @@ def test_spec_env_applies_and_the_host_environment_does_not_leak(make, run_id, m
     assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     assert env["HOME"] == "/work"
     assert py_line == "/usr/bin/python3 /usr"  # the system python, not the caller's venv
+
+
+def test_ro_mounts_are_bound_read_only_each_at_its_own_path(make):
+    shared = tempfile.mkdtemp(prefix="agentrl-ro-mount-")  # under /tmp, readable by the sandbox's user
+    try:
+        os.chmod(shared, 0o755)
+        Path(shared, "f.txt").write_text("hello")
+        os.chmod(Path(shared, "f.txt"), 0o644)
+        sb = make(ro_mounts=((shared, "/run/a"), (shared, "/opt/b")))  # one host path twice
+        r = sb.exec("cat /run/a/f.txt /opt/b/f.txt; touch /run/a/x /opt/b/x 2>/dev/null; echo rc=$?")
+        assert r.stdout == "hellohellorc=1\n", r
+        assert sorted(os.listdir(shared)) == ["f.txt"]  # nothing written through either mount
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_missing_program_is_the_commands_failure(sandbox):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from tests.helpers.sandbox_checks import containers_with_label, procs_with_label, require_docker, wait_until
 
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes import SandboxPool, SandboxSpec
 from sandboxes.bwrap import BwrapSandbox
+from tests.helpers.sandbox_checks import containers_with_label, procs_with_label, require_docker, wait_until
 
 
 @pytest.fixture
@@ -90,7 +91,10 @@ def test_cancelled_rollout_releases_and_replaces_its_sandbox(factory, run_id):
 
     with SandboxPool(factory, size=1) as pool:
         pool.wait_ready(60)
-        asyncio.run(main(pool))
+        # in a thread of its own: a browser test's sync Playwright leaves a running loop in
+        # this thread when the suites share a process
+        with ThreadPoolExecutor(1) as ex:
+            ex.submit(asyncio.run, main(pool)).result()
         assert wait_until(lambda: pool.stats().leased == 0 and pool.stats().replaced == 1, timeout_s=30)
         assert wait_until(lambda: pool.stats().idle == 1, timeout_s=30)
     assert wait_until(lambda: _nothing_left(run_id), timeout_s=10)

@@ -24,6 +24,12 @@ from agentrl.gateway.session import AgentReply
     ({"command": "x", "env": {"OPENAI_API_KEY": "k"}}, "env['OPENAI_API_KEY'] is set by the gateway"),
     ({"command": "x", "files": {"../a.py": ""}}, "files['../a.py']"),
     ({"command": "x", "files": {"/a.py": ""}}, "files['/a.py']"),
+    ({"command": "x", "files": {".": ""}}, "files['.']: expected a normalised relative name"),
+    ({"command": "x", "files": {"a/./b": ""}}, "files['a/./b']"),
+    ({"command": "x", "files": {"task.json": "{}"}}, "that name holds the task"),
+    ({"command": "x", "files": {"a": "", "a/b": ""}}, "files['a'] is a file and the directory of another"),
+    ({"command": "x", "files": {"a.py": "\ud800"}}, "expected text that is valid UTF-8"),
+    ({"command": "x", "files": {"a.py": b"bytes"}}, "expected text that is valid UTF-8"),
 ])
 def test_bad_agent_commands_are_refused_by_name(kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
@@ -116,3 +122,27 @@ def test_the_engine_pool_starts_a_router_only_for_an_agent_behind_the_gateway(tm
     register_agent_env("tests/RouterAgent-v0", agent=lambda task, client: None, task_env="agentrl/ShellLookup-v1")
     assert serves_gateway(load_config(None, [f"run.dir={tmp_path}", "env.id=tests/RouterAgent-v0"]))
     assert not serves_gateway(load_config(None, [f"run.dir={tmp_path}", "env.id=agentrl/GuessNumber-v0"]))
+
+
+def test_a_long_temporary_directory_does_not_stop_the_gateway(monkeypatch, tmp_path):
+    long_dir = tmp_path / ("x" * 120)
+    long_dir.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(long_dir))
+    srv = GatewayServer()
+    try:
+        assert len(os.path.join(srv.socket_dir, SOCKET_NAME)) < 108
+        assert os.path.exists(os.path.join(srv.socket_dir, SOCKET_NAME))
+    finally:
+        srv.shutdown()
+
+
+def test_a_command_given_per_instance_without_the_gateway_mount_is_refused():
+    from agentrl.gateway import AgentEnv
+    from sandboxes import SandboxSpec, make_sandbox
+
+    sb = make_sandbox("bwrap", SandboxSpec(run_id="test-no-mount", memory_mb=256))
+    try:
+        with pytest.raises(ConfigError, match="needs the gateway's socket mounted"):
+            AgentEnv(sb, agent=AgentCommand("x"), task_env="agentrl/ShellLookup-v1")
+    finally:
+        sb.close()
