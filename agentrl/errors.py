@@ -77,6 +77,13 @@ class RewardError(AgentRLError):
     flagged ``reward_error`` and excluded from the loss; it is never scored 0."""
 
 
+class JudgeError(RewardError):
+    """A judge (a local judge pool or an OpenAI-compatible endpoint) did not answer after its
+    retries, or answered what its rubric cannot parse. The episode is flagged
+    ``reward_error`` and excluded from the loss, never scored 0; at start-up, the run stops
+    with it (the health check)."""
+
+
 class ModelOutputError(AgentRLError):
     """The policy produced output that cannot be acted upon. This *is* the model's fault."""
 

@@ -27,7 +27,7 @@ from agentrl.replay.models import (
     unpack_floats,
     unpack_token_ids,
 )
-from agentrl.types import Episode, ExecResult, SamplingRecord, TerminationReason, Turn
+from agentrl.types import Episode, ExecResult, JudgeRecord, SamplingRecord, TerminationReason, Turn
 
 CHUNK = 500
 """Ids per ``IN (...)`` clause; far below SQLite's and PostgreSQL's parameter limits."""
@@ -65,6 +65,23 @@ def json_object(name: str, value: Mapping[str, Any]) -> dict[str, Any]:
         return json.loads(json.dumps(dict(value), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ContractError(f"{name} is not JSON-serializable (NaN/inf not allowed): {exc}") from exc
+
+
+def json_value(name: str, value: Any) -> Any:
+    """``value`` as it reads back from a JSON column (tuples become lists); ``ContractError``
+    when it is not JSON-serializable (NaN/inf included)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"{name} is not JSON-serializable (NaN/inf not allowed): {exc}") from exc
+
+
+def check_digest(name: str, value: object) -> str:
+    """``value`` if it is a ``str`` of at most 64 characters (a hex sha256: the judge's
+    ``rubric_digest`` and cache keys), else ``ContractError``."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise ContractError(f"{name}={value!r}; expected a hex sha256 (a str of at most 64 characters)")
+    return value
 
 
 def finite(what: str, value: float | None) -> float | None:
@@ -125,6 +142,76 @@ def episode_row(run_id: str, iteration: int, position: int, ep: Episode,
     }
 
 
+def judgement_row(ep: Episode, now: datetime) -> dict[str, Any] | None:
+    """The ``judgements`` row of ``ep.judgement`` (None when the episode has none), written at
+    ``now`` (UTC). ``ep`` is validated already (``JudgeRecord.validate``); raises
+    ``ContractError`` for a prompt, scores or reasons that are not JSON."""
+    j = ep.judgement
+    if j is None:
+        return None
+    where = f"episode {ep.episode_id} judgement"
+    return {
+        "episode_id": ep.episode_id,
+        "model": j.model,
+        "rubric": j.rubric,
+        "rubric_digest": check_digest(f"{where} rubric_digest", j.rubric_digest),
+        "mode": j.mode,
+        "prompt": json_value(f"{where} prompt", j.prompt),
+        "output": j.output,
+        "scores": json_value(f"{where} scores", j.scores),
+        "reasons": json_value(f"{where} reasons", j.reasons),
+        "score": finite(f"{where} score", j.score),
+        "gate_failed": j.gate_failed,
+        "rule_reward": finite(f"{where} rule_reward", j.rule_reward),
+        "reward": finite(f"{where} reward", j.reward),
+        "latency_s": float(j.latency_s),
+        "cached": bool(j.cached),
+        "judged": bool(j.judged),
+        "calls": int(j.calls),
+        "parse_errors": int(j.parse_errors),
+        "group_position": None if j.group_position is None else int(j.group_position),
+        "error": j.error,
+        "created_at": now,
+    }
+
+
+def judge_record(r: Any) -> JudgeRecord:
+    """The ``JudgeRecord`` of a ``judgements`` row (ORM row or result row with its columns)."""
+    return JudgeRecord(
+        model=r.model, rubric=r.rubric, rubric_digest=r.rubric_digest, mode=r.mode, prompt=list(r.prompt),
+        output=r.output, scores={str(k): float(v) for k, v in r.scores.items()},
+        reasons={str(k): str(v) for k, v in r.reasons.items()}, score=r.score, gate_failed=r.gate_failed,
+        rule_reward=r.rule_reward, reward=r.reward, latency_s=r.latency_s, cached=bool(r.cached),
+        judged=bool(r.judged), calls=int(r.calls), parse_errors=int(r.parse_errors), group_position=r.group_position, error=r.error,
+    )
+
+
+def judge_cache_rows(entries: Sequence[tuple[str, str, str, str]], now: datetime) -> list[dict[str, Any]]:
+    """The ``judge_cache`` rows of ``entries`` (``(cache_key, model, rubric_digest, output)``),
+    written at ``now`` (UTC), one per key: the first entry of a key repeated in ``entries``.
+
+    Raises:
+        ContractError: a key that is not 64 lowercase hex characters (a sha256), a model or
+            output that is not a ``str``, a rubric digest longer than 64 characters.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        try:
+            key, model, digest, output = entry
+        except (TypeError, ValueError):
+            raise ContractError(f"judge cache entry {entry!r}; expected (cache_key, model, rubric_digest, "
+                                "output)") from None
+        if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+            raise ContractError(f"judge cache key {key!r}; expected a hex sha256 (64 lowercase hex characters)")
+        for name, value in (("model", model), ("output", output)):
+            if not isinstance(value, str):
+                raise ContractError(f"judge cache entry {key}: {name}={value!r}; expected a str")
+        check_digest(f"judge cache entry {key}: rubric_digest", digest)
+        rows.setdefault(key, {"cache_key": key, "model": model, "rubric_digest": digest, "output": output,
+                              "created_at": now})
+    return list(rows.values())
+
+
 def turn_row(ep: Episode, k: int, t: Turn, advantage: float | None) -> dict[str, Any]:
     where = f"episode {ep.episode_id} turn {k}"
     anchor, anchor_kind = encode_anchor(t.anchor)
@@ -181,11 +268,11 @@ def reason(value: str | None) -> TerminationReason | None:
 
 
 def episode_from_rows(row: EpisodeRow | Any, turns: Sequence[TurnRow | Any],
-                      events: Sequence[SandboxEventRow | Any]) -> Episode:
-    """The ``Episode`` stored as ``row`` with its ``turns`` (in turn order) and sandbox
-    ``events`` (in turn, then ``seq`` order): ORM rows, or result rows with the same column
-    names (``agentrl.replay.read.get_episode`` selects them with ``ReplayDB.columns_as_found``).
-    A NULL ``counters`` reads as no counters."""
+                      events: Sequence[SandboxEventRow | Any], judgement: Any | None = None) -> Episode:
+    """The ``Episode`` stored as ``row`` with its ``turns`` (in turn order), sandbox
+    ``events`` (in turn, then ``seq`` order) and ``judgements`` row (None: no judgement): ORM
+    rows, or result rows with the same column names (``agentrl.replay.read.get_episode``
+    selects them with ``ReplayDB.columns_as_found``). A NULL ``counters`` reads as no counters."""
     by_turn: dict[int, list[ExecResult]] = {}
     for ev in events:
         by_turn.setdefault(ev.turn_index, []).append(ExecResult(
@@ -230,6 +317,7 @@ def episode_from_rows(row: EpisodeRow | Any, turns: Sequence[TurnRow | Any],
         prompt_mode=row.prompt_mode,
         success=row.success,
         counters={str(k): float(v) for k, v in (row.counters or {}).items()},
+        judgement=None if judgement is None else judge_record(judgement),
     )
 
 

@@ -1,6 +1,6 @@
 """The episode write of ``ReplayStore.add_episodes`` and ``set_trainer_values``: one batch of
-episodes made into rows (``episodes``, ``turns``, ``sandbox_events``) and written in the
-store's transaction, replacing the copies a run already holds.
+episodes made into rows (``episodes``, ``turns``, ``sandbox_events``, ``judgements``) and
+written in the store's transaction, replacing the copies a run already holds.
 
     batch = batch_rows(run_id, iteration, episodes, advantages, "train", utcnow())
     replaced = replace_episodes(session, run_id, batch, url)   # in the store's write transaction
@@ -24,10 +24,11 @@ from agentrl.replay.codec import (
     chunks,
     episode_row,
     event_row,
+    judgement_row,
     trainer_value_updates,
     turn_row,
 )
-from agentrl.replay.models import EPISODE_KINDS, EpisodeRow, SandboxEventRow, TurnRow
+from agentrl.replay.models import EPISODE_KINDS, EpisodeRow, JudgementRow, SandboxEventRow, TurnRow
 from agentrl.types import Episode
 
 __all__ = ["EpisodeBatch", "batch_rows", "replace_episodes", "write_trainer_values"]
@@ -45,6 +46,8 @@ class EpisodeBatch:
     """One ``turns`` row per turn of every episode."""
     events: list[dict[str, Any]]
     """One ``sandbox_events`` row per exec result of every turn."""
+    judgements: list[dict[str, Any]]
+    """One ``judgements`` row per episode with a judgement (``Episode.judgement``)."""
 
 
 def batch_rows(run_id: str, iteration: int, episodes: Sequence[Episode],
@@ -72,20 +75,25 @@ def batch_rows(run_id: str, iteration: int, episodes: Sequence[Episode],
     episode_rows: list[dict[str, Any]] = []
     turn_rows: list[dict[str, Any]] = []
     event_rows: list[dict[str, Any]] = []
+    judgement_rows: list[dict[str, Any]] = []
     for position, ep in enumerate(episodes):
         adv = advantages.get(ep.episode_id)
         episode_rows.append(episode_row(run_id, iteration, position, ep, adv, now) | {"kind": kind})
+        judged = judgement_row(ep, now)
+        if judged is not None:
+            judgement_rows.append(judged)
         for k, turn in enumerate(ep.turns):
             turn_rows.append(turn_row(ep, k, turn, None if adv is None else adv[k]))
             for seq, res in enumerate(turn.exec_results):
                 event_rows.append(event_row(ep.episode_id, k, seq, res, now))
-    return EpisodeBatch(ids, episode_rows, turn_rows, event_rows)
+    return EpisodeBatch(ids, episode_rows, turn_rows, event_rows, judgement_rows)
 
 
 def replace_episodes(s: Session, run_id: str, batch: EpisodeBatch, url: str) -> int:
     """Write ``batch`` in the caller's transaction: an episode the run already holds is
-    deleted (row, turns, sandbox events) and written again. ``url`` names the database in
-    errors. Returns how many episodes were replaced.
+    deleted (row, turns, sandbox events, judgement) and written again (an episode without a
+    judgement then has no ``judgements`` row). ``url`` names the database in errors.
+    Returns how many episodes were replaced.
 
     Raises:
         ContractError: an ``episode_id`` of the batch is stored under another run (nothing
@@ -104,9 +112,11 @@ def replace_episodes(s: Session, run_id: str, batch: EpisodeBatch, url: str) -> 
         )
     for chunk in chunks(sorted(existing)):
         s.execute(delete(SandboxEventRow).where(SandboxEventRow.episode_id.in_(chunk)))
+        s.execute(delete(JudgementRow).where(JudgementRow.episode_id.in_(chunk)))
         s.execute(delete(TurnRow).where(TurnRow.episode_id.in_(chunk)))
         s.execute(delete(EpisodeRow).where(EpisodeRow.episode_id.in_(chunk)))
-    for model, rows in ((EpisodeRow, batch.episodes), (TurnRow, batch.turns), (SandboxEventRow, batch.events)):
+    for model, rows in ((EpisodeRow, batch.episodes), (TurnRow, batch.turns), (SandboxEventRow, batch.events),
+                        (JudgementRow, batch.judgements)):
         if rows:
             s.execute(model.__table__.insert(), rows)
     return len(existing)

@@ -44,7 +44,9 @@ completion marks) number training iterations from 1, as every other place a user
 iteration (docs/design.md, "Iteration numbering"; 0 holds what precedes training), and the
 rows stored 0-based before are shifted by one. Schema 9 (revision ``0009``): ``turns.branch``
 and ``turns.tool_calls`` (0 on turns stored before: one branch, no tool calls reported) and
-``episodes.counters`` (NULL: none, on every episode stored before).
+``episodes.counters`` (NULL: none, on every episode stored before). Schema 10 (revision
+``0010``): the tables ``judgements`` (``Episode.judgement``, one row per judged episode) and
+``judge_cache`` (the judge's answers by prompt digest).
 """
 
 from __future__ import annotations
@@ -76,12 +78,13 @@ from sqlalchemy.types import TypeDecorator
 
 from agentrl.errors import ContractError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """Version of the tables below. Bump it with every schema change, together with a new Alembic
 revision (4: the ``iterations`` table of completion marks; 5: ``turns.policy_versions``,
 per-token weight versions; 6: trainer-side log-probs and entropies, ``episodes.kind``,
 ``reruns``, the viewer's indexes and full-text search; 7: the index of ``metrics`` by key;
-8: iterations numbered from 1; 9: ``turns.branch``, ``turns.tool_calls``, ``episodes.counters``)."""
+8: iterations numbered from 1; 9: ``turns.branch``, ``turns.tool_calls``, ``episodes.counters``;
+10: the ``judgements`` and ``judge_cache`` tables)."""
 
 EPISODE_KINDS = ("train", "eval", "profile")
 """Values of ``episodes.kind``: training rollouts, evaluation episodes, and a training run's
@@ -465,3 +468,53 @@ class IterationRow(Base):
     """Numbered from 1 (0: before training), as ``EpisodeRow.iteration`` and ``MetricRow.iteration``."""
     completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     """When the mark was written (UTC)."""
+
+
+class JudgementRow(Base):
+    """``Episode.judgement`` (``agentrl.types.JudgeRecord``), one column per field; an episode
+    without a judgement has no row. Written and replaced with its episode."""
+
+    __tablename__ = "judgements"
+
+    episode_id: Mapped[str] = mapped_column(
+        _ID, ForeignKey("episodes.episode_id", ondelete="CASCADE"), primary_key=True
+    )
+    model: Mapped[str] = mapped_column(SafeText)
+    rubric: Mapped[str] = mapped_column(SafeText)
+    rubric_digest: Mapped[str] = mapped_column(String(64))
+    """Hex sha256 of the rubric (``Rubric.digest``)."""
+    mode: Mapped[str] = mapped_column(String(8))
+    """``single`` or ``group``."""
+    prompt: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    """The chat messages sent to the judge (OpenAI format)."""
+    output: Mapped[str | None] = mapped_column(SafeText, nullable=True)
+    scores: Mapped[dict[str, float]] = mapped_column(JSON)
+    """Criterion -> score in [0, 1]."""
+    reasons: Mapped[dict[str, str]] = mapped_column(JSON)
+    score: Mapped[float | None] = mapped_column(Double, nullable=True)
+    gate_failed: Mapped[str | None] = mapped_column(SafeText, nullable=True)
+    rule_reward: Mapped[float | None] = mapped_column(Double, nullable=True)
+    reward: Mapped[float | None] = mapped_column(Double, nullable=True)
+    latency_s: Mapped[float] = mapped_column(Double)
+    cached: Mapped[bool] = mapped_column(Boolean)
+    judged: Mapped[bool] = mapped_column(Boolean)
+    calls: Mapped[int] = mapped_column(Integer)
+    parse_errors: Mapped[int] = mapped_column(Integer)
+    group_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(SafeText, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class JudgeCacheRow(Base):
+    """One cached judge answer (``ReplayStore.judge_cache_put`` / ``judge_cache_get``): the
+    first answer stored for a key is kept."""
+
+    __tablename__ = "judge_cache"
+
+    cache_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """Hex sha256 (64 characters) of what the judge was asked."""
+    model: Mapped[str] = mapped_column(SafeText)
+    rubric_digest: Mapped[str] = mapped_column(String(64))
+    output: Mapped[str] = mapped_column(SafeText)
+    """The judge's raw answer."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

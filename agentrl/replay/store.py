@@ -56,6 +56,9 @@ Semantics worth knowing:
   every kind). The update's per-token log-probs and entropies go in with
   ``trainer_values=`` (or later, ``set_trainer_values``) and come back with
   ``get_trainer_values``. ``add_rerun`` / ``reruns`` hold ``agentrl replay rerun`` results.
+* **Judge.** ``Episode.judgement`` is written with its episode (table ``judgements``) and
+  read back by ``get_episode``. ``judge_cache_put`` / ``judge_cache_get`` hold the judge's raw
+  answers by key (the first answer for a key is kept).
 * **PostgreSQL** needs a driver: ``pip install "psycopg[binary]"`` for ``postgresql+psycopg``.
   Two writers replacing the same episode at once are serialized by row locks (a deadlock is
   retried, above); opening a new database takes an advisory lock while the schema is made.
@@ -69,6 +72,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import delete
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
@@ -82,6 +87,7 @@ from agentrl.replay.codec import (
     chunks,
     finite_trainer_values,
     json_object,
+    judge_cache_rows,
     rerun_row,
 )
 from agentrl.replay.episode_writes import (
@@ -90,7 +96,7 @@ from agentrl.replay.episode_writes import (
     write_trainer_values,
 )
 from agentrl.replay.iteration_marks import delete_from, mark_done, refuse_complete
-from agentrl.replay.models import Base, EpisodeRow, MetricRow, RerunRow, RunRow, utcnow
+from agentrl.replay.models import Base, EpisodeRow, JudgeCacheRow, MetricRow, RerunRow, RunRow, utcnow
 from agentrl.replay.read import EpisodeSummary, ReplayDB, RerunInfo, RunInfo, RunStatus
 from agentrl.replay.read.db import SQLITE_BUSY_TIMEOUT_S, WRITE, open_engine
 from agentrl.replay.read.episodes import episode_in
@@ -400,6 +406,29 @@ class ReplayStore(StoreReads):
                 ))
             if rows:
                 s.execute(MetricRow.__table__.insert(), rows)
+
+    # -- judge cache -------------------------------------------------------------------
+
+    @_retry_writes
+    def judge_cache_put(self, entries: Sequence[tuple[str, str, str, str]]) -> None:
+        """Store judge answers ``(cache_key, model, rubric_digest, output)`` in one
+        transaction: ``cache_key`` is a hex sha256 (64 lowercase hex characters) of what the
+        judge was asked, ``output`` its raw answer. Idempotent: a key already stored (or
+        repeated in ``entries``) keeps its first answer (``INSERT ... ON CONFLICT DO
+        NOTHING``, so two processes storing one key at once do not fail). Read back with
+        ``judge_cache_get``.
+
+        Raises:
+            ContractError: a key that is not a hex sha256, a model or output that is not a
+                ``str``, a rubric digest longer than 64 characters; nothing is written then.
+        """
+        rows = judge_cache_rows(entries, utcnow())
+        if not rows:
+            return
+        insert = sqlite_insert if self._is_sqlite else pg_insert
+        stmt = insert(JudgeCacheRow.__table__).on_conflict_do_nothing(index_elements=["cache_key"])
+        with self._write() as s:
+            s.execute(stmt, rows)
 
     # -- complete iterations and resume -------------------------------------------------
 

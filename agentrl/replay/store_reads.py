@@ -5,6 +5,7 @@ function gives ``None`` for an unknown run or episode, raises ``ContractError`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agentrl.errors import ContractError
@@ -66,6 +67,12 @@ class StoreReads:
             ContractError: unknown ``episode_id``.
         """
         return self._known(read.trainer_values(self._db, episode_id), episode_id)
+
+    def judge_cache_get(self, keys: Sequence[str]) -> dict[str, str]:
+        """``{key: output}``: the judge's cached raw answers for those of ``keys`` (hex sha256,
+        ``judge_cache_put``) that the cache holds, in one read transaction
+        (``agentrl.replay.read.judge_cache``)."""
+        return read.judge_cache(self._db, keys)
 
     def reruns(self, episode_id: str) -> list[RerunInfo]:
         """The reruns of an episode, newest first (``[]`` for none or an unknown episode;

@@ -6,6 +6,7 @@
 - ``agentrl.types.rows``: ``TurnSpan``, ``EpisodeRows`` (an episode's trainer rows).
 - ``agentrl.types.batch``: ``TokenSequence``, ``TokenBatch`` (what the trainer sees).
 - ``agentrl.types.value``: ``ValueRow``, ``ValueBatch`` (value targets for a critic).
+- ``agentrl.types.judge``: ``JudgeRecord`` (a judged episode's audit trail).
 - ``agentrl.types.step_info``: ``StepInfo``, ``STEP_INFO_KEYS`` and their helpers.
 
 Import the names from here (``from agentrl.types import Episode``). The package imports
@@ -25,6 +26,7 @@ from agentrl.types.episode import (
     TerminationReason,
     broadcast_turn_values,
 )
+from agentrl.types.judge import JudgeItem, JudgeRecord
 from agentrl.types.rows import EpisodeRows, TurnSpan
 from agentrl.types.step_info import (
     EXAMPLE_ROLES,
@@ -49,6 +51,8 @@ __all__ = [
     "EpisodeRows",
     "ExecResult",
     "FinishReason",
+    "JudgeItem",
+    "JudgeRecord",
     "ObservationRole",
     "PromptMode",
     "SamplingRecord",

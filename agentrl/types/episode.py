@@ -25,6 +25,7 @@ from typing import Literal, Sequence
 
 from agentrl.errors import ContractError
 from agentrl.types.batch import TokenSequence
+from agentrl.types.judge import JudgeRecord
 from agentrl.types.rows import EpisodeRows, TurnSpan
 from agentrl.types.turn import Turn
 
@@ -144,6 +145,9 @@ class Episode:
         counters: named per-episode counts the environment reported (``StepInfo.counters``,
             e.g. ``"gateway/forks"``), summed over its reset and steps; finite floats.
             ``rollout_metrics`` sums each over the episodes under its own name.
+        judgement: the judge's audit record (``JudgeRecord``) when the run's reward has a
+            judge (``reward.judge``), else None. The reward it gave is already in the turns
+            (the last turn's reward carries the difference to the rule's).
 
     Branches (``Turn.branch``, ``full_history`` mode only): an environment may fork the
     conversation, e.g. an agent behind the gateway whose next request does not extend the
@@ -168,6 +172,7 @@ class Episode:
     prompt_mode: PromptMode = "full_history"
     success: bool | None = None
     counters: dict[str, float] = field(default_factory=dict)
+    judgement: JudgeRecord | None = None
 
     @property
     def total_reward(self) -> float | None:
@@ -360,6 +365,11 @@ class Episode:
                     and math.isfinite(value)):
                 raise ContractError(f"episode {self.episode_id}: counters[{key!r}]={value!r}; expected a str key "
                                     "and a finite number")
+        if self.judgement is not None:
+            if not isinstance(self.judgement, JudgeRecord):
+                raise ContractError(f"episode {self.episode_id}: judgement of type {type(self.judgement).__name__}; "
+                                    "expected a JudgeRecord or None")
+            self.judgement.validate()
         if self.terminated and self.truncated:
             raise ContractError(
                 f"episode {self.episode_id} is both terminated and truncated"

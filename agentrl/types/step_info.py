@@ -31,6 +31,7 @@ STEP_INFO_KEYS: tuple[str, ...] = (
     "anchor", "observation_role", "tool_outputs", "system_prompt", "tools",
     "system_prompt_describes_tools", "example_messages", "invalid_action", "success",
     "messages", "branch", "tool_call_count", "counters", "max_new_tokens", "stop_strings",
+    "reference_answer", "final_answer",
 )
 """The ``info`` keys ``StepInfo`` owns; every other key is the env's own. Each is its field's
 name, except ``StepInfo.tool_calls``, whose key is ``"tool_call_count"``: environments keep
@@ -156,6 +157,11 @@ class StepInfo:
             ``rollout.max_new_tokens`` (the smaller wins); ``>= 1``. None: no cap.
         stop_strings: extra stop strings of the next turn, on top of
             ``rollout.stop_strings``; non-empty strs. None: none.
+        reference_answer: (reset) the task's reference answer, for a judge
+            (``reward.judge``: the rubric's ``reference``); a str. None: the task has none.
+        final_answer: (the step that ends the episode) the answer as the env parsed it
+            from the action, for a judge (the rubric's ``answer``); a str. None: the judge
+            reads the last action's text.
     """
 
     anchor: Hashable = _NO_ANCHOR
@@ -173,6 +179,8 @@ class StepInfo:
     counters: Mapping[str, float] | None = None
     max_new_tokens: int | None = None
     stop_strings: tuple[str, ...] | None = None
+    reference_answer: str | None = None
+    final_answer: str | None = None
 
     def anchor_or(self, observation: str) -> Hashable:
         """The anchor, or ``observation`` when the env gave none."""
@@ -213,6 +221,9 @@ class StepInfo:
             info["counters"] = dict(self.counters)
         if self.stop_strings is not None:
             info["stop_strings"] = list(self.stop_strings)
+        for key, text in (("reference_answer", self.reference_answer), ("final_answer", self.final_answer)):
+            if text is not None:
+                info[key] = text
         info.update(extra)
         return info
 
@@ -305,12 +316,20 @@ class StepInfo:
             if n is None or n < lo:
                 raise bad(key, value, f"must be an int >= {lo}, got {type_name(value)}")
             ints[field_name] = n
+        texts: dict[str, str | None] = {}
+        for key in ("reference_answer", "final_answer"):
+            value = info.get(key)
+            if value is not None and not isinstance(value, str):
+                raise bad(key, value, f"must be str, got {type_name(value)}")
+            texts[key] = value
+        if reset and texts["final_answer"] is not None:
+            raise bad("final_answer", texts["final_answer"], "is for the step that ends the episode, not reset")
         return cls(anchor=anchor, observation_role=role,
                    tool_outputs=tuple(outputs) if outputs is not None else None,
                    system_prompt=prompt, tools=tuple(tools) if tools is not None else None,
                    example_messages=tuple(dict(m) for m in examples) if examples is not None else None,
                    messages=_messages(info.get("messages"), bad), counters=_counters(info.get("counters"), bad),
-                   stop_strings=_stop_strings(info.get("stop_strings"), bad), **ints, **flags)
+                   stop_strings=_stop_strings(info.get("stop_strings"), bad), **ints, **flags, **texts)
 
 
 def _as_int(value: Any) -> int | None:
@@ -355,7 +374,8 @@ def _messages(value: Any, bad: Any) -> tuple[dict[str, Any], ...] | None:
 
 
 RESERVED_METRIC_NAMESPACES = frozenset({
-    "actor", "advantages", "async", "cluster", "critic", "eval", "eval_before", "filter", "forward", "kl", "losses",
+    "actor", "advantages", "async", "cluster", "critic", "eval", "eval_before", "filter", "forward", "judge", "kl",
+    "losses",
     "perf", "policy", "profile", "replay", "rollout", "rollout_corr", "sandbox", "shaping", "sync", "time",
     "timeline", "tokens", "train", "trainer",
 })

@@ -6,7 +6,8 @@ Revisions (``versions/``): ``0005`` is the baseline, equal to ``schema_version``
 schema before Alembic); ``0006`` adds what the viewer needs (see ``agentrl.replay.models``);
 ``0007`` the index of ``metrics`` by key (the viewer's run pages); ``0008`` numbers the stored
 iterations from 1 (a data migration: the rows of 0-based iterations shifted by one); ``0009``
-adds ``turns.branch``, ``turns.tool_calls`` and ``episodes.counters``.
+adds ``turns.branch``, ``turns.tool_calls`` and ``episodes.counters``; ``0010`` the tables
+``judgements`` and ``judge_cache`` (judge rewards).
 A database made before Alembic has a ``schema_version`` table and no ``alembic_version``: of
 schema 3 or 4 it is first brought to 5 by the steps the store always had, then the baseline is
 stamped and the later revisions run. The ``schema_version`` row keeps being updated
@@ -31,7 +32,7 @@ from agentrl.replay.models import SCHEMA_VERSION, IterationRow
 
 BASELINE = "0005"
 """Revision equal to ``schema_version`` 5 (made before Alembic)."""
-HEAD = "0009"
+HEAD = "0010"
 """The newest revision this agentrl knows."""
 LEGACY_VERSIONS = (3, 4, 5)
 """``schema_version`` values of pre-Alembic databases that are upgraded in place."""

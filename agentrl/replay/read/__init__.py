@@ -11,10 +11,10 @@ A ``ReplayStore`` reads through the same functions on its own engine (``ReplaySt
 read methods raise ``ContractError`` for an unknown id where the functions here give ``None``.
 
 Modules: ``db`` (engines, ``ReplayDB``, ``ReadOnlyDB``), ``runs`` (``RunInfo``, metrics),
-``episodes`` (``Episode``, ``EpisodeSummary``, trainer values, ``RerunInfo``), ``listing``
-(the viewer's filtered keyset pages), ``query_plans`` (which index a filtered page reads),
-``search`` (full-text search of the turns' actions and observations), ``views`` (the viewer's
-episode, token, group and diff pages).
+``episodes`` (``Episode``, ``EpisodeSummary``, trainer values, ``RerunInfo``), ``judge`` (an
+episode's judgement row, the judge cache), ``listing`` (the viewer's filtered keyset pages),
+``query_plans`` (which index a filtered page reads), ``search`` (full-text search of the
+turns' actions and observations), ``views`` (the viewer's episode, token, group and diff pages).
 
 Every function is one read transaction (one snapshot) on its own connection, so reading works
 while a training run writes the same database (SQLite WAL; PostgreSQL MVCC).
@@ -32,6 +32,7 @@ from agentrl.replay.read.episodes import (
     reruns,
     trainer_values,
 )
+from agentrl.replay.read.judge import judge_cache, judgement_of
 from agentrl.replay.read.listing import SORTS, EpisodeFilter, Page, Sort, episode_page
 from agentrl.replay.read.runs import (
     RunInfo,
@@ -65,6 +66,6 @@ __all__ = [
     "EpisodeView", "GroupView", "Page", "ReadOnlyDB", "ReplayDB", "RerunInfo", "RunInfo", "RunStatus", "Sort",
     "TokenPage", "TurnView", "advantages", "align_turns", "common_tasks", "completed_iterations",
     "count_episodes", "episode_page", "episode_view", "first_episode", "get_episode", "get_episode_summary", "get_group", "get_run",
-    "iterations", "list_episodes", "list_runs", "metric_series", "metrics", "model_path", "model_paths",
+    "iterations", "judge_cache", "judgement_of", "list_episodes", "list_runs", "metric_series", "metrics", "model_path", "model_paths",
     "open_engine", "reruns", "token_page", "trainer_values",
 ]

@@ -20,11 +20,13 @@ from agentrl.replay.models import (
     EPISODE_KINDS,
     EpisodeRow,
     IterationRow,
+    JudgementRow,
     SandboxEventRow,
     TurnRow,
     unpack_floats,
 )
 from agentrl.replay.read.db import ReplayDB
+from agentrl.replay.read.judge import judgement_of
 from agentrl.replay.read.runs import complete_subquery
 from agentrl.types import Episode, TerminationReason
 
@@ -90,7 +92,7 @@ def get_episode(db: ReplayDB, episode_id: str) -> Episode | None:
     ``0.0`` on SQLite; anchors that are neither ``str`` nor simple literals read back as
     their ``repr``. On a database of an older schema (opened read-only, not upgraded) the
     fields of later revisions read as their defaults (``ReplayDB.columns_as_found``: branch
-    0, no tool calls, no counters)."""
+    0, no tool calls, no counters; no judgement without the ``judgements`` table)."""
     with db.read() as conn:
         row = conn.execute(select(*db.columns_as_found(E)).where(E.c.episode_id == episode_id)).first()
         if row is None:
@@ -98,17 +100,18 @@ def get_episode(db: ReplayDB, episode_id: str) -> Episode | None:
         turns = conn.execute(select(*db.columns_as_found(T)).where(T.c.episode_id == episode_id)
                              .order_by(T.c.turn_index)).all()
         events = conn.execute(select(S).where(S.c.episode_id == episode_id).order_by(S.c.turn_index, S.c.seq)).all()
-    return episode_from_rows(row, turns, events)
+        judgement = judgement_of(db, conn, episode_id)
+    return episode_from_rows(row, turns, events, judgement)
 
 
 def episode_in(s: Session, row: EpisodeRow) -> Episode:
-    """The ``Episode`` of ``row`` with its turns and sandbox events, read in session ``s``
+    """The ``Episode`` of ``row`` with its turns, sandbox events and judgement, read in session ``s``
     (the writable store's, whose database is at the head revision)."""
     turns = s.scalars(select(TurnRow).where(TurnRow.episode_id == row.episode_id)
                       .order_by(TurnRow.turn_index)).all()
     events = s.scalars(select(SandboxEventRow).where(SandboxEventRow.episode_id == row.episode_id)
                        .order_by(SandboxEventRow.turn_index, SandboxEventRow.seq)).all()
-    return episode_from_rows(row, turns, events)
+    return episode_from_rows(row, turns, events, s.get(JudgementRow, row.episode_id))
 
 
 def check_kind(kind: str | None) -> None:

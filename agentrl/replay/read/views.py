@@ -26,6 +26,7 @@ from agentrl.replay.models import (
     decode_anchor,
 )
 from agentrl.replay.read.db import ReplayDB
+from agentrl.replay.read.judge import judgement_of
 from agentrl.replay.read.listing import LIST_COLUMNS, E, T
 
 S = SandboxEventRow.__table__
@@ -84,6 +85,10 @@ class EpisodeView:
     counters: dict[str, float] = field(default_factory=dict)
     """``Episode.counters`` (name → count); empty when the episode has none, or on a database
     without the column (schema 8 and older)."""
+    judgement: Any | None = None
+    """The episode's ``judgements`` row (the columns of ``models.JudgementRow``: ``model``,
+    ``rubric``, ``scores``, ``reasons``, ``output`` ...); None when it was not judged, or on a
+    database without the table (schema 9 and older)."""
 
     @property
     def branches(self) -> dict[int, list[int]]:
@@ -101,9 +106,9 @@ class EpisodeView:
 
 
 def episode_view(db: ReplayDB, episode_id: str) -> EpisodeView | None:
-    """The episode ``episode_id`` with every turn and sandbox command, or None (three queries).
-    On a database of an older schema the fields of later revisions read as their defaults
-    (``ReplayDB.columns_as_found``: branch 0, no tool calls, no counters)."""
+    """The episode ``episode_id`` with every turn, sandbox command and judgement, or None (four
+    queries). On a database of an older schema the fields of later revisions read as their defaults
+    (``ReplayDB.columns_as_found``: branch 0, no tool calls, no counters, no judgement)."""
     sizes = (func.length(T.c.prompt_ids) / 4, func.length(T.c.completion_ids) / 4)  # packed <i4: 4 bytes/id
     turn_cols = {c.name: c for c in db.columns_as_found(T)}
     counters = {c.name: c for c in db.columns_as_found(E)}["counters"]
@@ -121,7 +126,8 @@ def episode_view(db: ReplayDB, episode_id: str) -> EpisodeView | None:
                                .where(S.c.episode_id == episode_id).order_by(S.c.turn_index, S.c.seq)):
             if ev.turn_index in by_index:
                 by_index[ev.turn_index].events.append(ev)
-    return EpisodeView(summary, turns, dict(summary.counters or {}))
+        judgement = judgement_of(db, conn, episode_id)
+    return EpisodeView(summary, turns, dict(summary.counters or {}), judgement)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Replay schema through Alembic (schema 9): a schema-5 file made by the store before
+"""Replay schema through Alembic (schema 10): a schema-5 file made by the store before
 Alembic is upgraded in place; the revisions build exactly the tables of ``models``; the
 new columns and tables round-trip (episode ``kind``, trainer-side log-probs and entropies,
 ``reruns``); full-text search over actions and observations; read-only opening. Real
@@ -32,7 +32,7 @@ REV7_DB = Path(__file__).parent / "data" / "replay_rev7.db"
 def test_head_is_the_script_directorys_head() -> None:
     script = ScriptDirectory(str(Path(migrations.__file__).parent))
     assert script.get_current_head() == migrations.HEAD
-    assert migrations.known_revisions() == [migrations.BASELINE, "0006", "0007", "0008", "0009"]
+    assert migrations.known_revisions() == [migrations.BASELINE, "0006", "0007", "0008", "0009", "0010"]
 
 
 def _not_ours(obj, name, type_, reflected, compare_to) -> bool:
@@ -60,7 +60,7 @@ def test_a_schema_5_file_of_the_store_before_alembic_is_upgraded_in_place(tmp_pa
     with ReplayStore(f"sqlite:///{path}") as store:
         with store.engine.connect() as conn:
             assert migrations.current_revision(conn) == migrations.HEAD
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 9
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 10
         assert [r.run_id for r in store.runs()] == ["run-schema5"]
         assert store.completed_iterations("run-schema5") == [1]  # numbered from 1 (revision 0008)
         for it, eps in expected_schema5_episodes().items():
@@ -88,7 +88,7 @@ def test_revision_0008_numbers_the_iterations_of_a_revision_7_file_from_1(tmp_pa
     with ReplayStore(f"sqlite:///{path}") as store:
         with store.engine.connect() as conn:
             assert migrations.current_revision(conn) == migrations.HEAD
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 9
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 10
         run = rev7.RUN
         assert store.iterations(run) == [1, 2] and store.completed_iterations(run) == [1]
         for it, eps in rev7.expected_rev7_episodes().items():  # ids kept (0-based), rows under it + 1

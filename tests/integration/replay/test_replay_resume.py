@@ -133,7 +133,7 @@ def test_a_version_3_database_is_upgraded_in_place(db_url: str, make_episode) ->
     engine.dispose()
     with ReplayStore(db_url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 9  # 3 -> 4 -> 5 -> head
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 10  # 3 -> 4 -> 5 -> head
             assert current_revision(conn) == HEAD
         assert store.get_episode(ep.episode_id) == ep
         assert store.completed_iterations("run-old") == []  # stored before the upgrade: unmarked

@@ -46,7 +46,7 @@ def test_a_version_4_database_is_upgraded_in_place(db_url: str, make_episode) ->
     engine.dispose()
     with ReplayStore(db_url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 9
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 10
             assert current_revision(conn) == HEAD
         back = store.get_episode(ep.episode_id)
         assert back == ep  # every token at its turn's version, as stored before

@@ -50,8 +50,8 @@ def test_branches_tool_calls_and_counters_round_trip(tmp_path: Path) -> None:
         assert [r.key for r in back.rows()] == [branched.episode_id, f"{branched.episode_id}:b1"]
         assert store.get_episode(plain.episode_id) == plain and store.get_episode(plain.episode_id).counters == {}
         with store.engine.connect() as conn:
-            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 9
-            assert migrations.current_revision(conn) == migrations.HEAD == "0009"
+            assert conn.scalar(select(SchemaVersionRow.version)) == SCHEMA_VERSION == 10
+            assert migrations.current_revision(conn) == migrations.HEAD == "0010"
             stored = conn.exec_driver_sql("SELECT counters FROM episodes ORDER BY position").scalars().all()
         assert stored[1] is None  # no counters: NULL
 
