@@ -1,0 +1,110 @@
+"""The episode scorer (agentrl/rewards/scorer.py) over a scripted judge callable: the rule
+decides where it may (no call paid), the cache is asked first and filled only with answers
+that parsed, an unparseable answer is asked again bypassing the cache, and a judge that
+fails or keeps answering garbage gives a record with no reward (a reward error), never 0."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl.errors import ConfigError, JudgeError
+from agentrl.rewards.rubric import Criterion, Rubric
+from agentrl.rewards.scorer import EpisodeScorer
+from agentrl.rewards.types import JudgeReply
+from agentrl.types import Episode, JudgeItem
+
+RUBRIC = Rubric("math", (Criterion("correct", "equivalent to the reference", weight=1.0),
+                         Criterion("format", "ends with Answer:", weight=1.0, gate=True)))
+EP = Episode(group_id="g", env_id="x/E-v0", task_id="t", seed=0)
+
+
+def ok(correct: float, fmt: float = 1.0) -> str:
+    return json.dumps({"scores": {"correct": correct, "format": fmt}, "reason": "because"})
+
+
+class Script:
+    """A judge call answering from ``answers`` in order (an exception is raised)."""
+
+    def __init__(self, *answers):
+        self.answers, self.requests = list(answers), []
+
+    def __call__(self, req):
+        self.requests.append(req)
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return JudgeReply(text=a, model="judge-1", latency_s=0.5)
+
+
+class Cache(dict):
+    def get_(self, key):
+        return self.get(key)
+
+    def put_(self, key, model, digest, text):
+        self.setdefault(key, text)
+
+
+def _score(scorer, rule=0.0, answer="0.96"):
+    return scorer.submit(EP, JudgeItem(task="96% of 1?", reference="0.96", answer=answer, rule_reward=rule)).result(10)
+
+
+def test_a_judged_episode_gets_the_combined_reward_and_a_full_record():
+    judge = Script(ok(0.8))
+    rec = _score(EpisodeScorer(RUBRIC, judge, model="judge-1", combine_mode="weighted", rule_weight=0.25), rule=0.0)
+    assert rec.judged and rec.score == 0.8 and rec.reward == pytest.approx(0.75 * 0.8)
+    assert rec.scores == {"correct": 0.8, "format": 1.0} and rec.model == "judge-1" and rec.latency_s == 0.5
+    assert rec.rubric == "math" and rec.rubric_digest == RUBRIC.digest() and rec.rule_reward == 0.0
+    assert rec.prompt == [dict(m) for m in judge.requests[0].messages] and rec.output == ok(0.8)
+
+
+def test_rule_first_trusts_a_passing_rule_and_pays_no_call():
+    judge = Script()
+    scorer = EpisodeScorer(RUBRIC, judge, model="judge-1")
+    rec = _score(scorer, rule=1.0)
+    assert not rec.judged and rec.reward == 1.0 and judge.requests == [] and scorer.stats["rule_decided"] == 1
+
+
+def test_a_failed_gate_scores_zero():
+    rec = _score(EpisodeScorer(RUBRIC, Script(ok(1.0, fmt=0.2)), model="judge-1", combine_mode="judge"))
+    assert rec.reward == 0.0 and rec.gate_failed == "format"
+
+
+def test_the_cache_is_asked_first_and_holds_only_answers_that_parsed():
+    cache = Cache()
+    judge = Script("not json", ok(1.0))
+    scorer = EpisodeScorer(RUBRIC, judge, model="judge-1", cache_get=cache.get_, cache_put=cache.put_)
+    first = _score(scorer)
+    assert first.reward == 1.0 and len(judge.requests) == 2 and list(cache.values()) == [ok(1.0)]
+    again = _score(scorer)  # the same prompt: from the cache, no call
+    assert again.cached and again.reward == 1.0 and len(judge.requests) == 2
+    assert scorer.stats == {"calls": 2, "cache_hits": 1, "parse_errors": 1, "failures": 0, "rule_decided": 0}
+
+
+def test_a_garbage_cache_entry_is_a_miss_and_asked_fresh():
+    cache = Cache()
+    scorer = EpisodeScorer(RUBRIC, Script(ok(1.0)), model="judge-1", cache_get=cache.get_, cache_put=cache.put_)
+    key = RUBRIC.request(JudgeItem(task="96% of 1?", reference="0.96", answer="0.96", rule_reward=0.0), "judge-1").cache_key
+    cache[key] = "garbage"
+    rec = _score(scorer)
+    assert rec.reward == 1.0 and not rec.cached
+
+
+def test_garbage_after_the_retries_or_a_failed_judge_is_no_reward_never_zero():
+    rec = _score(EpisodeScorer(RUBRIC, Script("nope", '{"scores": {"correct": 2}}'), model="judge-1", parse_retries=1))
+    assert rec.reward is None and "could not be parsed" in rec.error and "attempt 2" in rec.error
+    assert rec.output == '{"scores": {"correct": 2}}'
+    down = _score(EpisodeScorer(RUBRIC, Script(JudgeError("http://x/v1 did not answer after 4 attempts")),
+                                model="judge-1"))
+    assert down.reward is None and "did not answer" in down.error
+
+
+def test_bad_settings_are_refused_by_name():
+    with pytest.raises(ConfigError, match="combine_mode='best'"):
+        EpisodeScorer(RUBRIC, Script(), model="m", combine_mode="best")
+    with pytest.raises(ConfigError, match="rule_weight=2"):
+        EpisodeScorer(RUBRIC, Script(), model="m", rule_weight=2)
+    group = Rubric("g", RUBRIC.criteria, mode="group")
+    with pytest.raises(ConfigError, match="mode 'group'"):
+        EpisodeScorer(group, Script(), model="m")
