@@ -61,6 +61,7 @@ ENV_ENTRY_POINTS: dict[str, str] = {
     "agentrl/ShellTasks-v0": "environments.shell_tasks:ShellTasksEnv",
     "agentrl/ShellLookup-v1": "environments.shell_lookup:ShellLookupEnv",
     "agentrl/GuessNumber-v0": "environments.guess_number:GuessNumberEnv",
+    "agentrl/MathAnswer-v0": "environments.math_answer:MathAnswerEnv",
     "agentrl/Sokoban-v0": "environments.sokoban:SokobanEnv",
     "agentrl/TextWorld-v0": "environments.textworld_env:TextWorldEnv",  # needs `textworld`
 }

@@ -30,8 +30,8 @@ def envpkg_on_path(monkeypatch):
 
 def test_builtin_ids_are_registered():
     assert set(environments.registered_env_ids()) == {
-        "agentrl/GuessNumber-v0", "agentrl/HumanEval-v0", "agentrl/ShellLookup-v1", "agentrl/ShellTasks-v0",
-        "agentrl/Sokoban-v0", "agentrl/TextWorld-v0",
+        "agentrl/GuessNumber-v0", "agentrl/HumanEval-v0", "agentrl/MathAnswer-v0", "agentrl/ShellLookup-v1",
+        "agentrl/ShellTasks-v0", "agentrl/Sokoban-v0", "agentrl/TextWorld-v0",
     }
     assert environments.register_envs() == []  # idempotent
 
