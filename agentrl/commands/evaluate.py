@@ -207,6 +207,8 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     # every eval episode is scored by the env's declared judge, not the training reward (agentrl.driver.judge)
     if judge:
         data["env"]["kwargs"] = judge_env_kwargs(base.env.id, data["env"]["kwargs"], base.env.import_modules)
+    # never by the training reward's LLM judge (reward.judge): an eval is scored by the env's rule
+    data.setdefault("reward", {})["judge"] = None
     data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
                            max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
     data["run"]["seed"] = ev.seed

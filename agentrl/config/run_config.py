@@ -17,6 +17,7 @@ from agentrl.config.loop_sections import (
     ReplayConfig,
 )
 from agentrl.config.placement import ClusterConfig
+from agentrl.config.reward_sections import RewardConfig
 from agentrl.config.sections import (
     AlgorithmConfig,
     EnvConfig,
@@ -47,6 +48,7 @@ class Config(Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     critic: CriticSection = Field(default_factory=CriticSection)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)

@@ -110,6 +110,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
     t_train = time.perf_counter()  # the timeline's origin (timeline/* metrics)
     from agentrl.cluster.actors.env_factory import env_task_ids  # heavy: ray
+    from agentrl.cluster.actors.judge_service import start_judge_service, stop_judge_service  # heavy: ray
     from agentrl.cluster.actors.rollout_actor import sampling_of  # heavy: ray
     from agentrl.cluster.actors.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts  # heavy: ray
     from agentrl.cluster.engines.pool import EnginePool  # heavy: ray
@@ -177,6 +178,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     pool = None
     group = None  # the TrainerGroup: trainer.num_ranks ranks met at rank 0's node
     hosts: list = []  # SandboxHostRefs (cluster.sandbox_hosts > 0)
+    judge_service = None  # reward.judge's service (agentrl.cluster.actors.judge_service)
     prev_sigterm = signal.getsignal(signal.SIGTERM)
 
     def _sigterm(signum, frame):  # turn SIGTERM into KeyboardInterrupt: same clean-up path
@@ -187,6 +189,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         # TensorBoard / W&B (logging.*): rebuilt from the checkpoint's history, as metrics.jsonl was
         rd.sinks = open_sinks(cfg, run_dir, run_id, state.get("history", []) if state else [])
         check_placement(cfg)  # a role no node can hold is a ConfigError at start, not an actor pending forever
+        # reward.judge: the judge is checked now (down, slow or garbage: a JudgeError before any engine starts)
+        judge_service = start_judge_service(cfg, run_id, replay_url)
         hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
         # The engines' actors start now (their constructors run on their own), so their process
         # start and imports overlap the trainer ranks' start and meeting below: a run's start-up
@@ -241,6 +245,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         if group is not None:
             group.kill()
         stop_sandbox_hosts(hosts)  # after the engines: each host closes its sandboxes, then is killed
+        stop_judge_service(judge_service)
         if rd.sinks:
             rd.sinks.close()
         if started_ray:

@@ -61,6 +61,7 @@ from agentrl.errors import ConfigError, EnvError, InfraError, RewardError
 from agentrl.rollout.budget import RolloutBudget
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.engine import Completion
+from agentrl.rollout.judging import judge_metrics
 from agentrl.rollout.session import RolloutSession
 from agentrl.rollout.state import ActiveEpisode, RolloutLimits
 from agentrl.rollout.stop_strings import cut_at_stop, cut_at_stop_in_string
@@ -127,11 +128,17 @@ class RolloutWorker:
         env_timeout_s: seconds one env call (a reset, with making the env and its sandbox,
             or a step) may run before its episode ends as ``infra_error``
             (``RolloutSession``); None: no limit.
+        judge: the run's judge (``agentrl.rollout.judging``): each episode that ends
+            without an error is judged, and handed back once its reward is settled; None:
+            the environment's rule reward alone. A worker made by ``with_budget`` (an eval)
+            has none: the eval judge is the env's rule or its ``judge_kwargs``.
     """
 
     def __init__(self, engine: EngineLike, chat: ChatTokenizer, env_factory: EnvFactory, limits: RolloutLimits,
-                 sampling: SamplingRecord, env_workers: int = 8, env_timeout_s: float | None = None) -> None:
+                 sampling: SamplingRecord, env_workers: int = 8, env_timeout_s: float | None = None,
+                 judge: Any = None) -> None:
         self.engine = engine
+        self.judge = judge  # the run's judge (agentrl.rollout.judging), or None: the env's rule reward alone
         self.chat = chat
         self.env_factory = env_factory
         self.limits = limits
@@ -321,6 +328,7 @@ class RolloutWorker:
                 obs, info = result
                 st.anchor = info.anchor_or(obs)
                 st.task_text, st.system_prompt = obs, info.system_prompt
+                st.reference_answer = info.reference_answer
                 st.tools = [dict(t) for t in info.tools] if info.tools else None
                 st.describes_tools = info.system_prompt_describes_tools
                 st.examples = info.example_messages or ()
@@ -338,6 +346,8 @@ class RolloutWorker:
                 st.episode.success = info.success
             if info.tool_calls is not None:
                 turn.tool_calls = info.tool_calls
+            if info.final_answer is not None:
+                st.final_answer = info.final_answer
             _add_counters(st.episode, info)
             self._refuse_in_per_step(st, info)
             with st.lock:
@@ -502,6 +512,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         m[f"rollout/termination/{reason.value}"] = float(sum(1 for e in episodes if e.termination_reason == reason))
     for fr in ("stop", "length", "abort"):
         m[f"rollout/finish_reason/{fr}"] = float(sum(1 for e in episodes for t in e.turns if t.finish_reason == fr))
+    m.update(judge_metrics(list(episodes)))
     fixed = set(m)  # StepInfo keeps counters out of rollout/; a hand-built one never overwrites these
     for key, value in ((k, v) for e in episodes for k, v in e.counters.items() if k not in fixed):
         m[key] = m.get(key, 0.0) + float(value)

@@ -46,6 +46,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from agentrl.errors import ConfigError, ContractError, EnvError
 from agentrl.rollout.engine import Completion
+from agentrl.rollout.judging import apply_judgement, judge_item
 from agentrl.rollout.state import ActiveEpisode
 from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
@@ -143,7 +144,7 @@ class RolloutSession:
         now, out = time.monotonic(), []
         for fut, (kind, st) in list(self._futures.items()):
             started = st.env_call_started
-            if kind == "close" or started is None or fut.done() or now - started <= limit:
+            if kind in ("close", "judge") or started is None or fut.done() or now - started <= limit:
                 continue
             del self._futures[fut]
             self._calls.pop(fut, None)
@@ -188,7 +189,8 @@ class RolloutSession:
         if limit is None:
             return None
         now = time.monotonic()
-        started = [st.env_call_started for kind, st in self._futures.values() if kind != "close"]  # read once: threads clear it
+        started = [st.env_call_started for kind, st in self._futures.values()
+                   if kind not in ("close", "judge")]  # read once: threads clear it
         left = [limit - (now - t) for t in started if t is not None]
         return max(0.01, min(left, default=limit) + 0.01)
 
@@ -247,10 +249,15 @@ class RolloutSession:
             cap = self._wait_cap_s()
             timeout = cap if wait_s is None else (wait_s if cap is None else min(wait_s, cap))
             ready = list(wait(list(self._futures), timeout=timeout, return_when=FIRST_COMPLETED)[0])
+        judged = []
         for fut in ready:
             kind, st = self._futures.pop(fut)
             self._calls.pop(fut, None)
             if kind == "close":
+                continue
+            if kind == "judge":
+                apply_judgement(st, fut)
+                judged.append(st)
                 continue
             if st.episode.episode_id in self._restart_pending:
                 self._restart(st)
@@ -266,10 +273,18 @@ class RolloutSession:
                 else:
                     self._submit("step", st, lambda st=st: self.worker._step(st))
         out = []
+        judge = self.worker.judge
         for st in finished:
-            self._active.pop(st.episode.episode_id, None)
             if not st.abandoned:
                 self._submit("close", st, lambda st=st: self.worker._close(st))
+            if judge is not None and not st.episode.is_error:
+                # judged as it ends; handed back when its reward is settled (its env and
+                # sandbox are closed meanwhile)
+                self._futures[judge.submit(st.episode, judge_item(st))] = ("judge", st)
+                continue
+            judged.append(st)
+        for st in judged:
+            self._active.pop(st.episode.episode_id, None)
             st.episode.validate()
             out.append(st.episode)
         return out

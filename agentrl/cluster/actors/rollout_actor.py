@@ -22,6 +22,7 @@ import ray
 
 import environments
 from agentrl.cluster.actors.env_factory import EnvFactory
+from agentrl.cluster.actors.judge_service import rollout_scorer
 from agentrl.config import Config
 from agentrl.errors import ClusterError, ConfigError
 from agentrl.gateway.server import gateway, set_router_url
@@ -141,6 +142,7 @@ class RolloutActor:
                           score_truncated=cfg.rollout.score_truncated, prompt_mode=cfg.rollout.prompt_mode,
                           history_length=cfg.rollout.history_length, stop_strings=tuple(cfg.rollout.stop_strings)),
             sampling_of(cfg), env_workers=cfg.rollout.env_workers, env_timeout_s=cfg.rollout.env_timeout_s,
+            judge=rollout_scorer(cfg, run_id),  # reward.judge: episodes judged as they end; None: the rule alone
         )
         self.stream = StreamRunner(self.worker, policy_version=0)
         self._load_extra: dict = {}

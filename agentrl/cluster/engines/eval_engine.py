@@ -28,6 +28,7 @@ def eval_engine_config(cfg: Any) -> dict[str, Any]:
     data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
                            max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
     data["algorithm"].update(dynamic_sampling=False, overlong_buffer_tokens=0)
+    data.setdefault("reward", {})["judge"] = None  # scored by the env's rule, never the training judge
     config_from_dict(data)
     return data
 

@@ -1,0 +1,180 @@
+"""The run's judge, as one service every rollout engine calls: ``JudgeService`` (a threaded Ray
+actor on the driver's node) holds the judge client of ``reward.judge`` and the judge cache in
+the run's replay store, so the cache is one for all engines and the store is opened on the
+machine that holds it.
+
+* ``start_judge_service(cfg, run_id, replay_url)`` (driver): starts it under the name
+  ``judge_service_name(run_id)`` and runs the judge's health check before any engine starts:
+  a judge that is down, too slow or answers garbage stops the run at start-up with a
+  ``JudgeError`` naming it.
+* ``rollout_scorer(cfg, run_id)`` (each rollout engine): the ``EpisodeScorer`` the engine's
+  rollout worker judges its episodes with (``agentrl.rollout.judging``): the run's rubric
+  (``reward.rubric``, else the environment class's ``judge_rubric``), the combine settings,
+  and the service's ``complete`` / ``cache_get`` / ``cache_put`` behind plain callables.
+* ``stop_judge_service(handle)`` (driver, in its ``finally``).
+
+``reward.judge.kind: pool`` (a local pool of judge engines) is refused at start-up for now
+with a ``ConfigError`` that says so; ``kind: endpoint`` serves any OpenAI-compatible server,
+a vLLM server of your own included.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+import environments
+from agentrl.config import Config
+from agentrl.errors import ConfigError, JudgeError
+from agentrl.replay import ReplayStore
+from agentrl.rewards.endpoint import EndpointJudge
+from agentrl.rewards.rubric import Rubric
+from agentrl.rewards.scorer import EpisodeScorer
+from agentrl.rewards.types import JudgeReply, JudgeRequest
+
+log = logging.getLogger(__name__)
+
+RUBRIC_ATTRIBUTE = "judge_rubric"
+"""The env class attribute that declares its rubric (a ``Rubric`` or a dict for
+``Rubric.from_dict``), used when the config names none (``reward.rubric``)."""
+_CALL_MARGIN_S = 30.0
+
+
+def judge_service_name(run_id: str) -> str:
+    return f"agentrl-judge-{run_id}"
+
+
+def make_judge(cfg: Config) -> EndpointJudge:
+    """The judge client of ``reward.judge``.
+
+    Raises:
+        ConfigError: no judge configured, a ``kind`` not served yet, or a bad setting.
+    """
+    j = cfg.reward.judge
+    if j is None:
+        raise ConfigError("reward.judge is not set; there is no judge to make")
+    if j.kind != "endpoint":
+        raise ConfigError(f"reward.judge.kind={j.kind!r}: a local judge pool is not served yet; run the judge "
+                          "model behind an OpenAI-compatible server (e.g. `vllm serve MODEL`) and use kind: endpoint "
+                          "with its base_url")
+    return EndpointJudge(j.base_url or "", j.model, api_key_env=j.api_key_env, max_concurrency=j.max_concurrency,
+                         max_retries=j.max_retries, backoff_s=j.backoff_s, timeout_s=j.timeout_s,
+                         temperature=j.temperature, max_tokens=j.max_tokens, structured=j.structured)
+
+
+def run_rubric(cfg: Config) -> Rubric:
+    """The rubric of the run: ``reward.rubric``, else the env class's ``judge_rubric``.
+
+    Raises:
+        ConfigError: neither gives one, or the one given is invalid.
+    """
+    if cfg.reward.rubric is not None:
+        return Rubric.from_dict(cfg.reward.rubric)
+    environments.import_env_modules(list(cfg.env.import_modules))
+    declared = getattr(environments.env_class(cfg.env.id), RUBRIC_ATTRIBUTE, None)
+    if declared is None:
+        raise ConfigError(f"reward.judge is set but no rubric: give reward.rubric, or declare {RUBRIC_ATTRIBUTE} on "
+                          f"the class of {cfg.env.id!r}")
+    return declared if isinstance(declared, Rubric) else Rubric.from_dict(declared)
+
+
+@ray.remote
+class JudgeService:
+    """The judge client and the judge cache of a run (module docstring). Threaded: calls run
+    side by side up to ``max_concurrency``; the client limits its own calls in flight."""
+
+    def __init__(self, cfg_dict: dict, replay_url: str | None) -> None:
+        cfg = Config.model_validate(cfg_dict)
+        self.judge = make_judge(cfg)
+        self.store = ReplayStore(replay_url) if replay_url else None
+
+    def model(self) -> str:
+        return self.judge.model
+
+    def check(self) -> None:
+        self.judge.check()
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        return self.judge.complete(request)
+
+    def cache_get(self, key: str) -> str | None:
+        return None if self.store is None else self.store.judge_cache_get([key]).get(key)
+
+    def cache_put(self, key: str, model: str, rubric_digest: str, output: str) -> None:
+        if self.store is not None:
+            self.store.judge_cache_put([(key, model, rubric_digest, output)])
+
+    def stats(self) -> dict[str, int]:
+        return {"calls": self.judge.calls, "retries": self.judge.retries, "failures": self.judge.failures}
+
+
+def start_judge_service(cfg: Config, run_id: str, replay_url: str | None) -> Any:
+    """Start the run's judge service and check its judge (driver side; Ray must be up).
+
+    Returns:
+        The actor handle, or None when the run has no judge (``reward.judge`` unset).
+
+    Raises:
+        ConfigError: a judge kind not served yet, a bad setting, no rubric.
+        JudgeError: the health check failed (the judge is down, slow or answers garbage);
+            the service is killed first.
+    """
+    j = cfg.reward.judge
+    if j is None:
+        return None
+    make_judge(cfg)  # a bad setting is a ConfigError here, in the driver, not in an actor
+    run_rubric(cfg)
+    handle = JudgeService.options(name=judge_service_name(run_id), num_cpus=0,
+                                  max_concurrency=j.max_concurrency + 4).remote(cfg.model_dump(mode="json"), replay_url)
+    try:
+        ray.get(handle.check.remote(), timeout=j.timeout_s + _CALL_MARGIN_S)
+    except Exception as exc:
+        stop_judge_service(handle)
+        cause = exc.cause if isinstance(getattr(exc, "cause", None), JudgeError) else exc
+        raise JudgeError(f"the judge did not pass its start-up check: {cause}") from None
+    log.info("judge: %s at %s (reward.combine=%s)", j.model, j.base_url, cfg.reward.combine)
+    return handle
+
+
+def stop_judge_service(handle: Any) -> None:
+    if handle is not None:
+        try:
+            ray.kill(handle)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+def rollout_scorer(cfg: Config, run_id: str) -> EpisodeScorer | None:
+    """The ``EpisodeScorer`` of a rollout engine over the run's judge service, or None when
+    the run has no judge.
+
+    Raises:
+        ConfigError: no rubric, or the service is not running (the driver starts it before
+            the engines).
+    """
+    j = cfg.reward.judge
+    if j is None:
+        return None
+    try:
+        service = ray.get_actor(judge_service_name(run_id))
+    except ValueError:
+        raise ConfigError(f"reward.judge is set but the run's judge service {judge_service_name(run_id)!r} is not "
+                          "running; it is started by the controller before the engines") from None
+    wait_s = j.timeout_s * (j.max_retries + 1) + _CALL_MARGIN_S
+
+    def complete(req: JudgeRequest) -> JudgeReply:
+        try:
+            return ray.get(service.complete.remote(req), timeout=wait_s)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(exc.cause, JudgeError) else exc
+            raise JudgeError(str(cause)) from None
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as exc:
+            raise JudgeError(f"the run's judge service did not answer: {type(exc).__name__}: {exc}") from None
+
+    return EpisodeScorer(run_rubric(cfg), complete, model=j.model, combine_mode=cfg.reward.combine,
+                         rule_weight=cfg.reward.rule_weight, rule_pass=cfg.reward.rule_pass,
+                         cache_get=lambda key: ray.get(service.cache_get.remote(key), timeout=_CALL_MARGIN_S),
+                         cache_put=lambda *a: ray.get(service.cache_put.remote(*a), timeout=_CALL_MARGIN_S),
+                         max_workers=j.max_concurrency)

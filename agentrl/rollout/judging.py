@@ -1,0 +1,108 @@
+"""Judge rewards in the rollout: each episode is handed to the run's judge as it ends, and
+its reward is settled when the judgement comes back (``RolloutSession`` holds the episode
+until then; its env and sandbox are closed at once).
+
+The judge is any object with ``submit(episode, item) -> concurrent.futures.Future`` whose
+result is a ``JudgeRecord`` (``agentrl.rewards.scorer.EpisodeScorer`` is the run's: its
+rubric, its judge client or judge service, the cache, how the judge's score and the rule's
+reward combine). What the judge reads is a ``JudgeItem`` built here from the episode: the
+task as the policy saw it, the env's reference answer (``StepInfo.reference_answer``), the
+final answer (``StepInfo.final_answer``, else the last action's text), the transcript and
+the sandbox outputs, and the rule's own reward.
+
+Settling (``apply_judgement``): ``JudgeRecord.reward`` None (the judge failed after its
+retries, or its answer could not be parsed) ends the episode as ``reward_error`` (flagged,
+never scored 0); otherwise the episode's reward becomes ``JudgeRecord.reward``: the last
+turn's reward is set so the turns sum to it, and the turns before it keep their own rewards
+(a missing one counts 0).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from agentrl.errors import RewardError
+from agentrl.rollout.state import ActiveEpisode
+from agentrl.types import JudgeItem, JudgeRecord, TerminationReason
+
+_TRANSCRIPT_OBS_CHARS = 4000
+
+
+def judge_item(st: ActiveEpisode) -> JudgeItem:
+    """What the judge reads of ``st``'s finished episode (module docstring)."""
+    ep = st.episode
+    last = ep.turns[-1] if ep.turns else None
+    answer = st.final_answer if st.final_answer is not None else (last.action_text if last is not None else "")
+    parts = []
+    for k, t in enumerate(ep.turns):
+        parts.append(f"[turn {k} action]\n{t.action_text}")
+        if t.observation_text:
+            obs = t.observation_text
+            if len(obs) > _TRANSCRIPT_OBS_CHARS:
+                obs = obs[:_TRANSCRIPT_OBS_CHARS] + f"\n[... {len(obs) - _TRANSCRIPT_OBS_CHARS} characters cut]"
+            parts.append(f"[turn {k} observation]\n{obs}")
+    outputs = tuple((r.stdout or "") + (r.stderr or "") for t in ep.turns for r in t.exec_results)
+    return JudgeItem(task=st.task_text, reference=st.reference_answer, answer=answer,
+                     transcript="\n\n".join(parts), tool_outputs=outputs, rule_reward=ep.total_reward)
+
+
+def apply_judgement(st: ActiveEpisode, fut: Future) -> None:
+    """Settle ``st``'s episode with its judgement (module docstring). A judge object that
+    raised instead of returning a record is the judge's failure: ``reward_error``."""
+    ep = st.episode
+    try:
+        rec = fut.result()
+    except Exception as exc:  # the scorer's own failure: never the model's
+        _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} failed: {type(exc).__name__}: {exc}"))
+        return
+    if not isinstance(rec, JudgeRecord):
+        _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} returned {type(rec).__name__}; "
+                                      "expected a JudgeRecord"))
+        return
+    ep.judgement = rec
+    if rec.reward is None:
+        _reward_error(st, RewardError(f"the judge gave episode {ep.episode_id} no reward: {rec.error or 'no reason'}"))
+        return
+    if ep.turns:
+        for t in ep.turns[:-1]:
+            if t.reward is None:
+                t.reward = 0.0
+        ep.turns[-1].reward = float(rec.reward) - sum(float(t.reward) for t in ep.turns[:-1])
+
+
+def _reward_error(st: ActiveEpisode, exc: RewardError) -> None:
+    ep = st.episode
+    ep.termination_reason = TerminationReason.REWARD_ERROR
+    ep.terminated = ep.truncated = False
+    ep.error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
+
+
+def judge_metrics(episodes: list) -> dict[str, float]:
+    """The ``judge/*`` metrics of a batch (docs/metrics.md): episodes with a judgement
+    (``judge/episodes``), those a judge scored (``judge/judged``) or the rule decided alone
+    (``judge/rule_decided``), judge calls (``judge/calls``), answers from the cache
+    (``judge/cache_hits``), unparseable answers (``judge/parse_errors``), judgements with no
+    reward (``judge/errors``: reward errors), the latency of the calls made
+    (``judge/latency_p50_s``, ``judge/latency_p99_s``) and the mean judge score
+    (``judge/score_mean``). ``{}`` when no episode has a judgement."""
+    recs = [e.judgement for e in episodes if getattr(e, "judgement", None) is not None]
+    if not recs:
+        return {}
+    lat = sorted(r.latency_s for r in recs if r.judged and not r.cached and r.calls > 0)
+    scores = [r.score for r in recs if r.score is not None]
+
+    def q(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * (len(lat) - 1) + 0.5))] if lat else float("nan")
+
+    return {
+        "judge/episodes": float(len(recs)),
+        "judge/judged": float(sum(r.judged for r in recs)),
+        "judge/rule_decided": float(sum(not r.judged for r in recs)),
+        "judge/calls": float(sum(r.calls for r in recs)),
+        "judge/cache_hits": float(sum(r.cached for r in recs)),
+        "judge/parse_errors": float(sum(r.parse_errors for r in recs)),
+        "judge/errors": float(sum(r.reward is None for r in recs)),
+        "judge/latency_p50_s": q(0.5),
+        "judge/latency_p99_s": q(0.99),
+        "judge/score_mean": float(sum(scores) / len(scores)) if scores else float("nan"),
+    }

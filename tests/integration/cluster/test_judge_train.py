@@ -1,0 +1,91 @@
+"""Judge rewards in a real training run (real Ray, vLLM with the tiny model, a real HTTP
+OpenAI-compatible judge server with scripted judgements: tests/helpers/scripted_judge.py):
+one iteration on MathAnswer-v0 where the rule misses what the judge accepts. The tiny model's
+answers fail the rule, so under ``rule_first`` each episode goes to the judge, whose score
+is its reward; every judgement (prompt, raw answer, scores, latency) is in the replay store
+and the judge cache holds each answer. A judge that is down stops the run at start-up,
+before any engine starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers.scripted_judge import ScriptedJudge
+
+pytestmark = pytest.mark.slow
+
+
+def _judgement(messages):
+    """Equivalent (1.0) when the graded answer holds a digit, else not (0.0)."""
+    text = messages[-1]["content"]
+    if "<answer>" not in text:  # the start-up health check
+        return '{"ok": true}'
+    graded = text.split("<answer>", 1)[1].split("</answer>", 1)[0]
+    score = 1.0 if any(c.isdigit() for c in graded) else 0.0
+    return json.dumps({"scores": {"equivalent": score}, "reason": f"scripted: {score}"})
+
+
+def _cfg(tmp_path, tiny_model_path, base_url, *extra):
+    from agentrl.config import load_config
+
+    return load_config(None, [
+        f"run.dir={tmp_path}", "run.iterations=1", f"model.path={tiny_model_path}", "env.id=agentrl/MathAnswer-v0",
+        "env.tasks_per_iteration=2", "env.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=12",
+        "rollout.max_context_tokens=1024", "trainer.micro_batch_size=2", "reward.judge.model=scripted-judge",
+        f"reward.judge.base_url={base_url}", "reward.judge.timeout_s=30", "reward.combine=rule_first", *extra])
+
+
+def test_one_iteration_rewarded_by_a_judge_records_every_judgement(ray_session, tmp_path, tiny_model_path):
+    from agentrl.driver.controller import train
+    from agentrl.replay import ReplayStore
+
+    judge = ScriptedJudge(_judgement)
+    try:
+        summary = train(_cfg(tmp_path, tiny_model_path, judge.base_url))
+    finally:
+        judge.shutdown()
+    assert summary.policy_version == 1
+    m = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["rollout/episodes"] == 4 and m["filter/reward_errors"] == 0 and m["tokens/trained"] > 0
+    assert m["judge/episodes"] == 4 and m["judge/errors"] == 0 and m["judge/parse_errors"] == 0
+    assert m["judge/judged"] + m["judge/rule_decided"] == 4
+    assert m["judge/calls"] + m["judge/cache_hits"] == m["judge/judged"]
+    # the health check, then one call per judged episode not served by the cache
+    assert len(judge.requests) == 1 + m["judge/calls"]
+    assert all(r["response_format"]["type"] == "json_schema" for r in judge.requests[1:])
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        eps = [store.get_episode(e.episode_id) for e in store.list_episodes(summary.run_id)]
+        keys = [e.judgement for e in eps if e.judgement is not None and e.judgement.judged]
+        for ep in eps:
+            j = ep.judgement
+            assert j is not None and j.rubric == "math-answer-equivalence" and j.model == "scripted-judge"
+            assert ep.total_reward == j.reward  # the reward the judge gave is the episode's
+            if j.judged:
+                assert j.output.startswith('{"scores"') and j.scores["equivalent"] in (0.0, 1.0)
+                assert j.reward == j.score and j.rule_reward == 0.0
+                assert "Reference answer" in j.prompt[-1]["content"]
+        # every answer the judge gave is in the cache, under its request's key
+        keys = {_key(j): j.output for j in keys}
+        assert store.judge_cache_get(list(keys)) == keys
+
+
+def _key(record):
+    from agentrl.rewards.rubric import Rubric, _hash
+    from environments.math_answer import JUDGE_RUBRIC
+
+    return _hash({"model": "scripted-judge", "rubric": Rubric.from_dict(JUDGE_RUBRIC).digest(),
+                  "messages": record.prompt})
+
+
+def test_a_judge_that_is_down_stops_the_run_at_start_up(ray_session, tmp_path, tiny_model_path):
+    from agentrl.driver.controller import train
+    from agentrl.errors import JudgeError
+
+    judge = ScriptedJudge()
+    url = judge.base_url
+    judge.shutdown()
+    with pytest.raises(JudgeError, match="start-up check") as err:
+        train(_cfg(tmp_path, tiny_model_path, url))
+    assert "127.0.0.1" in str(err.value)

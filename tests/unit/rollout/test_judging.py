@@ -1,0 +1,136 @@
+"""Judge rewards in the rollout session (agentrl/rollout/judging.py): each episode that ends
+without an error goes to the judge with what it reads (task, reference, final answer,
+transcript, rule reward), is held until its judgement comes back, and its reward is
+settled then; a judge that gives no reward or raises makes a reward error, never a 0;
+errored episodes are not judged. Scripted engine and env (tests/unit/rollout/test_session.py)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import gymnasium as gym
+
+from agentrl.rollout.chat import ChatTokenizer
+from agentrl.rollout.loop import RolloutLimits, RolloutWorker
+from agentrl.types import EpisodeRequest, JudgeRecord, SamplingRecord, StepInfo, TerminationReason
+from tests.helpers.char_tokenizer import STOP, CharTokenizer
+from tests.unit.rollout.test_session import ScriptedEngine
+
+
+class AnswerEnv(gym.Env):
+    """Two steps: reward 0.25 then 0.5 (rule total 0.75); gives a reference and an answer."""
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return f"what is {options['task_id']}?", StepInfo(reference_answer="42").to_info()
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= 2
+        info = StepInfo(final_answer="forty-two").to_info() if done else {}
+        return "obs", 0.25 * self.t, done, False, info
+
+
+class FakeJudge:
+    """Answers each submit after ``release`` is set, with ``reward(item)``."""
+
+    def __init__(self, reward):
+        self.reward, self.items = reward, []
+        self.release = threading.Event()
+        self.pool = ThreadPoolExecutor(2)
+
+    def submit(self, episode, item) -> Future:
+        self.items.append(item)
+
+        def judge():
+            self.release.wait(10)
+            r = self.reward(item)
+            if isinstance(r, Exception):
+                raise r
+            return JudgeRecord(model="m", rubric="r", rubric_digest="d", score=r, reward=r,
+                               rule_reward=item.rule_reward, error=None if r is not None else "unparseable")
+
+        return self.pool.submit(judge)
+
+
+def _worker(judge, env_cls=AnswerEnv):
+    return RolloutWorker(ScriptedEngine(3), ChatTokenizer(CharTokenizer(), (STOP,)), lambda req: (env_cls(), None),
+                         RolloutLimits(max_turns=4, max_new_tokens=8, max_context_tokens=4096), SamplingRecord(),
+                         env_workers=2, judge=judge)
+
+
+def _reqs(n):
+    return [EpisodeRequest("x/E-v0", f"t{i}", 0, f"g{i}", sample_seed=i) for i in range(n)]
+
+
+def test_each_episode_is_judged_with_what_it_holds_and_its_reward_settled():
+    judge = FakeJudge(lambda item: 1.0)
+    judge.release.set()
+    eps = _worker(judge).run(_reqs(2), policy_version=0)
+    assert [e.total_reward for e in eps] == [1.0, 1.0]
+    assert [[t.reward for t in e.turns] for e in eps] == [[0.25, 0.75], [0.25, 0.75]]  # the last turn settles it
+    assert all(e.judgement is not None and e.judgement.rule_reward == 0.75 for e in eps)
+    item = judge.items[0]
+    assert (item.task, item.reference, item.answer, item.rule_reward) == ("what is t0?", "42", "forty-two", 0.75)
+    assert "[turn 0 action]" in item.transcript and "[turn 1 observation]\nobs" in item.transcript
+
+
+def test_an_episode_waits_for_its_judgement_before_it_is_handed_back():
+    from agentrl.rollout.session import RolloutSession
+
+    judge = FakeJudge(lambda item: 0.0)
+    session = RolloutSession(_worker(judge), 0)
+    try:
+        session.submit(_reqs(1))
+        out = []
+        for _ in range(200):
+            out += session.step_once(wait_s=0.05)
+            if judge.items:
+                break
+        assert judge.items and out == [] and session.in_flight() == 1 and not session.idle()
+        judge.release.set()
+        for _ in range(200):
+            out += session.step_once(wait_s=0.05)
+            if out:
+                break
+        assert [e.total_reward for e in out] == [0.0] and session.in_flight() == 0
+    finally:
+        session.shutdown()
+
+
+def test_no_reward_or_a_raising_judge_is_a_reward_error_never_a_zero():
+    judge = FakeJudge(lambda item: None if item.task.endswith("t0?") else RuntimeError("judge pool gone"))
+    judge.release.set()
+    eps = _worker(judge).run(_reqs(2), policy_version=0)
+    assert [e.termination_reason for e in eps] == [TerminationReason.REWARD_ERROR] * 2
+    assert all(e.total_reward is None for e in eps)
+    assert "unparseable" in eps[0].error["message"] and "judge pool gone" in eps[1].error["message"]
+    assert eps[0].judgement is not None  # the audit record of the failed judgement is kept
+
+
+class BrokenEnv(AnswerEnv):
+    def step(self, action):
+        raise RuntimeError("env bug")
+
+
+def test_an_errored_episode_is_not_judged():
+    judge = FakeJudge(lambda item: 1.0)
+    judge.release.set()
+    [ep] = _worker(judge, BrokenEnv).run(_reqs(1), policy_version=0)
+    assert ep.termination_reason == TerminationReason.INFRA_ERROR and judge.items == []
+
+
+def test_the_batch_metrics_count_calls_cache_hits_errors_and_latency():
+    from agentrl.rollout.loop import rollout_metrics
+
+    answers = iter([1.0, None])
+    judge = FakeJudge(lambda item: next(answers))
+    judge.release.set()
+    eps = _worker(judge).run(_reqs(2), policy_version=0)
+    eps[0].judgement.calls, eps[0].judgement.latency_s = 2, 0.5
+    eps[1].judgement.calls, eps[1].judgement.cached = 0, True
+    m = rollout_metrics(eps)
+    assert m["judge/episodes"] == 2 and m["judge/calls"] == 2 and m["judge/cache_hits"] == 1
+    assert m["judge/errors"] == 1 and m["judge/latency_p50_s"] == 0.5 and m["judge/score_mean"] == 1.0
+    assert "judge/episodes" not in rollout_metrics(_worker(None).run(_reqs(1), policy_version=0))
