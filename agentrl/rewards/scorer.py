@@ -25,6 +25,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 from agentrl.errors import ConfigError, JudgeError
 from agentrl.rewards.rubric import COMBINE_MODES, Rubric, combine, needs_judge
@@ -69,9 +71,6 @@ class EpisodeScorer:
             raise ConfigError(f"rule_weight={rule_weight!r}; expected a number in [0, 1]")
         if parse_retries < 0 or max_workers < 1:
             raise ConfigError(f"parse_retries={parse_retries!r}, max_workers={max_workers!r}; expected >= 0 and >= 1")
-        if rubric.mode != "single":
-            raise ConfigError(f"rubric {rubric.name!r} has mode {rubric.mode!r}; the episode scorer judges one "
-                              "episode per call (mode single)")
         self.rubric, self.model = rubric, model
         self._complete, self._get, self._put = complete, cache_get, cache_put
         self.combine_mode, self.rule_weight, self.rule_pass = combine_mode, rule_weight, rule_pass
@@ -80,16 +79,49 @@ class EpisodeScorer:
         self._lock = threading.Lock()
         self.stats = {"calls": 0, "cache_hits": 0, "parse_errors": 0, "failures": 0, "rule_decided": 0}
 
+    @property
+    def group_mode(self) -> bool:
+        """The rubric judges a group's answers in one call: the rollout hands over whole
+        groups (``submit_group``)."""
+        return self.rubric.mode == "group"
+
     def submit(self, episode: Episode, item: JudgeItem) -> Future:
-        """Judge ``episode`` (read as ``item``); the future's result is its ``JudgeRecord``."""
+        """Judge ``episode`` (read as ``item``; single-mode rubric); the future's result is
+        its ``JudgeRecord``.
+
+        Raises:
+            ConfigError: the rubric is a group rubric (``submit_group``).
+        """
+        if self.group_mode:
+            raise ConfigError(f"rubric {self.rubric.name!r} judges groups; hand over a group with submit_group")
         if not needs_judge(item.rule_reward, self.combine_mode, self.rule_pass):
             self._count("rule_decided")
-            reward = combine(item.rule_reward, None, self.combine_mode, self.rule_weight, self.rule_pass)
             fut: Future = Future()
-            fut.set_result(self._record(item, judged=False, reward=reward, error=None if reward is not None else (
-                f"reward.combine={self.combine_mode!r} needs the rule reward, and the episode has none")))
+            fut.set_result(self._decided(item))
             return fut
         return self._pool.submit(self._judge, episode.episode_id, item)
+
+    def submit_group(self, episodes: list[Episode], items: list[JudgeItem]) -> Future:
+        """Judge the episodes of one group in one call (group-mode rubric: answer ``i`` is
+        ``items[i]``); the future's result is their ``JudgeRecord`` list, in order, each with
+        ``group_position`` ``i``. Each episode's reward combines the judge's score of its
+        answer with its own rule reward. No call is paid when the rule decides every one.
+
+        Raises:
+            ConfigError: a single-mode rubric, or ``episodes`` and ``items`` of different
+                lengths or empty.
+        """
+        if not self.group_mode:
+            raise ConfigError(f"rubric {self.rubric.name!r} judges one episode per call; use submit")
+        if not items or len(items) != len(episodes):
+            raise ConfigError(f"submit_group: {len(episodes)} episodes and {len(items)} items; expected the same "
+                              "number, at least one")
+        if not any(needs_judge(it.rule_reward, self.combine_mode, self.rule_pass) for it in items):
+            self._count("rule_decided", len(items))
+            fut: Future = Future()
+            fut.set_result([self._decided(it, i) for i, it in enumerate(items)])
+            return fut
+        return self._pool.submit(self._judge_group, episodes[0].group_id, items)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -101,11 +133,46 @@ class EpisodeScorer:
 
     def _record(self, item: JudgeItem, **kw) -> JudgeRecord:
         return JudgeRecord(model=kw.pop("model", self.model), rubric=self.rubric.name,
-                           rubric_digest=self.rubric.digest(), mode="single", rule_reward=item.rule_reward, **kw)
+                           rubric_digest=self.rubric.digest(), mode=self.rubric.mode, rule_reward=item.rule_reward,
+                           **kw)
+
+    def _decided(self, item: JudgeItem, position: int | None = None) -> JudgeRecord:
+        reward = combine(item.rule_reward, None, self.combine_mode, self.rule_weight, self.rule_pass)
+        return self._record(item, judged=False, reward=reward, group_position=position, error=None
+                            if reward is not None else f"reward.combine={self.combine_mode!r} needs the rule reward, "
+                            "and the episode has none")
+
+    def _judge_group(self, group_id: str, items: list[JudgeItem]) -> list[JudgeRecord]:
+        req = self.rubric.request(items, self.model)
+        prompt = [dict(m) for m in req.messages]
+        out = self._ask(f"group {group_id}", req, lambda text: self.rubric.parse_group(text, len(items)))
+        if out.error is not None:
+            return [self._record(it, group_position=i, prompt=prompt, **out.fields()) for i, it in enumerate(items)]
+        records = []
+        for i, (it, j) in enumerate(zip(items, out.parsed)):
+            if not needs_judge(it.rule_reward, self.combine_mode, self.rule_pass):
+                records.append(self._decided(it, i))
+                continue
+            reward = combine(it.rule_reward, j.score, self.combine_mode, self.rule_weight, self.rule_pass)
+            records.append(self._record(it, group_position=i, prompt=prompt, scores=dict(j.scores),
+                                        reasons=dict(j.reasons), score=j.score, gate_failed=j.gate_failed,
+                                        reward=reward, **out.fields()))
+        return records
 
     def _judge(self, episode_id: str, item: JudgeItem) -> JudgeRecord:
         req = self.rubric.request(item, self.model)
         prompt = [dict(m) for m in req.messages]
+        out = self._ask(f"episode {episode_id}", req, self.rubric.parse)
+        if out.error is not None:
+            return self._record(item, prompt=prompt, **out.fields())
+        j = out.parsed
+        reward = combine(item.rule_reward, j.score, self.combine_mode, self.rule_weight, self.rule_pass)
+        return self._record(item, prompt=prompt, scores=dict(j.scores), reasons=dict(j.reasons), score=j.score,
+                            gate_failed=j.gate_failed, reward=reward, **out.fields())
+
+    def _ask(self, what: str, req: JudgeRequest, parse: Callable[[str], Any]) -> _Answer:
+        """The judge's parsed answer to ``req``: the cache first, then the judge, a fresh call
+        after an unparseable answer (``parse_retries``); an answer that parsed is cached."""
         text, model, latency_s, cached = None, self.model, 0.0, False
         if self._get is not None:
             try:
@@ -114,7 +181,7 @@ class EpisodeScorer:
                 log.warning("the judge cache failed on a lookup; asking the judge", exc_info=True)
             cached = text is not None
         errors: list[str] = []
-        calls = 0
+        calls, last_text = 0, None
         for attempt in range(self.parse_retries + 1 + int(cached)):
             if text is None:
                 t0 = time.monotonic()
@@ -124,17 +191,17 @@ class EpisodeScorer:
                     reply = self._complete(req)
                 except JudgeError as exc:
                     self._count("failures")
-                    return self._record(item, prompt=prompt, latency_s=time.monotonic() - t0, error=str(exc)[:2000],
-                                        calls=calls, parse_errors=len(errors))
+                    return _Answer(None, model, last_text, time.monotonic() - t0, False, calls, len(errors),
+                                   str(exc)[:2000])
                 text, model, latency_s, cached = reply.text, reply.model, reply.latency_s, reply.cached
             else:
                 self._count("cache_hits")
             try:
-                j = self.rubric.parse(text)
+                parsed = parse(text)
             except JudgeError as exc:
                 self._count("parse_errors")
                 errors.append(f"attempt {attempt + 1}{' (cached)' if cached else ''}: {exc}")
-                log.warning("the judge's answer for episode %s could not be parsed: %s", episode_id, exc)
+                log.warning("the judge's answer for %s could not be parsed: %s", what, exc)
                 last_text, text, cached = text, None, False
                 continue
             if self._put is not None and not cached:
@@ -142,10 +209,25 @@ class EpisodeScorer:
                     self._put(req.cache_key, model, self.rubric.digest(), text)
                 except Exception:  # noqa: BLE001 - not cached: the next identical call pays again
                     log.warning("the judge cache failed on a write", exc_info=True)
-            reward = combine(item.rule_reward, j.score, self.combine_mode, self.rule_weight, self.rule_pass)
-            return self._record(item, model=model, prompt=prompt, output=text, scores=dict(j.scores),
-                                reasons=dict(j.reasons), score=j.score, gate_failed=j.gate_failed, reward=reward,
-                                latency_s=latency_s, cached=cached, calls=calls, parse_errors=len(errors))
-        return self._record(item, model=model, prompt=prompt, output=last_text, latency_s=latency_s,
-                            error="the judge's answer could not be parsed: " + "; ".join(errors)[:2000],
-                            calls=calls, parse_errors=len(errors))
+            return _Answer(parsed, model, text, latency_s, cached, calls, len(errors), None)
+        return _Answer(None, model, last_text, latency_s, False, calls, len(errors),
+                       ("the judge's answer could not be parsed: " + "; ".join(errors))[:2000])
+
+
+@dataclass
+class _Answer:
+    """What ``EpisodeScorer._ask`` got: the parsed answer, or ``error``."""
+
+    parsed: Any
+    model: str
+    output: str | None
+    latency_s: float
+    cached: bool
+    calls: int
+    parse_errors: int
+    error: str | None
+
+    def fields(self) -> dict[str, Any]:
+        """The ``JudgeRecord`` fields this answer fills."""
+        return {"model": self.model, "output": self.output, "latency_s": self.latency_s, "cached": self.cached,
+                "calls": self.calls, "parse_errors": self.parse_errors, "error": self.error}

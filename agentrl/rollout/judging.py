@@ -3,7 +3,9 @@ its reward is settled when the judgement comes back (``RolloutSession`` holds th
 until then; its env and sandbox are closed at once).
 
 The judge is any object with ``submit(episode, item) -> concurrent.futures.Future`` whose
-result is a ``JudgeRecord`` (``agentrl.rewards.scorer.EpisodeScorer`` is the run's: its
+result is a ``JudgeRecord`` (or, when its ``group_mode`` is true, ``submit_group(episodes,
+items)`` whose result is their records: the session then holds each episode until every
+request of its group submitted to it has finished, and hands the group over in one call) (``agentrl.rewards.scorer.EpisodeScorer`` is the run's: its
 rubric, its judge client or judge service, the cache, how the judge's score and the rule's
 reward combine). What the judge reads is a ``JudgeItem`` built here from the episode: the
 task as the policy saw it, the env's reference answer (``StepInfo.reference_answer``), the
@@ -49,11 +51,31 @@ def judge_item(st: ActiveEpisode) -> JudgeItem:
 def apply_judgement(st: ActiveEpisode, fut: Future) -> None:
     """Settle ``st``'s episode with its judgement (module docstring). A judge object that
     raised instead of returning a record is the judge's failure: ``reward_error``."""
-    ep = st.episode
     try:
         rec = fut.result()
     except Exception as exc:  # the scorer's own failure: never the model's
-        _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} failed: {type(exc).__name__}: {exc}"))
+        rec = exc
+    _settle(st, rec)
+
+
+def apply_group_judgement(sts: list[ActiveEpisode], fut: Future) -> None:
+    """Settle the episodes of one group judged in one call (a group-mode judge's
+    ``submit_group``: one ``JudgeRecord`` per episode, in order)."""
+    try:
+        recs = fut.result()
+    except Exception as exc:  # the scorer's own failure: never the model's
+        recs = [exc] * len(sts)
+    if not isinstance(recs, list) or len(recs) != len(sts):
+        what = f"{len(recs)} records" if isinstance(recs, list) else type(recs).__name__
+        recs = [TypeError(f"the group judge returned {what} for {len(sts)} episodes")] * len(sts)
+    for st, rec in zip(sts, recs):
+        _settle(st, rec)
+
+
+def _settle(st: ActiveEpisode, rec: object) -> None:
+    ep = st.episode
+    if isinstance(rec, BaseException):
+        _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} failed: {type(rec).__name__}: {rec}"))
         return
     if not isinstance(rec, JudgeRecord):
         _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} returned {type(rec).__name__}; "

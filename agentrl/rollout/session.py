@@ -46,7 +46,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from agentrl.errors import ConfigError, ContractError, EnvError
 from agentrl.rollout.engine import Completion
-from agentrl.rollout.judging import apply_judgement, judge_item
+from agentrl.rollout.judging import apply_group_judgement, apply_judgement, judge_item
 from agentrl.rollout.state import ActiveEpisode
 from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 LoadMode = Literal["continue", "drain", "restart"]
 LOAD_MODES: tuple[str, ...] = ("continue", "drain", "restart")
 _SEED_MOD = 2**63 - 1
+_NOT_ENV_CALLS = ("close", "judge", "judge_group")  # futures that are no env reset or step (no env_timeout_s)
 
 
 def segment_seed(sample_seed: int, turn: int, segment: int) -> int:
@@ -120,6 +121,9 @@ class RolloutSession:
         self.restarted_episodes = 0
         self.timed_out_env_calls = 0
         self._calls: dict[Future, Callable[[], Any]] = {}  # what each pending future runs (resubmitted after a pool swap)
+        # a group-mode judge: requests of each group submitted here, and the members finished so far
+        self._group_expected: dict[str, int] = {}
+        self._group_done: dict[str, list[ActiveEpisode]] = {}
 
     def _submit(self, kind: str, st: Any, fn: Callable[[], Any]) -> None:
         """Run ``fn`` (an env call of episode ``st``: ``reset``, ``step`` or ``close``) in the
@@ -143,8 +147,10 @@ class RolloutSession:
             return []
         now, out = time.monotonic(), []
         for fut, (kind, st) in list(self._futures.items()):
+            if kind in _NOT_ENV_CALLS:
+                continue
             started = st.env_call_started
-            if kind in ("close", "judge") or started is None or fut.done() or now - started <= limit:
+            if started is None or fut.done() or now - started <= limit:
                 continue
             del self._futures[fut]
             self._calls.pop(fut, None)
@@ -190,7 +196,7 @@ class RolloutSession:
             return None
         now = time.monotonic()
         started = [st.env_call_started for kind, st in self._futures.values()
-                   if kind not in ("close", "judge")]  # read once: threads clear it
+                   if kind not in _NOT_ENV_CALLS]  # read once: threads clear it
         left = [limit - (now - t) for t in started if t is not None]
         return max(0.01, min(left, default=limit) + 0.01)
 
@@ -207,6 +213,7 @@ class RolloutSession:
             raise ContractError(f"requests with episode_ids {dup[:5]} appear more than once in one rollout batch; "
                                 "expected distinct (group_id, index, attempt) per request")
         for r in requests:
+            self._group_expected[r.group_id] = self._group_expected.get(r.group_id, 0) + 1
             st = ActiveEpisode(req=r, episode=self._new_episode(r))
             self._active[r.episode_id] = st
             self._all.append(st)
@@ -259,6 +266,10 @@ class RolloutSession:
                 apply_judgement(st, fut)
                 judged.append(st)
                 continue
+            if kind == "judge_group":
+                apply_group_judgement(st, fut)
+                judged.extend(st)
+                continue
             if st.episode.episode_id in self._restart_pending:
                 self._restart(st)
                 continue
@@ -277,6 +288,9 @@ class RolloutSession:
         for st in finished:
             if not st.abandoned:
                 self._submit("close", st, lambda st=st: self.worker._close(st))
+            if judge is not None and getattr(judge, "group_mode", False):
+                self._group_finished(st, judge, judged)
+                continue
             if judge is not None and not st.episode.is_error:
                 # judged as it ends; handed back when its reward is settled (its env and
                 # sandbox are closed meanwhile)
@@ -288,6 +302,25 @@ class RolloutSession:
             st.episode.validate()
             out.append(st.episode)
         return out
+
+    def _group_finished(self, st: ActiveEpisode, judge: Any, out: list[ActiveEpisode]) -> None:
+        """A group-mode judge: ``st`` waits for the rest of its group on this session (the
+        requests of its ``group_id`` submitted here); the whole group goes to the judge in one
+        call once every member has finished. An errored member is handed back at once (it is
+        not judged) and counts as finished."""
+        gid = st.episode.group_id
+        done = self._group_done.setdefault(gid, [])
+        done.append(st)
+        if st.episode.is_error:
+            out.append(st)
+        if len(done) < self._group_expected.get(gid, 1):
+            return
+        del self._group_done[gid]
+        self._group_expected.pop(gid, None)
+        ok = [m for m in done if not m.episode.is_error]
+        if ok:
+            fut = judge.submit_group([m.episode for m in ok], [judge_item(m) for m in ok])
+            self._futures[fut] = ("judge_group", ok)
 
     def _flush_queue(self) -> None:
         queue, self._queue = self._queue, []
@@ -420,7 +453,8 @@ class RolloutSession:
         # env calls still running may be opening a sandbox (a reset): let them return first,
         # for up to env_timeout_s; one still running then is left to its thread (closed if it
         # returns), one not started is cancelled
-        running = [f for f, (kind, _) in self._futures.items() if kind != "close"]
+        # (a judgement holds no env: the episodes waiting for one are among the unfinished)
+        running = [f for f, (kind, _) in self._futures.items() if kind not in _NOT_ENV_CALLS]
         limit = self.worker.env_timeout_s
         for fut in wait(running, timeout=limit).not_done:
             if not fut.cancel():
@@ -435,6 +469,8 @@ class RolloutSession:
         self._queue.clear()
         self._held.clear()
         self._restart_pending.clear()
+        self._group_expected.clear()
+        self._group_done.clear()
         self._futures = {f: v for f, v in self._futures.items() if v[0] == "close"}
         self._calls = {f: c for f, c in self._calls.items() if f in self._futures}
         return unfinished

@@ -46,6 +46,12 @@ def judge_service_name(run_id: str) -> str:
     return f"agentrl-judge-{run_id}"
 
 
+def judges_groups(cfg: Config) -> bool:
+    """Whether the run's judge scores whole groups in one call (a group-mode rubric): the
+    engine pool then keeps each group on one engine."""
+    return cfg.reward.judge is not None and run_rubric(cfg).mode == "group"
+
+
 def make_judge(cfg: Config) -> EndpointJudge:
     """The judge client of ``reward.judge``.
 

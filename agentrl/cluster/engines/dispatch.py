@@ -46,6 +46,28 @@ def assign_requests(num_requests: int, loads: Sequence[int]) -> list[int]:
     return counts
 
 
+def whole_groups(counts: Sequence[int], group_ids: Sequence[str]) -> list[int]:
+    """``counts`` (``assign_requests``) with every slice boundary that would cut a group moved
+    forward to the end of that group, so no group spans two engines (a group-mode judge
+    judges each group in one call on its engine). Items of one group must be adjacent in
+    ``group_ids`` (as ``TaskSource`` orders them).
+
+    Returns:
+        ``[E]`` counts summing to ``len(group_ids)``; a later engine may get fewer (or none).
+    """
+    n, out, start = len(group_ids), [], 0
+    for i, c in enumerate(counts):
+        if i == len(counts) - 1:
+            out.append(n - start)
+            break
+        end = min(n, start + max(0, c))
+        while 0 < end < n and group_ids[end - 1] == group_ids[end]:
+            end += 1
+        out.append(end - start)
+        start = end
+    return out
+
+
 def split_contiguous(items: Sequence[Any], counts: Sequence[int]) -> list[list[Any]]:
     """``items`` cut into consecutive slices of ``counts[i]`` items (``sum(counts) ==
     len(items)``)."""

@@ -52,9 +52,16 @@ import ray
 from ray.exceptions import NodeDiedError, ObjectLostError, OutOfMemoryError, RayActorError
 
 from agentrl.cluster.actors.actor_errors import actor_failure_message
+from agentrl.cluster.actors.judge_service import judges_groups
 from agentrl.cluster.actors.placement import role_options
 from agentrl.cluster.actors.rollout_actor import RolloutActor
-from agentrl.cluster.engines.dispatch import abort_requests, assign_requests, describe_engine, split_contiguous
+from agentrl.cluster.engines.dispatch import (
+    abort_requests,
+    assign_requests,
+    describe_engine,
+    split_contiguous,
+    whole_groups,
+)
 from agentrl.cluster.engines.gateway_router import EngineGatewayRouter, serves_gateway
 from agentrl.cluster.engines.start import wait_ready
 from agentrl.config import Config
@@ -134,6 +141,7 @@ class EnginePool:
         self._lost: list[str] = []  # descriptions of every engine lost in this run
         self._trainer_actors: Sequence[Any] | None = None  # where the current weights are (set by update_weights)
         self.gateway_router: EngineGatewayRouter | None = None  # for an agent behind the gateway, after ready()
+        self.whole_groups = judges_groups(cfg)  # a group-mode judge: no group spans two engines
 
     # -- actors ----------------------------------------------------------------------
     def _start_actor(self, index: int) -> Any:
@@ -234,6 +242,8 @@ class EnginePool:
             if not self._engines:
                 raise ClusterError(self._none_left_message())
             counts = assign_requests(len(positions), [e.in_flight for e in self._engines])
+            if self.whole_groups:
+                counts = whole_groups(counts, [current[p].group_id for p in positions])
             for e, part in zip(list(self._engines), split_contiguous(positions, counts)):
                 if part:
                     ref = e.actor.rollout.remote([current[p] for p in part], policy_version, budget)

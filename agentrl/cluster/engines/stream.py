@@ -27,7 +27,13 @@ from typing import Any, Sequence
 import ray
 
 from agentrl.cluster.actors.placement import dedicated_eval_engines
-from agentrl.cluster.engines.dispatch import abort_requests, assign_requests, describe_engine, split_contiguous
+from agentrl.cluster.engines.dispatch import (
+    abort_requests,
+    assign_requests,
+    describe_engine,
+    split_contiguous,
+    whole_groups,
+)
 from agentrl.cluster.engines.eval_engine import start_eval_engine
 from agentrl.cluster.engines.pool import ENGINE_LOST_ERRORS, EnginePool, _Call, _Engine
 from agentrl.errors import ClusterError
@@ -101,6 +107,8 @@ class StreamingEnginePool(EnginePool):
         if not self._engines:
             raise ClusterError(self._none_left_message())
         counts = assign_requests(len(requests), [len(self._owned.get(e.index, {})) for e in self._engines])
+        if self.whole_groups:
+            counts = whole_groups(counts, [r.group_id for r in requests])
         refs = []
         for e, part in zip(list(self._engines), split_contiguous(requests, counts)):
             if part:

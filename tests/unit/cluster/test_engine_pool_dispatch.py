@@ -125,3 +125,15 @@ def test_aborted_attempts_leave_the_rollout_means_unchanged():
                 "rollout/invalid_action_rate", "rollout/generated_tokens"):
         assert with_aborted[key] == without[key], key
     assert with_aborted["rollout/turns_mean"] == 1.0
+
+
+def test_whole_groups_moves_each_cut_to_the_end_of_the_group_it_cuts():
+    from agentrl.cluster.engines.dispatch import whole_groups
+
+    gids = ["a", "a", "a", "b", "b", "b", "c", "c"]
+    assert whole_groups([4, 4], gids) == [6, 2]  # a|b cut at 4 moves to b's end
+    assert whole_groups([3, 3, 2], gids) == [3, 3, 2]  # already on boundaries
+    assert whole_groups([1, 1, 6], gids) == [3, 3, 2]  # each cut moves to the end of the group it cuts
+    assert whole_groups([7, 1], gids) == [8, 0]  # a cut inside the last group: the first engine takes it
+    assert whole_groups([8, 0], gids) == [8, 0] and whole_groups([0, 8], gids) == [0, 8]
+    assert sum(whole_groups([2, 2, 2, 2], gids)) == len(gids)

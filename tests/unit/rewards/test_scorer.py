@@ -105,6 +105,39 @@ def test_bad_settings_are_refused_by_name():
         EpisodeScorer(RUBRIC, Script(), model="m", combine_mode="best")
     with pytest.raises(ConfigError, match="rule_weight=2"):
         EpisodeScorer(RUBRIC, Script(), model="m", rule_weight=2)
-    group = Rubric("g", RUBRIC.criteria, mode="group")
-    with pytest.raises(ConfigError, match="mode 'group'"):
-        EpisodeScorer(group, Script(), model="m")
+    group = EpisodeScorer(Rubric("g", RUBRIC.criteria, mode="group"), Script(), model="m")
+    with pytest.raises(ConfigError, match="hand over a group with submit_group"):
+        group.submit(EP, JudgeItem(task="t", reference=None, answer="a"))
+    with pytest.raises(ConfigError, match="use submit"):
+        EpisodeScorer(RUBRIC, Script(), model="m").submit_group([EP], [JudgeItem(task="t", reference=None, answer="a")])
+
+
+GROUP = Rubric("g", RUBRIC.criteria, mode="group")
+
+
+def _group_answer(*correct):
+    return json.dumps({"answers": [{"id": i, "scores": {"correct": c, "format": 1.0}, "reason": f"r{i}"}
+                                   for i, c in reversed(list(enumerate(correct)))]})
+
+
+def test_a_group_is_judged_in_one_call_and_each_member_combines_with_its_own_rule():
+    judge = Script(_group_answer(0.9, 0.1, 0.5))
+    scorer = EpisodeScorer(GROUP, judge, model="judge-1", combine_mode="rule_first")
+    items = [JudgeItem(task="t", reference="r", answer=a, rule_reward=rule) for a, rule in
+             (("x", 0.0), ("y", 0.0), ("z", 1.0))]
+    recs = scorer.submit_group([EP] * 3, items).result(10)
+    assert len(judge.requests) == 1 and "<answer id=\"2\">" in judge.requests[0].messages[-1]["content"]
+    assert [r.group_position for r in recs] == [0, 1, 2] and all(r.mode == "group" for r in recs)
+    assert [r.reward for r in recs] == [0.9, 0.1, 1.0]  # the third: its rule passed, the rule decides
+    assert [r.judged for r in recs] == [True, True, False] and recs[0].reasons == {"": "r0"}
+
+
+def test_a_group_the_rule_decides_pays_no_call_and_a_broken_group_answer_fails_every_member():
+    judge = Script()
+    items = [JudgeItem(task="t", reference="r", answer="a", rule_reward=1.0)] * 2
+    recs = EpisodeScorer(GROUP, judge, model="m").submit_group([EP] * 2, items).result(10)
+    assert judge.requests == [] and [r.reward for r in recs] == [1.0, 1.0]
+    bad = Script('{"answers": [{"id": 0, "scores": {"correct": 1, "format": 1}, "reason": ""}]}', "still not")
+    items = [JudgeItem(task="t", reference="r", answer=a, rule_reward=0.0) for a in "ab"]
+    recs = EpisodeScorer(GROUP, bad, model="m").submit_group([EP] * 2, items).result(10)
+    assert [r.reward for r in recs] == [None, None] and all("could not be parsed" in r.error for r in recs)

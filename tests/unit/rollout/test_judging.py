@@ -134,3 +134,61 @@ def test_the_batch_metrics_count_calls_cache_hits_errors_and_latency():
     assert m["judge/episodes"] == 2 and m["judge/calls"] == 2 and m["judge/cache_hits"] == 1
     assert m["judge/errors"] == 1 and m["judge/latency_p50_s"] == 0.5 and m["judge/score_mean"] == 1.0
     assert "judge/episodes" not in rollout_metrics(_worker(None).run(_reqs(1), policy_version=0))
+
+
+class GroupJudge(FakeJudge):
+    """A group-mode judge: one call per group, reward = position / 10."""
+
+    group_mode = True
+
+    def __init__(self):
+        super().__init__(lambda item: 0.0)
+        self.groups = []
+
+    def submit(self, episode, item):
+        raise AssertionError("a group-mode judge gets whole groups")
+
+    def submit_group(self, episodes, items):
+        self.groups.append([e.episode_id for e in episodes])
+
+        def judge():
+            return [JudgeRecord(model="m", rubric="r", rubric_digest="d", mode="group", group_position=i,
+                                score=i / 10, reward=i / 10) for i in range(len(items))]
+
+        return self.pool.submit(judge)
+
+
+def _group_reqs(groups, size):
+    return [EpisodeRequest("x/E-v0", f"t{g}", 0, f"g{g}", index=k, sample_seed=10 * g + k)
+            for g in range(groups) for k in range(size)]
+
+
+def test_a_group_judge_gets_each_group_once_all_its_members_have_finished():
+    judge = GroupJudge()
+    eps = _worker(judge).run(_group_reqs(2, 3), policy_version=0)
+    assert sorted(len(g) for g in judge.groups) == [3, 3]
+    assert all(len({eid.split("/")[1] for eid in g}) == 1 for g in judge.groups)  # one group per call
+    assert sorted(e.total_reward for e in eps) == [0.0, 0.0, 0.1, 0.1, 0.2, 0.2]
+    assert all(e.judgement.mode == "group" for e in eps)
+
+
+class FailsForT1(AnswerEnv):
+    def step(self, action):
+        if self._id == "t1" and self._k == 1:
+            raise RuntimeError("env bug")
+        return super().step(action)
+
+    def reset(self, *, seed=None, options=None):
+        self._id = options["task_id"]
+        FailsForT1.count[self._id] = FailsForT1.count.get(self._id, 0) + 1
+        self._k = FailsForT1.count[self._id]
+        return super().reset(seed=seed, options=options)
+
+
+def test_an_errored_member_is_handed_back_at_once_and_the_rest_of_its_group_is_judged():
+    FailsForT1.count = {}
+    judge = GroupJudge()
+    eps = _worker(judge, FailsForT1).run(_group_reqs(2, 2), policy_version=0)
+    errored = [e for e in eps if e.is_error]
+    assert len(errored) == 1 and errored[0].judgement is None
+    assert sorted(len(g) for g in judge.groups) == [1, 2]
