@@ -12,7 +12,8 @@ read methods raise ``ContractError`` for an unknown id where the functions here 
 
 Modules: ``db`` (engines, ``ReplayDB``, ``ReadOnlyDB``), ``runs`` (``RunInfo``, metrics),
 ``episodes`` (``Episode``, ``EpisodeSummary``, trainer values, ``RerunInfo``), ``judge`` (an
-episode's judgement row, the judge cache), ``listing`` (the viewer's filtered keyset pages),
+episode's judgement row, a run's judge score against its rule reward per iteration, the judge
+cache), ``listing`` (the viewer's filtered keyset pages),
 ``query_plans`` (which index a filtered page reads), ``search`` (full-text search of the
 turns' actions and observations), ``views`` (the viewer's episode, token, group and diff pages).
 
@@ -32,7 +33,7 @@ from agentrl.replay.read.episodes import (
     reruns,
     trainer_values,
 )
-from agentrl.replay.read.judge import judge_cache, judgement_of
+from agentrl.replay.read.judge import JudgeIteration, judge_cache, judge_iterations, judgement_of
 from agentrl.replay.read.listing import SORTS, EpisodeFilter, Page, Sort, episode_page
 from agentrl.replay.read.runs import (
     RunInfo,
@@ -63,9 +64,9 @@ from agentrl.replay.read.views import (
 
 __all__ = [
     "MIN_SCHEMA_VERSION", "SORTS", "TOKEN_FIELDS", "TOKEN_PAGE_SIZE", "EpisodeFilter", "EpisodeSummary",
-    "EpisodeView", "GroupView", "Page", "ReadOnlyDB", "ReplayDB", "RerunInfo", "RunInfo", "RunStatus", "Sort",
+    "EpisodeView", "GroupView", "JudgeIteration", "Page", "ReadOnlyDB", "ReplayDB", "RerunInfo", "RunInfo", "RunStatus", "Sort",
     "TokenPage", "TurnView", "advantages", "align_turns", "common_tasks", "completed_iterations",
     "count_episodes", "episode_page", "episode_view", "first_episode", "get_episode", "get_episode_summary", "get_group", "get_run",
-    "iterations", "judge_cache", "judgement_of", "list_episodes", "list_runs", "metric_series", "metrics", "model_path", "model_paths",
+    "iterations", "judge_cache", "judge_iterations", "judgement_of", "list_episodes", "list_runs", "metric_series", "metrics", "model_path", "model_paths",
     "open_engine", "reruns", "token_page", "trainer_values",
 ]

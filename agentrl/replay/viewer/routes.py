@@ -2,15 +2,16 @@
 episode id may be, slashes included) and only ever reaches the database as a bound value.
 
     /                                   runs
-    /run?id=RUN                         charts and token accounting of one run
+    /run?id=RUN                         charts (the judge against the rule too) and token accounting of one run
     /episodes?run=RUN&...filters        episodes (filters, sort, keyset pages, text search)
-    /episode?id=EP[&tok=N][&heat=F]     one episode turn by turn, its tokens (paged), reruns
+    /episode?id=EP[&tok=N][&heat=F]     one episode: its judgement, turn by turn, its tokens (paged), reruns
     /group?run=RUN&id=GROUP             the rollouts of one task instance side by side
     /diff?a=RUN[&ia=IT]&b=RUN[&ib=IT][&task=T]   two runs or iterations on the same task
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -23,7 +24,7 @@ from agentrl.replay.diagnose import diagnose
 from agentrl.replay.models import EPISODE_KINDS
 from agentrl.replay.read import EpisodeFilter, RunInfo, Sort, TokenPage
 from agentrl.replay.read.listing import tool_call_share
-from agentrl.replay.viewer.run_charts import METRIC_KEYS, SPLIT_KEYS, run_charts, token_table
+from agentrl.replay.viewer.run_charts import METRIC_KEYS, SPLIT_KEYS, judge_chart, run_charts, token_table
 from agentrl.replay.viewer.state import Viewer
 from agentrl.types import TerminationReason
 
@@ -112,8 +113,14 @@ def run_page(request: Request) -> HTMLResponse:
     def link(it: int, kind: str | None = None) -> str:  # = "/episodes?" + qs(run=..., iteration=it, kind=kind)
         return f"{prefix}{it}{suffix[kind] if kind else ''}"
 
-    charts = run_charts(metrics, lambda it: link(it, "train" if split else None), run.is_async,
+    def train_link(it: int) -> str:
+        return link(it, "train" if split else None)
+
+    charts = run_charts(metrics, train_link, run.is_async,
                         eval_link=lambda it: link(it, "eval" if v.db.has_kind else None))
+    judged = read.judge_iterations(v.db, run_id)
+    if judged:
+        charts.append(judge_chart(judged, train_link))
     tokens = token_table(metrics)
     return v.render("run.html", run=run, charts=charts, tokens=tokens[-TOKEN_ROWS:], tokens_total=len(tokens), done=done,
                     in_progress=sorted({it for s in metrics.values() for it, _ in s} - set(done)),
@@ -188,6 +195,22 @@ def _token_rows(v: Viewer, page: TokenPage, heat: str, model_path: str | None) -
              "v": _f(val["policy_version"][k], 12)} for k in range(len(ids))]
 
 
+def _judge_messages(prompt: Any) -> list[tuple[str, str]]:
+    """The judge's prompt (``judgements.prompt``: OpenAI chat messages) as ``[(role, text)]``
+    for display: a content given as parts shows their text, anything else its JSON."""
+    out = []
+    for m in prompt if isinstance(prompt, list) else [prompt]:
+        if not isinstance(m, dict):
+            out.append(("?", json.dumps(m)))
+            continue
+        content = m.get("content")
+        if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+            content = "\n".join(p["text"] for p in content)
+        text = "" if content is None else content if isinstance(content, str) else json.dumps(content)
+        out.append((str(m.get("role", "?")), text))
+    return out
+
+
 @router.get("/episode", response_class=HTMLResponse)
 def episode_page(request: Request) -> HTMLResponse:
     v = _viewer(request)
@@ -205,7 +228,8 @@ def episode_page(request: Request) -> HTMLResponse:
     return v.render("episode.html", ep=ep, s=ep.summary, tokens=tokens, heat=heat, heat_fields=HEAT_FIELDS,
                     token_rows=_token_rows(v, tokens, heat, read.model_path(v.db, ep.summary.run_id)) if tokens else [],
                     page_size=read.TOKEN_PAGE_SIZE, reruns=read.reruns(v.db, episode_id, limit=RERUNS_SHOWN),
-                    has_reruns_table=v.db.table("reruns") is not None)
+                    has_reruns_table=v.db.table("reruns") is not None,
+                    judge_messages=_judge_messages(ep.judgement.prompt) if ep.judgement is not None else [])
 
 
 @router.get("/group", response_class=HTMLResponse)

@@ -5,16 +5,18 @@ each phase per iteration (stacked); the engine↔trainer log-prob gap; staleness
 Metric names are the ones the training loop writes (``rollout/reward_mean``,
 ``tokens/generated``, ``time/rollout_s``, ``timeline/checkpoint_start_s``,
 ``rollout_corr/gap_abs_mean``, ``async/staleness_mean`` ...; ``agentrl.driver.iteration``).
-Iterations are 0-based, as stored.
+Iterations are numbered as stored. A run whose episodes were judged adds the judge score against
+the rule reward from the ``judgements`` table (``read.judge_iterations``).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from agentrl.replay.viewer.charts import Chart, line_chart, stacked_bars
+from agentrl.replay.read import JudgeIteration
+from agentrl.replay.viewer.charts import Chart, fmt, line_chart, stacked_bars
 
 Series = dict[str, list[tuple[int, float]]]
 PHASES = ("rollout", "credit", "update", "sync", "replay", "checkpoint")
@@ -129,3 +131,23 @@ def token_table(metrics: Series) -> list[tuple[int, list[float]]]:
     its = sorted({it for k in TOKEN_KEYS for it, _ in metrics.get(k, ())})
     cols = [_by_it(metrics, k) for k in TOKEN_KEYS]
     return [(it, [c.get(it, math.nan) for c in cols]) for it in its]
+
+
+def judge_chart(rows: Sequence[JudgeIteration], link: Callable[[int], str]) -> Chart:
+    """The judge score against the rule reward per iteration (``read.judge_iterations``): the
+    mean judge score and the mean rule reward of the episodes the judge scored, and the share
+    of those where judge and rule disagree; each point links to ``link(iteration)`` and its
+    label says how many episodes it counts."""
+    series = [("judge score (mean)", [(r, r.score_mean) for r in rows], "scored"),
+              ("rule reward (mean)", [(r, r.rule_reward_mean) for r in rows], "scored"),
+              ("judge ≠ rule (share)", [(r, r.disagree_share) for r in rows], "compared")]
+    chart = line_chart("judge-rule", "Judge score vs rule reward / iteration", "iteration", "",
+                       [(name, [(float(r.iteration), v, link(r.iteration)) for r, v in pts if v is not None])
+                        for name, pts, _ in series])
+    by_it = {r.iteration: r for r in rows}
+    for line, (_, _, base) in zip(chart.lines, series):
+        for p in line.points:
+            r = by_it[int(p.x)]
+            detail = f"{r.disagree} of {r.compared}" if base == "compared" else f"of {r.scored} scored"
+            p.label = f"{line.name}: {fmt(p.y)} at iteration {int(p.x)} ({detail} episodes)"
+    return chart
