@@ -127,7 +127,9 @@ def train(
              "every warning, the known-harmless ones that were not shown included)")
     from agentrl.driver.judge import judge_label
 
-    judge = judge_label(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules)  # which judge scored the evals
+    j = cfg.reward.judge
+    judge = judge_label(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules,  # which judge scored the evals
+                        llm_judge=None if j is None else f"{j.model} at {j.base_url or 'a local pool'}")
     for line in training_eval_lines(summary.history, judge=judge):  # eval.before_training / after_training: the last lines
         typer.echo(line)
 

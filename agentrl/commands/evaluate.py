@@ -365,8 +365,10 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     settings = settings_of(cfg, len(task_ids))
     settings["budget_source"] = budget_from or budget_source(target, cfg, overrides)
     trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else None
-    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules) if judge  # printed, stored
-                         else "judge: the training reward (the env's judge not applied)")
+    llm = train_cfg.reward.judge if train_cfg is not None else None  # the training reward's LLM judge, if any
+    llm_judge = None if llm is None else f"{llm.model} at {llm.base_url or 'a local pool'}"
+    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules, llm_judge=llm_judge)
+                         if judge else "judge: the training reward (the env's judge not applied)")  # printed, stored
     if on_settings is not None:
         on_settings(dict(settings))
     announce_sandboxes(cfg)  # which sandboxes, on which daemon; a named silent daemon stops the eval here

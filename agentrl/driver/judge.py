@@ -67,17 +67,24 @@ def judge_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any], import_modules:
     return {**dict(env_kwargs), **declared_judge_kwargs(env_id, import_modules)}
 
 
-def judge_label(env_id: str, train_kwargs: Mapping[str, Any] | None, import_modules: Sequence[str] = ()) -> str:
+def judge_label(env_id: str, train_kwargs: Mapping[str, Any] | None, import_modules: Sequence[str] = (),
+                llm_judge: str | None = None) -> str:
     """One phrase for reports and summaries: which judge scores the eval, and whether it is
     the training reward. ``train_kwargs`` is the training run's ``env.kwargs`` (a key it does
     not set counts as the constructor's default); ``None`` (a bare model, not trained here):
-    the judge alone.
+    the judge alone. ``llm_judge``: the LLM judge the training reward came from
+    (``reward.judge``, e.g. ``"Qwen2.5-7B at http://..."``): evals are never scored by it,
+    and the phrase says so.
 
     Examples: ``"judge reward_tests='hidden' (training reward: reward_tests='visible')"``,
     ``"judge reward_tests='hidden' (the training reward too)"``, ``"judge: the training
     reward (agentrl/Sokoban-v0 declares no separate judge)"``.
     """
     judge = declared_judge_kwargs(env_id, import_modules)
+    if llm_judge is not None:
+        rule = f"the rule reward of {env_id}" + (" with " + ", ".join(f"{k}={v!r}" for k, v in judge.items())
+                                                  if judge else "")
+        return f"judge: {rule} (training reward: the LLM judge {llm_judge}, never used for evals)"
     if not judge:
         return f"judge: the training reward ({env_id} declares no separate judge)"
     what = ", ".join(f"{k}={v!r}" for k, v in judge.items())

@@ -73,6 +73,11 @@ def test_labels_say_which_judge_and_whether_it_is_the_training_reward():
         "judge reward_tests='hidden' (training reward: reward_tests='visible')"
     assert judge_label(HUMANEVAL, {}) == "judge reward_tests='hidden' (the training reward too)"  # the default
     assert judge_label(HUMANEVAL, None) == "judge reward_tests='hidden'"  # a bare model: not trained here
+    # a training reward from an LLM judge: the eval is scored by the rule, and the phrase says so
+    assert judge_label("agentrl/MathAnswer-v0", {}, llm_judge="m at http://x/v1") == (
+        "judge: the rule reward of agentrl/MathAnswer-v0 (training reward: the LLM judge m at http://x/v1, never "
+        "used for evals)")
+    assert "with reward_tests='hidden'" in judge_label(HUMANEVAL, {}, llm_judge="m at http://x/v1")
     assert judge_label("agentrl/GuessNumber-v0", {}) == \
         "judge: the training reward (agentrl/GuessNumber-v0 declares no separate judge)"
     settings = {"env": HUMANEVAL, "split": "test", "tasks": 33, "samples": 4, "seed": 0, "temperature": 1.0,
