@@ -14,15 +14,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agentrl.errors import ContractError
-from agentrl.replay.diagnose.answers import normalize_answer
 from agentrl.replay import read
+from agentrl.replay.diagnose.answers import normalize_answer
 from agentrl.replay.read import ReplayDB
 from agentrl.replay.store import ReplayStore
-from agentrl.types import TerminationReason
+from agentrl.types import JudgeRecord, TerminationReason
 
 MAX_EPISODES = 20_000
 """Most episodes read per run (the newest iterations' first). Each one is one read of its
 turns; 20k episodes take about a minute on SQLite, and a diagnosis needs far fewer."""
+
+
+@dataclass(frozen=True)
+class JudgeFacts:
+    """An episode's judgement (``JudgeRecord``, table ``judgements``) without its prompt,
+    output and reasons: what ``agentrl.replay.diagnose.judge`` checks. ``score`` in [0, 1]
+    (``None``: no judgement); ``rule_reward``: the env's rule reward (``None``: none);
+    ``reward``: the combined reward (``None``: a reward error); ``latency_s``: seconds of the
+    judge call (0 when ``cached`` or not ``judged``); ``judged``: False when the rule decided
+    alone (``rule_first``); ``group_position``: the episode's id in a group call (``mode``
+    ``group``), else ``None``."""
+
+    model: str
+    mode: str
+    score: float | None
+    rule_reward: float | None
+    reward: float | None
+    latency_s: float
+    cached: bool
+    judged: bool
+    calls: int
+    parse_errors: int
+    group_position: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, r: JudgeRecord) -> JudgeFacts:
+        return cls(r.model, r.mode, r.score, r.rule_reward, r.reward, r.latency_s, r.cached, r.judged, r.calls,
+                   r.parse_errors, r.group_position, r.error)
 
 
 @dataclass(frozen=True)
@@ -38,6 +67,8 @@ class EpisodeFacts:
     the store has no trainer values for it. ``entropy_mean``: the trainer's mean token entropy
     (nats), likewise. ``last_action_chars``: length of the last turn's action text, stripped
     (``answer`` is extracted from it; a long one is a program or an explanation, not an answer).
+    ``judge``: its judgement (``JudgeFacts``), ``None`` without one (no judge, or a database of
+    schema 9 or older, which has no ``judgements`` table).
     """
 
     episode_id: str
@@ -61,6 +92,7 @@ class EpisodeFacts:
     gap_abs_mean: float | None = None
     entropy_mean: float | None = None
     last_action_chars: int = 0
+    judge: JudgeFacts | None = None
 
     @property
     def scored(self) -> bool:
@@ -151,7 +183,8 @@ def load_run(source: RunSource, run_id: str, *, max_episodes: int = MAX_EPISODES
                 answer=normalize_answer(turns[-1].action_text) if turns else "",
                 trained=trained, policy_version_min=s.policy_version_min, lag=lag,
                 gap_abs_mean=gap, entropy_mean=ent,
-                last_action_chars=len(turns[-1].action_text.strip()) if turns else 0))
+                last_action_chars=len(turns[-1].action_text.strip()) if turns else 0,
+                judge=None if ep.judgement is None else JudgeFacts.of(ep.judgement)))
     return data
 
 
@@ -160,4 +193,4 @@ def metric_keys(metrics: Mapping[int, Mapping[str, float]], prefix: str) -> list
     return sorted({k for m in metrics.values() for k in m if k.startswith(prefix)})
 
 
-__all__ = ["EpisodeFacts", "MAX_EPISODES", "RunData", "load_run", "metric_keys", "normalize_answer"]
+__all__ = ["EpisodeFacts", "JudgeFacts", "MAX_EPISODES", "RunData", "load_run", "metric_keys", "normalize_answer"]

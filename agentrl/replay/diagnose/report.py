@@ -5,11 +5,14 @@ terminal report (rich). Episode links point at the viewer (``agentrl view``):
 Task classes count training episodes only (kind ``train``): eval and difficulty-profile
 episodes are sampled with other settings (eval at its own temperature, where samples agree
 more easily) and are left out, not counted separately; ``Diagnosis.other_episodes`` says how
-many. A run without training episodes (an eval run) is classed on the episodes it has."""
+many. A run without training episodes (an eval run) is classed on the episodes it has.
+
+The judge section (``agentrl.replay.diagnose.judge``) follows the symptom table: its checks
+of the stored judgements, or one line saying the run has none."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -19,8 +22,8 @@ from rich.text import Text
 
 from agentrl.replay.diagnose.checks import CHECKS, Finding, training_episodes
 from agentrl.replay.diagnose.data import MAX_EPISODES, RunData, RunSource, load_run
+from agentrl.replay.diagnose.judge import judge_findings
 from agentrl.replay.diagnose.tasks import TaskVerdict, classify_tasks
-
 
 MAX_TASK_ROWS = 10
 """Hard and unsolved tasks shown per class in the terminal report (all of them in --json);
@@ -37,7 +40,9 @@ class Diagnosis:
     """``findings``: one per check in ``CHECKS`` order; ``tasks``: every task's class, from
     the training episodes; ``episodes``: how many were read (``truncated``: the oldest left
     out); ``other_episodes``: those of them left out of the task classes and the per-task
-    checks (eval and profile episodes of a training run)."""
+    checks (eval and profile episodes of a training run); ``judge``: the judge checks'
+    findings (``agentrl.replay.diagnose.judge``), empty when ``judgements`` (judged training
+    episodes) is 0."""
 
     run_id: str
     findings: list[Finding]
@@ -46,20 +51,26 @@ class Diagnosis:
     iterations: int
     truncated: bool
     other_episodes: int = 0
+    judge: list[Finding] = field(default_factory=list)
+    judgements: int = 0
 
     def fired(self) -> list[str]:
-        """Names of the checks that fire."""
-        return [f.check for f in self.findings if f.fired]
+        """Names of the checks that fire, the judge's included."""
+        return [f.check for f in (*self.findings, *self.judge) if f.fired]
 
     def finding(self, check: str) -> Finding:
-        return next(f for f in self.findings if f.check == check)
+        """The finding of ``check`` (a judge check's too); raises StopIteration for an unknown name."""
+        return next(f for f in (*self.findings, *self.judge) if f.check == check)
 
     def to_json(self, base_url: str = "") -> dict[str, Any]:
         return {"run_id": self.run_id, "episodes": self.episodes, "iterations": self.iterations,
                 "truncated": self.truncated, "other_episodes": self.other_episodes, "fired": self.fired(),
-                "skipped": [f.check for f in self.findings if f.skipped is not None],
+                "skipped": [f.check for f in (*self.findings, *self.judge) if f.skipped is not None],
                 "findings": [{**f.to_json(), "links": [episode_link(e, base_url) for e in f.examples]}
                              for f in self.findings],
+                "judge": {"judgements": self.judgements,
+                          "findings": [{**f.to_json(), "links": [episode_link(e, base_url) for e in f.examples]}
+                                       for f in self.judge]},
                 "tasks": [{"env_id": t.env_id, "task_id": t.task_id, "class": t.verdict, "samples": t.samples,
                            "successes": t.successes, "answered": t.answered, "agreed_answer": t.agreed_answer,
                            "agree_frac": round(t.agree_frac, 4),
@@ -69,8 +80,10 @@ class Diagnosis:
 def diagnose_data(data: RunData) -> Diagnosis:
     """Run every check on already loaded ``data`` (pure)."""
     train = training_episodes(data)
+    judged, judge = judge_findings(data)
     return Diagnosis(data.run_id, [check(data) for check in CHECKS], classify_tasks(train),
-                     len(data.episodes), len(data.metrics), data.truncated, len(data.episodes) - len(train))
+                     len(data.episodes), len(data.metrics), data.truncated, len(data.episodes) - len(train),
+                     judge, judged)
 
 
 def diagnose(source: RunSource, run_id: str, *, max_episodes: int = MAX_EPISODES) -> Diagnosis:
@@ -106,8 +119,8 @@ def _links(title: str, rows: list[tuple[str, str]], console: Console) -> None:
 def print_report(d: Diagnosis, console: Console, base_url: str = "") -> None:
     """Print the terminal report on ``console``: one row per check (fires, no, or skipped,
     and its line: for a skipped check, why it could not run), the example episodes of each check,
-    then the training tasks that are not plainly fine (likely wrong references apart from
-    hard ones) and an example of each. The tables wrap to the console's width; links are
+    the judge section (its checks, or "no judgements"), then the training tasks that are not
+    plainly fine (likely wrong references apart from hard ones) and an example of each. The tables wrap to the console's width; links are
     printed below them, one per line, never wrapped (``_links``)."""
     other = f"; {d.other_episodes} eval/profile episodes not counted" if d.other_episodes else ""
     t = Table(title=f"diagnosis of {d.run_id} ({d.episodes} episodes, {d.iterations} iterations"
@@ -119,6 +132,18 @@ def print_report(d: Diagnosis, console: Console, base_url: str = "") -> None:
     console.print(t)
     _links("examples (open in `agentrl view`):",
            [(f.check, episode_link(e, base_url)) for f in d.findings for e in f.examples[:3]], console)
+    if d.judge:
+        jt = Table(title=f"judge ({d.judgements} judged training episodes)", show_lines=True)
+        for col in ("check", "fires", "what it measured"):
+            jt.add_column(col, overflow="fold")
+        for f in d.judge:
+            jt.add_row(f.check, _fires(f), f.summary)
+        console.print(jt)
+        _links("judge examples (open in `agentrl view`):",
+               [(f.check, episode_link(e, base_url)) for f in d.judge for e in f.examples[:3]], console)
+    else:
+        console.print(Text("judge: no judgements in this run (no judge, or a database of schema 9 or older)"),
+                      soft_wrap=True)
     odd = [x for x in d.tasks if x.verdict in ("wrong_reference", "hard", "unsolved")]
     if odd:
         tt = Table(title="training tasks: likely wrong references, then hard (rare successes), then unsolved")
@@ -137,7 +162,7 @@ def print_report(d: Diagnosis, console: Console, base_url: str = "") -> None:
         console.print(tt)
         _links("an example episode of each task:", examples, console)
     fired = d.fired()
-    skipped = [f.check for f in d.findings if f.skipped is not None]
+    skipped = [f.check for f in (*d.findings, *d.judge) if f.skipped is not None]
     line = f"fires: {', '.join(fired)}" if fired else "no check fires"
     if skipped:
         line += f" ({len(skipped)} skipped: {', '.join(skipped)})"
