@@ -62,6 +62,11 @@ class PlacementConfig(Section):
                     "agentrl.driver.dedicated_eval): a vLLM engine and its sandboxes that evaluate one policy version "
                     "at a time while training goes on.",
     )
+    judge: RolePlacement = Field(
+        default_factory=lambda: RolePlacement(num_cpus=1.0),
+        description="One engine of the local judge pool (reward.judge.kind: pool, reward.judge.num_engines of them, "
+                    "agentrl.cluster.actors.judge_pool): a vLLM engine of the judge model, never trained.",
+    )
 
 
 class ClusterConfig(Section):

@@ -16,6 +16,13 @@ each sampled token is taken from the distribution it was *sampled* from (after
 temperature), which is what ``behavior_log_probs`` means and what the trainer recomputes
 (docs/design.md, invariant 4; docs/cases.md, C04). vLLM's default (``raw_logprobs``) would ignore the
 temperature.
+
+Guided decoding (the local judge pool, ``agentrl.cluster.actors.judge_pool``): an engine
+started with ``guided_decoding=True`` takes ``add(..., json_schema=...)``, which constrains the
+request's output to the schema (vLLM's ``SamplingParams(structured_outputs=
+StructuredOutputsParams(json=schema))``, xgrammar backend, compact JSON: no whitespace between
+tokens). vLLM compiles the grammar over the model's vocabulary, so such an engine loads vLLM's
+tokenizer (the rollout's engines skip it); a request without ``json_schema`` samples as usual.
 """
 
 from __future__ import annotations
@@ -126,15 +133,20 @@ class VLLMEngine:
             with stop strings.
         logits_processors: vLLM V1 logits processors (``LogitsProcessor`` subclasses or
             their qualified names) applied to every request; none by default.
+        guided_decoding: load vLLM's tokenizer so requests may carry ``json_schema``
+            (module docstring); off for the rollout's engines.
 
     Raises:
         EngineError: vLLM failed to start.
     """
 
+    guided_decoding: bool = False  # whether requests may carry json_schema (set by __init__)
+    step_outputs: int = 0  # requests that advanced in the last step (0: it ran none, e.g. while grammars compile)
+
     def __init__(self, model_path: str, *, dtype: str = "float32", max_model_len: int = 2048, seed: int = 0,
                  kv_cache_gb: float = 1.0, max_num_seqs: int = 64,
                  decode: Callable[[Sequence[int]], str] | None = None,
-                 logits_processors: Sequence[Any] = ()) -> None:
+                 logits_processors: Sequence[Any] = (), guided_decoding: bool = False) -> None:
         configure_vllm_env(kv_cache_gb)
         try:
             from vllm import LLM
@@ -172,11 +184,14 @@ class VLLMEngine:
                         max_num_batched_tokens=max(max_model_len, 8192),
                         # Token ids in and out (the agent loop has its own tokenizer, and every
                         # EOS id is passed as a stop id): vLLM loads no tokenizer and detokenizes
-                        # nothing (about 2 s of CPU less per engine start, and less per token).
-                        skip_tokenizer_init=True,
+                        # nothing (about 2 s of CPU less per engine start, and less per token);
+                        # guided decoding needs it (grammars are compiled over the vocabulary).
+                        skip_tokenizer_init=not guided_decoding,
                         # Fractions of a GiB too (VLLM_CPU_KVCACHE_SPACE: whole GiB only).
                         kv_cache_memory_bytes=max(1, int(kv_cache_gb * 2**30)),
                         **({"logits_processors": list(logits_processors)} if logits_processors else {}),
+                        **({"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}}
+                           if guided_decoding else {}),
                     )
             finally:
                 renderer_log.removeFilter(_no_chat_warmup_warning)
@@ -186,6 +201,7 @@ class VLLMEngine:
             raise EngineError(f"vLLM failed to start on model {model_path!r}: {type(exc).__name__}: {exc}") from exc
         self.engine = self.llm.llm_engine
         self.max_model_len = max_model_len
+        self.guided_decoding = guided_decoding
         self._partial: dict[str, Any] = {}  # request id -> its latest cumulative CompletionOutput (None: none yet)
         self._reload_reason: str | None = None  # why update_weights last fell back to reload_weights
         self.decode = decode  # the policy tokenizer's decode: needed for requests with stop strings
@@ -193,7 +209,7 @@ class VLLMEngine:
 
     def add(self, request_id: str, prompt_ids: Sequence[int], *, sampling: SamplingRecord, max_tokens: int,
             stop_token_ids: Sequence[int], seed: int | None = None, stop_strings: Sequence[str] = (),
-            stop_context_ids: Sequence[int] = ()) -> None:
+            stop_context_ids: Sequence[int] = (), json_schema: dict[str, Any] | None = None) -> None:
         """Queue one request. ``prompt_ids`` ``[P]`` with ``P + max_tokens <= max_model_len``.
         ``stop_strings``: the request ends (``finish_reason="stop"``, ``stop_token_id`` None)
         with the token that completes the first of them in its text that ends a turn (the
@@ -202,13 +218,20 @@ class VLLMEngine:
         engine's ``decode``. ``stop_context_ids``: the turn's ids sampled before this
         request (the end of ``prompt_ids``, for a request that continues a preempted turn),
         read before the request's own ids when stop strings are looked for, so a tool call
-        opened before the preemption keeps its string state.
+        opened before the preemption keeps its string state. ``json_schema``: a JSON schema
+        the output must satisfy (guided decoding; the engine must be started with
+        ``guided_decoding=True``); None: unconstrained.
 
         Raises:
-            EngineError: the request does not fit ``max_model_len``, or stop strings without
-                a ``decode``.
+            EngineError: the request does not fit ``max_model_len``, stop strings without
+                a ``decode``, or ``json_schema`` on an engine without ``guided_decoding``.
         """
         from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        if json_schema is not None and not self.guided_decoding:
+            raise EngineError(f"request {request_id}: json_schema needs an engine started with "
+                              "VLLMEngine(guided_decoding=True)")
 
         if stop_strings and self.decode is None:
             raise EngineError(f"request {request_id}: stop strings {list(stop_strings)} need the engine's decode "
@@ -229,6 +252,7 @@ class VLLMEngine:
             logprobs=0,
             seed=seed,
             skip_special_tokens=False,
+            structured_outputs=None if json_schema is None else StructuredOutputsParams(json=json_schema),
         )
         self.engine.add_request(request_id, {"prompt_token_ids": list(prompt_ids)}, params)
         self._partial[request_id] = None
@@ -249,6 +273,7 @@ class VLLMEngine:
         done: list[Completion] = []
         with _no_compile:
             outs = self.engine.step()
+        self.step_outputs = len(outs)
         for out in outs:
             if not out.finished:
                 self._partial[out.request_id] = out.outputs[0]  # cumulative: read at preemption only

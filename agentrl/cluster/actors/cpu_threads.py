@@ -41,6 +41,10 @@ Threads per actor (``role_threads``):
   oversubscribed by its threads (on 2 cores with the default placement: one thread each for
   the engine, the rank and the eval engine). On a joined cluster: its ``num_cpus``, like the
   others.
+- an engine of the local judge pool (``agentrl.cluster.actors.judge_pool``, role ``judge``,
+  ``cluster.placement.judge``): like the eval engine, its share counted beside the engines' and
+  ranks' in async mode (``reward.judge.num_engines`` of them), ``max(1, cores // num_engines)``
+  otherwise; on a joined cluster its ``num_cpus``.
 
 Cores per engine (``engine_cores``): on the local instance with two or more engines, engine
 ``i`` gets its own ``threads`` consecutive cores of the driver's CPU affinity (wrapping
@@ -78,6 +82,9 @@ def _count(cfg: Any, role: str) -> int:
         return max(1, int(getattr(cfg.rollout, "num_engines", 1)))
     if role == "eval":
         return 1
+    if role == "judge":
+        judge = getattr(getattr(cfg, "reward", None), "judge", None)
+        return max(1, int(judge.num_engines)) if judge is not None else 1
     return max(1, int(getattr(cfg.cluster, "sandbox_hosts", 0) or 1))
 
 
@@ -87,7 +94,7 @@ def role_threads(cfg: Any, role: str, cores: int | None = None) -> int:
     Args:
         cfg: the run's ``Config`` (``cluster.address``, ``cluster.placement``,
             ``trainer.num_ranks``, ``rollout.num_engines``).
-        role: ``"trainer"``, ``"rollout"``, ``"sandbox"`` or ``"eval"``.
+        role: ``"trainer"``, ``"rollout"``, ``"sandbox"``, ``"eval"`` or ``"judge"``.
         cores: the local machine's usable cores (None: ``len(local_cores())``); used for the
             local instance only.
 
@@ -101,8 +108,8 @@ def role_threads(cfg: Any, role: str, cores: int | None = None) -> int:
         return max(1, math.floor(num_cpus + 1e-6))
     n = len(local_cores()) if cores is None else int(cores)
     if _async_split(cfg):
-        if role == "eval":
-            return max(1, math.floor(n * _eval_share(cfg) + 1e-6))
+        if role in ("eval", "judge"):
+            return max(1, math.floor(n * _side_share(cfg, role) + 1e-6))
         return max(1, math.floor(n * _share(cfg, role) + 1e-6))
     return max(1, n // _count(cfg, role))
 
@@ -123,13 +130,14 @@ def _share(cfg: Any, role: str) -> float:
     return weights[role] / total if total > 0 else 0.0
 
 
-def _eval_share(cfg: Any) -> float:
-    """The eval engine's fraction of the local cores in async mode (module docstring)."""
-    weights = {r: float(getattr(cfg.cluster.placement, r).num_cpus) for r in ("rollout", "trainer", "eval")}
+def _side_share(cfg: Any, role: str) -> float:
+    """The fraction of the local cores one eval engine or judge pool engine (``role``) gets in
+    async mode (module docstring)."""
+    weights = {r: float(getattr(cfg.cluster.placement, r).num_cpus) for r in ("rollout", "trainer", role)}
     if all(w <= 0 for w in weights.values()):
         weights = {r: 1.0 for r in weights}
     total = sum(weights[r] * _count(cfg, r) for r in weights)
-    return weights["eval"] / total if total > 0 else 0.0
+    return weights[role] / total if total > 0 else 0.0
 
 
 def engine_cores(cfg: Any, engine_index: int, cores: list[int] | None = None) -> list[int] | None:

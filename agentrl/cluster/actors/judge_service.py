@@ -11,11 +11,14 @@ machine that holds it.
   rollout worker judges its episodes with (``agentrl.rollout.judging``): the run's rubric
   (``reward.rubric``, else the environment class's ``judge_rubric``), the combine settings,
   and the service's ``complete`` / ``cache_get`` / ``cache_put`` behind plain callables.
-* ``stop_judge_service(handle)`` (driver, in its ``finally``).
+* ``stop_judge_service(handle)`` (driver, in its ``finally``): ends the service and, for a
+  pool, its engines.
 
-``reward.judge.kind: pool`` (a local pool of judge engines) is refused at start-up for now
-with a ``ConfigError`` that says so; ``kind: endpoint`` serves any OpenAI-compatible server,
-a vLLM server of your own included.
+``reward.judge.kind: endpoint`` serves any OpenAI-compatible server; ``kind: pool`` is a local
+pool of vLLM engines of the judge model (``agentrl.cluster.actors.judge_pool``). The pool's
+settings and model are checked in the driver (a ``ConfigError`` before any actor starts); the
+service starts the engines in its own constructor (``make_judge``), so they are its children
+in Ray: ``stop_judge_service`` stops them, and they end with the service whatever kills it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ from typing import Any
 import ray
 
 import environments
+from agentrl.cluster.actors.judge_pool import (
+    ENGINE_START_TIMEOUT_S,
+    PoolJudge,
+    pool_model_path,
+    start_judge_pool,
+    stop_judge_pool,
+)
 from agentrl.config import Config
 from agentrl.errors import ConfigError, JudgeError
 from agentrl.replay import ReplayStore
@@ -52,22 +62,35 @@ def judges_groups(cfg: Config) -> bool:
     return cfg.reward.judge is not None and run_rubric(cfg).mode == "group"
 
 
-def make_judge(cfg: Config) -> EndpointJudge:
-    """The judge client of ``reward.judge``.
+def make_judge(cfg: Config) -> EndpointJudge | PoolJudge:
+    """The judge client of ``reward.judge``: an ``EndpointJudge`` (``kind: endpoint``), or for
+    ``kind: pool`` a ``PoolJudge`` whose engines this call starts (``start_judge_pool``; Ray
+    must be up; the JudgeService calls it, the driver checks a pool with ``check_judge_config``).
 
     Raises:
-        ConfigError: no judge configured, a ``kind`` not served yet, or a bad setting.
+        ConfigError: no judge configured, or a bad setting.
     """
     j = cfg.reward.judge
     if j is None:
         raise ConfigError("reward.judge is not set; there is no judge to make")
-    if j.kind != "endpoint":
-        raise ConfigError(f"reward.judge.kind={j.kind!r}: a local judge pool is not served yet; run the judge "
-                          "model behind an OpenAI-compatible server (e.g. `vllm serve MODEL`) and use kind: endpoint "
-                          "with its base_url")
+    if j.kind == "pool":
+        return start_judge_pool(cfg)
     return EndpointJudge(j.base_url or "", j.model, api_key_env=j.api_key_env, max_concurrency=j.max_concurrency,
                          max_retries=j.max_retries, backoff_s=j.backoff_s, timeout_s=j.timeout_s,
                          temperature=j.temperature, max_tokens=j.max_tokens, structured=j.structured)
+
+
+def check_judge_config(cfg: Config) -> None:
+    """Check ``reward.judge`` without starting anything (driver side): the endpoint client's
+    settings, or the pool's settings and its model (``pool_model_path``).
+
+    Raises:
+        ConfigError: naming the bad value.
+    """
+    if cfg.reward.judge is not None and cfg.reward.judge.kind == "pool":
+        pool_model_path(cfg)
+    else:
+        make_judge(cfg)
 
 
 def run_rubric(cfg: Config) -> Rubric:
@@ -115,6 +138,11 @@ class JudgeService:
     def stats(self) -> dict[str, int]:
         return {"calls": self.judge.calls, "retries": self.judge.retries, "failures": self.judge.failures}
 
+    def stop(self) -> None:
+        """End a pool's engines (nothing for an endpoint)."""
+        if isinstance(self.judge, PoolJudge):
+            stop_judge_pool(self.judge)
+
 
 def start_judge_service(cfg: Config, run_id: str, replay_url: str | None) -> Any:
     """Start the run's judge service and check its judge (driver side; Ray must be up).
@@ -123,29 +151,37 @@ def start_judge_service(cfg: Config, run_id: str, replay_url: str | None) -> Any
         The actor handle, or None when the run has no judge (``reward.judge`` unset).
 
     Raises:
-        ConfigError: a judge kind not served yet, a bad setting, no rubric.
-        JudgeError: the health check failed (the judge is down, slow or answers garbage);
-            the service is killed first.
+        ConfigError: a bad setting (a pool's model that does not resolve included), no rubric.
+        JudgeError: the health check failed (the judge is down, slow or answers garbage; a
+            pool engine that failed to start); the service (and a pool's engines) is
+            stopped first.
     """
     j = cfg.reward.judge
     if j is None:
         return None
-    make_judge(cfg)  # a bad setting is a ConfigError here, in the driver, not in an actor
+    check_judge_config(cfg)  # a bad setting is a ConfigError here, in the driver, not in an actor
     run_rubric(cfg)
     handle = JudgeService.options(name=judge_service_name(run_id), num_cpus=0,
                                   max_concurrency=j.max_concurrency + 4).remote(cfg.model_dump(mode="json"), replay_url)
+    wait_s = j.timeout_s + _CALL_MARGIN_S + (ENGINE_START_TIMEOUT_S if j.kind == "pool" else 0.0)
     try:
-        ray.get(handle.check.remote(), timeout=j.timeout_s + _CALL_MARGIN_S)
+        ray.get(handle.check.remote(), timeout=wait_s)
     except Exception as exc:
         stop_judge_service(handle)
         cause = exc.cause if isinstance(getattr(exc, "cause", None), JudgeError) else exc
         raise JudgeError(f"the judge did not pass its start-up check: {cause}") from None
-    log.info("judge: %s at %s (reward.combine=%s)", j.model, j.base_url, cfg.reward.combine)
+    where = j.base_url if j.kind == "endpoint" else f"a local pool of {j.num_engines} engine(s)"
+    log.info("judge: %s at %s (reward.combine=%s)", j.model, where, cfg.reward.combine)
     return handle
 
 
 def stop_judge_service(handle: Any) -> None:
+    """Stop the service: a pool's engines first (waited for up to 30 s), then its actor."""
     if handle is not None:
+        try:
+            ray.get(handle.stop.remote(), timeout=_CALL_MARGIN_S)
+        except Exception:  # noqa: BLE001 - gone or stuck: the kill below ends its children too
+            pass
         try:
             ray.kill(handle)
         except Exception:  # noqa: BLE001 - already gone

@@ -1,5 +1,5 @@
 """Where a run's roles go: ``role_options(cfg, role)``, the ``.options(...)`` of one actor of a
-role (``trainer`` rank, ``rollout`` engine, ``sandbox`` host, ``eval`` engine) from
+role (``trainer`` rank, ``rollout`` engine, ``sandbox`` host, ``eval`` engine, ``judge`` engine) from
 ``cluster.placement``; and ``check_placement(cfg)``, at start-up: every role's actors must fit
 the alive nodes, else a ``ConfigError`` naming the value and each node's resources (never a run
 that waits forever for an actor Ray cannot place). Whether they fit together is an exact
@@ -18,9 +18,10 @@ from agentrl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-ROLES = ("trainer", "rollout", "sandbox", "eval")
+ROLES = ("trainer", "rollout", "sandbox", "eval", "judge")
 """The placement roles, the keys of ``cluster.placement`` (``eval``: the dedicated eval engine
-of asynchronous training, ``agentrl.driver.dedicated_eval``)."""
+of asynchronous training, ``agentrl.driver.dedicated_eval``; ``judge``: an engine of the local
+judge pool, ``agentrl.cluster.actors.judge_pool``)."""
 
 _EPS = 1e-6  # Ray keeps resource amounts to 1e-4; never call 0.99999 CPU "less than 1"
 _MAX_SEARCH_STEPS = 200_000  # exact packing search budget (a few hundred ms at most)
@@ -45,8 +46,8 @@ def role_options(cfg: Any, role: str, index: int | None = None) -> dict[str, Any
 
     Args:
         cfg: the run's ``Config``.
-        role: ``"trainer"`` (one rank), ``"rollout"`` (one engine), ``"sandbox"`` (one host)
-            or ``"eval"`` (the dedicated eval engine).
+        role: ``"trainer"`` (one rank), ``"rollout"`` (one engine), ``"sandbox"`` (one host),
+            ``"eval"`` (the dedicated eval engine) or ``"judge"`` (one judge pool engine).
         index: the engine index of a ``rollout`` actor (its cores when engines share the
             local machine, ``agentrl.cluster.actors.cpu_threads.engine_cores``); None: not bound.
 
@@ -82,7 +83,14 @@ def _role_counts(cfg: Any) -> dict[str, tuple[str, int]]:
         "rollout": ("rollout.num_engines", int(getattr(cfg.rollout, "num_engines", 1))),
         "sandbox": ("cluster.sandbox_hosts", int(getattr(cfg.cluster, "sandbox_hosts", 0))),
         "eval": ("eval engines", dedicated_eval_engines(cfg)),
+        "judge": ("reward.judge.num_engines", judge_pool_engines(cfg)),
     }
+
+
+def judge_pool_engines(cfg: Any) -> int:
+    """``reward.judge.num_engines`` when the run's judge is a local pool (``kind: pool``), else 0."""
+    judge = getattr(getattr(cfg, "reward", None), "judge", None)
+    return int(judge.num_engines) if judge is not None and judge.kind == "pool" else 0
 
 
 def dedicated_eval_engines(cfg: Any) -> int:
@@ -216,7 +224,8 @@ def check_placement(cfg: Any, nodes: Sequence[dict[str, Any]] | None = None) -> 
     now instead of an actor Ray keeps pending forever.
 
     Each role's actors (``trainer.num_ranks`` ranks, ``rollout.num_engines`` engines,
-    ``cluster.sandbox_hosts`` hosts), each reserving ``cluster.placement.<role>``: one actor of
+    ``cluster.sandbox_hosts`` hosts, the eval engine, ``reward.judge.num_engines`` judge pool
+    engines), each reserving ``cluster.placement.<role>``: one actor of
     every role must fit on some alive node, each role's count must fit the cluster on its own,
     and all of them must fit together (an exact search over the nodes; when it cannot decide
     within its budget it logs a warning and lets Ray try).
