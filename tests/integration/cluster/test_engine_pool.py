@@ -74,6 +74,26 @@ def test_two_engines_share_one_batch(pool, tmp_path, tiny_model_path):
     assert set(nodes) == {0, 1} and nodes[0]["pid"] != nodes[1]["pid"]
 
 
+def test_one_router_address_reaches_each_engines_own_gateway(pool):
+    """Before the tests below kill the pool's engines (they share the module's pool)."""
+    import httpx
+
+    from agentrl.cluster.engines.gateway_router import EngineGatewayRouter
+
+    router = EngineGatewayRouter(pool.actors)
+    try:
+        backends = router.router.backends
+        assert len(backends) == 2  # one gateway per engine process, each its own id
+        for gateway_id, url in backends.items():
+            # an unknown session of that gateway: answered by the gateway in the engine's
+            # process (its own 404), not by the router
+            r = httpx.get(f"{router.base_url}/v1/models", headers={"X-Session-ID": f"{gateway_id}-nosuch"})
+            assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"], r.text
+        r = httpx.get(f"{router.base_url}/v1/models", headers={"X-Session-ID": "ffffffff-x"})
+        assert r.status_code == 404 and "not one of this router's gateways" in r.json()["error"]["message"]
+    finally:
+        router.shutdown()
+
 def test_engine_killed_mid_rollout_its_episodes_are_aborted_and_regenerated(pool, ray_session, tmp_path):
     from agentrl.replay import ReplayStore
     from agentrl.rollout.loop import rollout_metrics
@@ -230,22 +250,3 @@ def test_ready_is_bounded_when_other_actors_hold_the_cpus(ray_session, tmp_path)
     assert "it asks for CPU 1 (cluster.placement.rollout)" in msg
     assert f"the cluster has CPU {total:g} in all, nothing free" in msg
 
-
-def test_one_router_address_reaches_each_engines_own_gateway(pool):
-    import httpx
-
-    from agentrl.cluster.engines.gateway_router import EngineGatewayRouter
-
-    router = EngineGatewayRouter(pool.actors)
-    try:
-        backends = router.router.backends
-        assert len(backends) == 2  # one gateway per engine process, each its own id
-        for gateway_id, url in backends.items():
-            # an unknown session of that gateway: answered by the gateway in the engine's
-            # process (its own 404), not by the router
-            r = httpx.get(f"{router.base_url}/v1/models", headers={"X-Session-ID": f"{gateway_id}-nosuch"})
-            assert r.status_code == 404 and "does not exist" in r.json()["error"]["message"], r.text
-        r = httpx.get(f"{router.base_url}/v1/models", headers={"X-Session-ID": "ffffffff-x"})
-        assert r.status_code == 404 and "not one of this router's gateways" in r.json()["error"]["message"]
-    finally:
-        router.shutdown()

@@ -89,3 +89,27 @@ def test_a_judge_that_is_down_stops_the_run_at_start_up(ray_session, tmp_path, t
     with pytest.raises(JudgeError, match="start-up check") as err:
         train(_cfg(tmp_path, tiny_model_path, url))
     assert "127.0.0.1" in str(err.value)
+
+
+def test_one_iteration_rewarded_by_a_local_judge_pool(ray_session, tmp_path, tiny_model_path):
+    """kind: pool: one vLLM engine of the tiny random model judges; under guided decoding its
+    every answer parses, so no episode is a reward error."""
+    from agentrl.config import load_config
+    from agentrl.driver.controller import train
+    from agentrl.replay import ReplayStore
+
+    cfg = load_config(None, [
+        f"run.dir={tmp_path}", "run.iterations=1", f"model.path={tiny_model_path}", "env.id=agentrl/MathAnswer-v0",
+        "env.tasks_per_iteration=1", "env.group_size=2", "rollout.max_turns=1", "rollout.max_new_tokens=8",
+        "rollout.max_context_tokens=1024", "trainer.micro_batch_size=2", "reward.judge.kind=pool",
+        f"reward.judge.model={tiny_model_path}", "reward.judge.max_tokens=64", "reward.judge.kv_cache_gb=0.25",
+        "reward.combine=judge"])
+    summary = train(cfg)
+    assert summary.policy_version == 1
+    m = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["judge/judged"] == 2 and m["judge/errors"] == 0 and m["judge/parse_errors"] == 0
+    assert m["filter/reward_errors"] == 0 and m["tokens/trained"] > 0
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        for e in store.list_episodes(summary.run_id):
+            j = store.get_episode(e.episode_id).judgement
+            assert j is not None and j.judged and 0.0 <= j.score <= 1.0 and set(j.scores) == {"equivalent"}
