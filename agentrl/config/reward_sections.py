@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -60,13 +61,27 @@ class JudgeConfig(Section):
                                      "and name that variable in reward.judge.api_key_env")
         return data
 
-    @field_validator("api_key_env")
+    @model_validator(mode="before")
     @classmethod
-    def _env_name(cls, v: str | None) -> str | None:
-        if v is not None and not _ENV_NAME.match(v):
-            raise ValueError(f"got {v[:12]!r}...; expected the NAME of an environment variable "
-                             "([A-Za-z_][A-Za-z0-9_]*), e.g. OPENAI_API_KEY, not a key")
-        return v
+    def _env_name_and_plain_url(cls, data: Any) -> Any:
+        # a model validator: the loader names the field and never shows a model validator's
+        # input, so a key pasted here is never printed back
+        v = data.get("api_key_env") if isinstance(data, dict) else None
+        if v is not None and not (isinstance(v, str) and _ENV_NAME.match(v)):
+            raise ValueError("reward.judge.api_key_env: expected the NAME of an environment variable "
+                             "([A-Za-z_][A-Za-z0-9_]*), e.g. OPENAI_API_KEY; the value given is not one (not shown: it "
+                             "may be a key)")
+        url = data.get("base_url") if isinstance(data, dict) else None
+        if isinstance(url, str):
+            try:
+                parts = urlsplit(url)
+                carries = bool(parts.username or parts.password or parts.query)
+            except ValueError:
+                carries = False  # not a URL at all: the check below names it
+            if carries:
+                raise ValueError("reward.judge.base_url carries credentials or a query string (not shown); give the "
+                                 "server's plain base URL and the key's variable in reward.judge.api_key_env")
+        return data
 
     @model_validator(mode="after")
     def _endpoint_has_url(self) -> JudgeConfig:

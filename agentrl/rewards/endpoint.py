@@ -30,6 +30,15 @@ CHECK_PROMPT = 'Reply with exactly this JSON object and nothing else: {"ok": tru
 CHECK_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 CHECK_MAX_TOKENS = 16
 _EXCERPT_CHARS = 200
+MAX_BACKOFF_S = 30.0
+"""The longest wait before a retry, before jitter (x0.5 to x1.5): ``backoff_s * 2**k`` is capped here."""
+
+
+def worst_case_s(timeout_s: float, max_retries: int, backoff_s: float) -> float:
+    """The longest one ``complete`` can take: every attempt timing out, every backoff at its
+    largest (seconds), without the wait for a concurrency slot."""
+    waits = sum(min(MAX_BACKOFF_S, backoff_s * 2**k) * 1.5 for k in range(max_retries))
+    return timeout_s * (max_retries + 1) + waits
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -142,10 +151,13 @@ class EndpointJudge:
         except (openai.APIError, _BadReply) as exc:
             raise JudgeError(f"{where} failed its health check: {self._describe(exc)}") from exc
         try:
-            json.loads(text)
+            answer = json.loads(text)
         except ValueError as exc:
             raise JudgeError(f"{where} failed its health check: asked for {{\"ok\": true}}, it answered "
                              f"{_excerpt(text)!r}, which is not JSON") from exc
+        if not (isinstance(answer, dict) and answer.get("ok") is True):
+            raise JudgeError(f"{where} failed its health check: asked for {{\"ok\": true}}, it answered "
+                             f"{_excerpt(text)!r}")
 
     # --- internals -------------------------------------------------------------------------
     def _attempt(self, messages: list[dict[str, Any]], max_tokens: int,
@@ -174,7 +186,7 @@ class EndpointJudge:
     def _backoff(self, k: int) -> float:
         with self._rng_lock:
             jitter = 0.5 + self._rng.random()
-        return self.backoff_s * 2**k * jitter
+        return min(MAX_BACKOFF_S, self.backoff_s * 2**k) * jitter
 
     def _count(self, name: str) -> None:
         with self._counter_lock:

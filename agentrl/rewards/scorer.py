@@ -143,24 +143,36 @@ class EpisodeScorer:
                             "and the episode has none")
 
     def _judge_group(self, group_id: str, items: list[JudgeItem]) -> list[JudgeRecord]:
-        req = self.rubric.request(items, self.model)
+        try:
+            req = self.rubric.request(items, self.model)
+        except ConfigError as exc:  # the rubric cannot render these items: the judge's side, never 0
+            return [self._decided(it, i) if not needs_judge(it.rule_reward, self.combine_mode, self.rule_pass)
+                    else self._record(it, group_position=i, error=str(exc)[:2000]) for i, it in enumerate(items)]
         prompt = [dict(m) for m in req.messages]
         out = self._ask(f"group {group_id}", req, lambda text: self.rubric.parse_group(text, len(items)))
-        if out.error is not None:
-            return [self._record(it, group_position=i, prompt=prompt, **out.fields()) for i, it in enumerate(items)]
-        records = []
-        for i, (it, j) in enumerate(zip(items, out.parsed)):
+        records, first = [], True
+        for i, it in enumerate(items):
             if not needs_judge(it.rule_reward, self.combine_mode, self.rule_pass):
-                records.append(self._decided(it, i))
+                records.append(self._decided(it, i))  # the rule decides, whatever the call gave
                 continue
+            # the call is the group's: counted on its first judged member only
+            fields = out.fields() if first else dict(out.fields(), calls=0, parse_errors=0, latency_s=0.0)
+            first = False
+            if out.error is not None:
+                records.append(self._record(it, group_position=i, prompt=prompt, **fields))
+                continue
+            j = out.parsed[i]
             reward = combine(it.rule_reward, j.score, self.combine_mode, self.rule_weight, self.rule_pass)
             records.append(self._record(it, group_position=i, prompt=prompt, scores=dict(j.scores),
                                         reasons=dict(j.reasons), score=j.score, gate_failed=j.gate_failed,
-                                        reward=reward, **out.fields()))
+                                        reward=reward, **fields))
         return records
 
     def _judge(self, episode_id: str, item: JudgeItem) -> JudgeRecord:
-        req = self.rubric.request(item, self.model)
+        try:
+            req = self.rubric.request(item, self.model)
+        except ConfigError as exc:  # the rubric cannot render this item: the judge's side, never 0
+            return self._record(item, error=str(exc)[:2000])
         prompt = [dict(m) for m in req.messages]
         out = self._ask(f"episode {episode_id}", req, self.rubric.parse)
         if out.error is not None:

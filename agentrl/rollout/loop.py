@@ -346,8 +346,7 @@ class RolloutWorker:
                 st.episode.success = info.success
             if info.tool_calls is not None:
                 turn.tool_calls = info.tool_calls
-            if info.final_answer is not None:
-                st.final_answer = info.final_answer
+            st.final_answer = info.final_answer  # the last step's (a judge reads the episode's final answer)
             _add_counters(st.episode, info)
             self._refuse_in_per_step(st, info)
             with st.lock:

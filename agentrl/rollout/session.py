@@ -291,7 +291,7 @@ class RolloutSession:
             if judge is not None and getattr(judge, "group_mode", False):
                 self._group_finished(st, judge, judged)
                 continue
-            if judge is not None and not st.episode.is_error:
+            if judge is not None and self._judged(st):
                 # judged as it ends; handed back when its reward is settled (its env and
                 # sandbox are closed meanwhile)
                 self._futures[judge.submit(st.episode, judge_item(st))] = ("judge", st)
@@ -311,16 +311,25 @@ class RolloutSession:
         gid = st.episode.group_id
         done = self._group_done.setdefault(gid, [])
         done.append(st)
-        if st.episode.is_error:
+        if not self._judged(st):
             out.append(st)
         if len(done) < self._group_expected.get(gid, 1):
             return
         del self._group_done[gid]
         self._group_expected.pop(gid, None)
-        ok = [m for m in done if not m.episode.is_error]
+        # in request order (not finishing order): the same group is the same prompt, and cache key, again
+        ok = sorted((m for m in done if self._judged(m)), key=lambda m: (m.req.index, m.req.attempt))
         if ok:
             fut = judge.submit_group([m.episode for m in ok], [judge_item(m) for m in ok])
             self._futures[fut] = ("judge_group", ok)
+
+    def _judged(self, st: ActiveEpisode) -> bool:
+        """Whether ``st``'s finished episode goes to the judge: not an error, and not a cut
+        answer that ``rollout.score_truncated: false`` already scored 0."""
+        ep = st.episode
+        cut = ep.termination_reason in (TerminationReason.LENGTH, TerminationReason.CONTEXT_LIMIT) \
+            and ep.turns and ep.turns[-1].finish_reason == "length"
+        return not ep.is_error and not (cut and not self.worker.limits.score_truncated)
 
     def _flush_queue(self) -> None:
         queue, self._queue = self._queue, []

@@ -56,7 +56,7 @@ class ActiveEpisode:
     examples: tuple[dict[str, str], ...] = ()
     # what a judge reads besides the turns (agentrl.rollout.judging)
     reference_answer: str | None = None  # StepInfo.reference_answer of the reset
-    final_answer: str | None = None  # StepInfo.final_answer of the last step that gave one
+    final_answer: str | None = None  # StepInfo.final_answer of the last step (None: it gave none)
     # the engine request of the pending turn (agentrl.rollout.session preempts and re-adds it)
     request_id: str = ""
     engine_prompt: list[int] = field(default_factory=list)  # the ids the turn's first segment was prompted with

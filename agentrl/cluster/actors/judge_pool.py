@@ -299,10 +299,14 @@ class PoolJudge:
         for i, ref in enumerate([e.complete.remote(probe) for e in self.engines]):
             text = self._get(i, ref, self.timeout_s + _CALL_MARGIN_S, "failed its health check").text
             try:
-                json.loads(text)
+                answer = json.loads(text)
             except ValueError:
+                answer = None
+            # under the schema {"ok": boolean} a working engine writes that object (true or false:
+            # a weak model's choice); anything else means its guided decoding does not hold
+            if not (isinstance(answer, dict) and isinstance(answer.get("ok"), bool)):
                 raise JudgeError(f"judge engine {i} ({self.model!r}) failed its health check: asked for "
-                                 f"{{\"ok\": true}}, it answered {text[:200]!r}, which is not JSON") from None
+                                 f"{{\"ok\": true}} under a JSON schema, it answered {text[:200]!r}")
 
     def _get(self, i: int, ref: Any, timeout_s: float, what: str = "failed") -> Any:
         """``ray.get`` of engine ``i``'s call; any failure a ``JudgeError`` naming the engine."""

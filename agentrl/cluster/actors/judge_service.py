@@ -23,10 +23,12 @@ in Ray: ``stop_judge_service`` stops them, and they end with the service whateve
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import environments
 from agentrl.cluster.actors.judge_pool import (
@@ -39,10 +41,10 @@ from agentrl.cluster.actors.judge_pool import (
 from agentrl.config import Config
 from agentrl.errors import ConfigError, JudgeError
 from agentrl.replay import ReplayStore
-from agentrl.rewards.endpoint import EndpointJudge
+from agentrl.rewards.endpoint import EndpointJudge, worst_case_s
 from agentrl.rewards.rubric import Rubric
 from agentrl.rewards.scorer import EpisodeScorer
-from agentrl.rewards.types import JudgeReply, JudgeRequest
+from agentrl.rewards.types import JudgeItem, JudgeReply, JudgeRequest
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +162,10 @@ def start_judge_service(cfg: Config, run_id: str, replay_url: str | None) -> Any
     if j is None:
         return None
     check_judge_config(cfg)  # a bad setting is a ConfigError here, in the driver, not in an actor
-    run_rubric(cfg)
-    handle = JudgeService.options(name=judge_service_name(run_id), num_cpus=0,
+    check_rubric(cfg, run_rubric(cfg))
+    # on the driver's node: the key's environment variable and the replay store's file are there
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    handle = JudgeService.options(name=judge_service_name(run_id), num_cpus=0, scheduling_strategy=here,
                                   max_concurrency=j.max_concurrency + 4).remote(cfg.model_dump(mode="json"), replay_url)
     wait_s = j.timeout_s + _CALL_MARGIN_S + (ENGINE_START_TIMEOUT_S if j.kind == "pool" else 0.0)
     try:
@@ -173,6 +177,32 @@ def start_judge_service(cfg: Config, run_id: str, replay_url: str | None) -> Any
     where = j.base_url if j.kind == "endpoint" else f"a local pool of {j.num_engines} engine(s)"
     log.info("judge: %s at %s (reward.combine=%s)", j.model, where, cfg.reward.combine)
     return handle
+
+
+def check_rubric(cfg: Config, rubric: Rubric) -> None:
+    """Render ``rubric`` once with a sample episode (every template variable given), so a
+    template that names a variable that does not exist stops the run at start-up, not every
+    episode; and for a local pool judging groups, check that ``reward.judge.max_tokens`` can
+    hold the shortest answer for a whole group.
+
+    Raises:
+        ConfigError: naming the rubric and what failed.
+    """
+    j = cfg.reward.judge
+    sample = JudgeItem(task="sample task", reference="sample reference", answer="sample answer",
+                       transcript="[turn 0 action]\nsample", tool_outputs=("sample output",), rule_reward=0.0)
+    n = max(1, int(cfg.env.group_size)) if rubric.mode == "group" else None
+    req = rubric.request([sample] * n if n else sample, j.model if j is not None else "")
+    if j is not None and j.kind == "pool" and n:
+        answer = {"answers": [{"id": i, "scores": {c.name: 0.5 for c in rubric.criteria}, "reason": ""}
+                              for i in range(n)]}
+        # about 1 token per 2.5 characters of this JSON (digits, keys, braces), then room for reasons
+        need = int(len(json.dumps(answer)) / 2.5) + 16 * n
+        if j.max_tokens < need:
+            raise ConfigError(f"reward.judge.max_tokens={j.max_tokens}: a group of env.group_size={n} answers under "
+                              f"rubric {rubric.name!r} needs about {need} tokens at the least (every id and criterion "
+                              "written out), so every group answer would be cut; raise it")
+    del req
 
 
 def stop_judge_service(handle: Any) -> None:
@@ -204,7 +234,8 @@ def rollout_scorer(cfg: Config, run_id: str) -> EpisodeScorer | None:
     except ValueError:
         raise ConfigError(f"reward.judge is set but the run's judge service {judge_service_name(run_id)!r} is not "
                           "running; it is started by the controller before the engines") from None
-    wait_s = j.timeout_s * (j.max_retries + 1) + _CALL_MARGIN_S
+    # every attempt, every backoff, and calls queued ahead of it at the service's concurrency
+    wait_s = worst_case_s(j.timeout_s, j.max_retries, j.backoff_s) * 2 + _CALL_MARGIN_S
 
     def complete(req: JudgeRequest) -> JudgeReply:
         try:

@@ -26,7 +26,8 @@ FAST = {"backoff_s": 0.01, "timeout_s": 5.0}
 
 @pytest.fixture
 def server() -> Iterator[ScriptedJudge]:
-    s = ScriptedJudge(lambda messages: '{"score": 1}', hang_s=3.0)
+    s = ScriptedJudge(lambda messages: '{"ok": true}' if '{"ok": true}' in messages[0]["content"] else '{"score": 1}',
+                      hang_s=3.0)  # the health check's prompt gets what it asks for
     yield s
     s.shutdown()
 
@@ -156,6 +157,13 @@ def test_check(server):
             EndpointJudge(plain.base_url, "judge-7b", **FAST).check()
     finally:
         plain.shutdown()
+    for answer in ("0", "null", "[]", '"I cannot help with that"', '{"ok": false}'):  # JSON, but no {"ok": true}
+        other = ScriptedJudge(lambda messages, a=answer: a)
+        try:
+            with pytest.raises(JudgeError, match="health check: asked for"):
+                EndpointJudge(other.base_url, "judge-7b", **FAST).check()
+        finally:
+            other.shutdown()
 
 
 def test_check_against_stopped_server():

@@ -141,3 +141,18 @@ def test_a_group_the_rule_decides_pays_no_call_and_a_broken_group_answer_fails_e
     items = [JudgeItem(task="t", reference="r", answer=a, rule_reward=0.0) for a in "ab"]
     recs = EpisodeScorer(GROUP, bad, model="m").submit_group([EP] * 2, items).result(10)
     assert [r.reward for r in recs] == [None, None] and all("could not be parsed" in r.error for r in recs)
+
+
+def test_a_failed_group_call_leaves_rule_decided_members_their_rule_and_counts_one_call():
+    judge = Script(JudgeError("down"))
+    items = [JudgeItem(task="t", reference="r", answer=a, rule_reward=rule) for a, rule in (("x", 0.0), ("y", 1.0),
+                                                                                            ("z", 0.0))]
+    recs = EpisodeScorer(GROUP, judge, model="m").submit_group([EP] * 3, items).result(10)
+    assert [r.reward for r in recs] == [None, 1.0, None] and recs[1].error is None
+    assert sum(r.calls for r in recs) == 1 == len(judge.requests)
+
+
+def test_a_template_that_cannot_render_is_a_record_with_no_reward():
+    typo = Rubric("typo", RUBRIC.criteria, template="{{ refrence }}")
+    rec = _score(EpisodeScorer(typo, Script(), model="m"))
+    assert rec.reward is None and "refrence" in rec.error

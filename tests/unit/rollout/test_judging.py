@@ -192,3 +192,21 @@ def test_an_errored_member_is_handed_back_at_once_and_the_rest_of_its_group_is_j
     errored = [e for e in eps if e.is_error]
     assert len(errored) == 1 and errored[0].judgement is None
     assert sorted(len(g) for g in judge.groups) == [1, 2]
+
+
+def test_a_cut_answer_scored_0_by_score_truncated_false_is_not_judged():
+    judge = FakeJudge(lambda item: 1.0)
+    judge.release.set()
+    worker = RolloutWorker(ScriptedEngine(50), ChatTokenizer(CharTokenizer(), (STOP,)), lambda req: (AnswerEnv(), None),
+                           RolloutLimits(max_turns=4, max_new_tokens=4, max_context_tokens=4096, score_truncated=False),
+                           SamplingRecord(), env_workers=2, judge=judge)
+    [ep] = worker.run(_reqs(1), policy_version=0)
+    assert ep.termination_reason == TerminationReason.LENGTH and ep.total_reward == 0.0
+    assert judge.items == [] and ep.judgement is None
+
+
+def test_a_group_goes_to_the_judge_in_request_order_whatever_order_it_finished_in():
+    judge = GroupJudge()
+    reqs = _group_reqs(1, 3)[::-1]  # submitted (and so finishing) in reverse
+    _worker(judge).run(reqs, policy_version=0)
+    assert [int(eid.split("/")[2]) for eid in judge.groups[0]] == [0, 1, 2]
