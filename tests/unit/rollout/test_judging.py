@@ -210,3 +210,35 @@ def test_a_group_goes_to_the_judge_in_request_order_whatever_order_it_finished_i
     reqs = _group_reqs(1, 3)[::-1]  # submitted (and so finishing) in reverse
     _worker(judge).run(reqs, policy_version=0)
     assert [int(eid.split("/")[2]) for eid in judge.groups[0]] == [0, 1, 2]
+
+
+def test_the_stream_of_async_mode_hands_back_judged_episodes_across_a_weight_load():
+    from agentrl.rollout.session import WeightLoad
+    from agentrl.rollout.stream import StreamRunner
+
+    judge = FakeJudge(lambda item: 0.5)
+    engine = ScriptedEngine(6)
+    engine.step_sleep_s = 0.005
+    worker = RolloutWorker(engine, ChatTokenizer(CharTokenizer(), (STOP,)), lambda req: (AnswerEnv(), None),
+                           RolloutLimits(max_turns=4, max_new_tokens=8, max_context_tokens=4096), SamplingRecord(),
+                           env_workers=2, judge=judge)
+    stream = StreamRunner(worker, policy_version=0)
+    stream.start()
+    try:
+        stream.submit(_reqs(2))
+        got = []
+        while len(engine.live) < 2:
+            got += stream.collect(0.005)
+        stream.load(WeightLoad(apply=lambda: engine.update_weights(1), policy_version=1))  # continue mode
+        for _ in range(400):
+            got += stream.collect(0.02)
+            if judge.items:
+                break
+        assert got == [] and stream.in_flight() == 2  # generated, held for their judgements
+        judge.release.set()
+        while len(got) < 2:
+            got += stream.collect(5.0)
+        assert [e.total_reward for e in got] == [0.5, 0.5] and stream.in_flight() == 0
+        assert all(e.policy_version_range() == (0, 1) and e.judgement is not None for e in got)
+    finally:
+        stream.stop()
