@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,13 +30,12 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agentrl.errors import ConfigError, InfraError
+from agentrl.errors import ConfigError
 from agentrl.gateway.errors import GatewayError
-from agentrl.gateway.server import SESSION_HEADER
+from agentrl.gateway.server import SESSION_HEADER, serve_in_thread
 
 log = logging.getLogger(__name__)
 
-_START_TIMEOUT_S = 30.0
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 # RFC 9110 section 7.6.1, plus what the router sets itself (host, content-length of the request)
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
@@ -78,14 +76,8 @@ class GatewayRouter:
         # the backend's own date and server headers pass through; the router adds none
         config = uvicorn.Config(self.app, host=host, port=port, log_level="warning", lifespan="on",
                                 access_log=False, server_header=False, date_header=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="agentrl-gateway-router", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise InfraError(f"the gateway router on {host}:{port} did not start within {_START_TIMEOUT_S:g} s")
-            time.sleep(0.01)
+        self._server, self._thread = serve_in_thread(config, "agentrl-gateway-router",
+                                                     f"the gateway router on {host}:{port}")
         self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
 
     # --- backends ------------------------------------------------------------------------

@@ -112,15 +112,8 @@ class GatewayServer:
             raise InfraError(f"the gateway could not listen on {host}:{port} and {self.socket_dir}: {exc}") from exc
         self.port = int(tcp.getsockname()[1])
         config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [tcp, uds]},
-                                        name="agentrl-gateway", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise InfraError(f"the gateway server on {host}:{port} did not start within {_START_TIMEOUT_S:g} s")
-            time.sleep(0.01)
+        self._server, self._thread = serve_in_thread(config, "agentrl-gateway", f"the gateway server on {host}:{port}",
+                                                     sockets=[tcp, uds])
 
     # --- sessions ------------------------------------------------------------------------
     def open_session(self, settings: SessionSettings | None = None, session_id: str | None = None, *,
@@ -271,6 +264,25 @@ def _socket_dir(gateway_id: str) -> str:
     if len(os.path.join(base, prefix + "x" * 8, SOCKET_NAME).encode()) > _SOCKET_PATH_MAX:
         base = "/tmp"
     return tempfile.mkdtemp(prefix=prefix, dir=base)
+
+
+def serve_in_thread(config: uvicorn.Config, name: str, what: str,
+                    sockets: list[socket.socket] | None = None) -> tuple[uvicorn.Server, threading.Thread]:
+    """Run a uvicorn server of ``config`` in a daemon thread ``name`` (on ``sockets`` when
+    given, else config's host and port) and wait until it serves.
+
+    Raises:
+        InfraError: it did not start within 30 s (``what`` names it).
+    """
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise InfraError(f"{what} did not start within {_START_TIMEOUT_S:g} s")
+        time.sleep(0.01)
+    return server, thread
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
