@@ -21,6 +21,7 @@ turn's reward is set so the turns sum to it, and the turns before it keep their 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from agentrl.errors import RewardError
@@ -28,6 +29,8 @@ from agentrl.rollout.state import ActiveEpisode
 from agentrl.types import JudgeItem, JudgeRecord, TerminationReason
 
 _TRANSCRIPT_OBS_CHARS = 4000
+Fail = Callable[[ActiveEpisode, TerminationReason, BaseException], object]
+"""``RolloutWorker._fail``: ends an episode with a termination reason and the error."""
 
 
 def judge_item(st: ActiveEpisode) -> JudgeItem:
@@ -48,17 +51,17 @@ def judge_item(st: ActiveEpisode) -> JudgeItem:
                      transcript="\n\n".join(parts), tool_outputs=outputs, rule_reward=ep.total_reward)
 
 
-def apply_judgement(st: ActiveEpisode, fut: Future) -> None:
+def apply_judgement(st: ActiveEpisode, fut: Future, fail: Fail) -> None:
     """Settle ``st``'s episode with its judgement (module docstring). A judge object that
     raised instead of returning a record is the judge's failure: ``reward_error``."""
     try:
         rec = fut.result()
     except Exception as exc:  # the scorer's own failure: never the model's
         rec = exc
-    _settle(st, rec)
+    _settle(st, rec, fail)
 
 
-def apply_group_judgement(sts: list[ActiveEpisode], fut: Future) -> None:
+def apply_group_judgement(sts: list[ActiveEpisode], fut: Future, fail: Fail) -> None:
     """Settle the episodes of one group judged in one call (a group-mode judge's
     ``submit_group``: one ``JudgeRecord`` per episode, in order)."""
     try:
@@ -69,34 +72,28 @@ def apply_group_judgement(sts: list[ActiveEpisode], fut: Future) -> None:
         what = f"{len(recs)} records" if isinstance(recs, list) else type(recs).__name__
         recs = [TypeError(f"the group judge returned {what} for {len(sts)} episodes")] * len(sts)
     for st, rec in zip(sts, recs):
-        _settle(st, rec)
+        _settle(st, rec, fail)
 
 
-def _settle(st: ActiveEpisode, rec: object) -> None:
+def _settle(st: ActiveEpisode, rec: object, fail: Fail) -> None:
     ep = st.episode
+    why = None
     if isinstance(rec, BaseException):
-        _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} failed: {type(rec).__name__}: {rec}"))
-        return
-    if not isinstance(rec, JudgeRecord):
-        _reward_error(st, RewardError(f"the judge of episode {ep.episode_id} returned {type(rec).__name__}; "
-                                      "expected a JudgeRecord"))
-        return
-    ep.judgement = rec
-    if rec.reward is None:
-        _reward_error(st, RewardError(f"the judge gave episode {ep.episode_id} no reward: {rec.error or 'no reason'}"))
+        why = f"failed: {type(rec).__name__}: {rec}"
+    elif not isinstance(rec, JudgeRecord):
+        why = f"returned {type(rec).__name__}; expected a JudgeRecord"
+    else:
+        ep.judgement = rec
+        if rec.reward is None:
+            why = f"gave no reward: {rec.error or 'no reason'}"
+    if why is not None:
+        fail(st, TerminationReason.REWARD_ERROR, RewardError(f"the judge of episode {ep.episode_id} {why}"))
         return
     if ep.turns:
         for t in ep.turns[:-1]:
             if t.reward is None:
                 t.reward = 0.0
         ep.turns[-1].reward = float(rec.reward) - sum(float(t.reward) for t in ep.turns[:-1])
-
-
-def _reward_error(st: ActiveEpisode, exc: RewardError) -> None:
-    ep = st.episode
-    ep.termination_reason = TerminationReason.REWARD_ERROR
-    ep.terminated = ep.truncated = False
-    ep.error = {"type": type(exc).__name__, "message": str(exc)[:2000]}
 
 
 def judge_metrics(episodes: list) -> dict[str, float]:

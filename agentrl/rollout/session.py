@@ -263,11 +263,11 @@ class RolloutSession:
             if kind == "close":
                 continue
             if kind == "judge":
-                apply_judgement(st, fut)
+                apply_judgement(st, fut, self.worker._fail)
                 judged.append(st)
                 continue
             if kind == "judge_group":
-                apply_group_judgement(st, fut)
+                apply_group_judgement(st, fut, self.worker._fail)
                 judged.extend(st)
                 continue
             if st.episode.episode_id in self._restart_pending:

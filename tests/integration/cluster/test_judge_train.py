@@ -113,3 +113,40 @@ def test_one_iteration_rewarded_by_a_local_judge_pool(ray_session, tmp_path, tin
         for e in store.list_episodes(summary.run_id):
             j = store.get_episode(e.episode_id).judgement
             assert j is not None and j.judged and 0.0 <= j.score <= 1.0 and set(j.scores) == {"equivalent"}
+
+
+def _group_judgement(messages):
+    """Group mode: answer id i scores 1.0 when that answer holds a digit."""
+    text = messages[-1]["content"]
+    if "<answer" not in text:  # the start-up health check
+        return '{"ok": true}'
+    answers = []
+    for block in text.split('<answer id="')[1:]:
+        i, rest = block.split('">', 1)
+        graded = rest.split("</answer>", 1)[0]
+        answers.append({"id": int(i), "scores": {"equivalent": 1.0 if any(c.isdigit() for c in graded) else 0.0},
+                        "reason": f"scripted {i}"})
+    return json.dumps({"answers": answers})
+
+
+def test_one_iteration_with_a_group_rubric_judges_each_group_in_one_call(ray_session, tmp_path, tiny_model_path):
+    from agentrl.driver.controller import train
+    from agentrl.replay import ReplayStore
+
+    judge = ScriptedJudge(_group_judgement)
+    try:
+        summary = train(_cfg(tmp_path, tiny_model_path, judge.base_url, "reward.combine=judge",
+                             "reward.rubric={name: g, mode: group, criteria: [{name: equivalent, description: same "
+                             "value as the reference}]}"))
+    finally:
+        judge.shutdown()
+    m = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["judge/episodes"] == 4 and m["judge/errors"] == 0 and m["filter/reward_errors"] == 0
+    assert m["judge/calls"] + m["judge/cache_hits"] == 2  # 2 groups of 2: one call (or cache hit) per group
+    assert len(judge.requests) == 1 + m["judge/calls"]
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        eps = [store.get_episode(e.episode_id) for e in store.list_episodes(summary.run_id)]
+    for group in {e.group_id for e in eps}:
+        members = [e for e in eps if e.group_id == group]
+        assert sorted(e.judgement.group_position for e in members) == [0, 1]
+        assert all(e.judgement.mode == "group" and e.total_reward == e.judgement.score for e in members)

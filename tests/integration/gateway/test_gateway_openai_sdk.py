@@ -23,6 +23,7 @@ from agentrl.rollout.loop import RolloutLimits, RolloutWorker
 from agentrl.types import EpisodeRequest, SamplingRecord, TerminationReason
 from environments.core import TextEnv
 from tests.helpers.forced_tokens import ScriptedTokens
+from tests.helpers.mid_turn_load import load_mid_turn
 from tests.integration.gateway.conftest import COMMAND
 
 pytestmark = pytest.mark.slow
@@ -288,7 +289,7 @@ def test_a_weight_load_during_a_session_keeps_it_alive_and_tokens_keep_their_ver
     """``partial_rollout: continue``: the engine request of the agent's second call is
     preempted halfway, the weights load (version 1), the request goes on; the agent gets its
     whole reply, the episode trains with each token tagged with the version that sampled it."""
-    from agentrl.rollout.session import RolloutSession, WeightLoad
+    from agentrl.rollout.session import RolloutSession
 
     SEEN.clear()
     engine, chat = scripted
@@ -298,21 +299,9 @@ def test_a_weight_load_during_a_session_keeps_it_alive_and_tokens_keep_their_ver
     req = EpisodeRequest(env_id="tests/TwoTurnAgent-v0", task_id="t0", seed=0, group_id="load", sample_seed=0)
     rid = f"{req.episode_id}:1"
     session = RolloutSession(worker, policy_version=0)
-    done = []
     try:
         session.submit([req])
-        for _ in range(2000):
-            partial = engine._partial.get(rid)
-            if partial is not None and len(partial.token_ids) >= 5:
-                break
-            done += session.step_once(wait_s=0.05)
-        assert len(engine._partial[rid].token_ids) >= 5
-        load = WeightLoad(apply=lambda: (engine.reset_prefix_cache(), "prefix_reset")[1], policy_version=1,
-                          mode="continue")
-        session.request_load(load)
-        while session.in_flight():
-            done += session.step_once(wait_s=1.0)
-        session.wait_closed()
+        done, load, _ = load_mid_turn(session, engine, rid, 5)
     finally:
         session.shutdown()
     (ep,) = done

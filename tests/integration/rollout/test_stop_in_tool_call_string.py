@@ -22,10 +22,11 @@ from agentrl.config import AlgorithmConfig
 from agentrl.credit import assign_credit
 from agentrl.rollout.chat import ChatTokenizer
 from agentrl.rollout.loop import RolloutLimits, RolloutWorker
-from agentrl.rollout.session import RolloutSession, WeightLoad
+from agentrl.rollout.session import RolloutSession
 from agentrl.types import EpisodeRequest, SamplingRecord, TerminationReason
 from environments.tools import HermesToolParser
 from tests.helpers.forced_tokens import ScriptedTokens
+from tests.helpers.mid_turn_load import load_mid_turn
 
 pytestmark = pytest.mark.slow
 
@@ -153,21 +154,11 @@ def test_a_turn_preempted_inside_the_string_goes_on_past_the_tag_in_it(engine, t
     env = BashEnv()
     worker, spy = _worker(engine, tokenizer, [env], RolloutLimits(1, 96, 1024, stop_strings=("</tool_call>",)))
     session = RolloutSession(worker, policy_version=0)
-    done = []
     try:
         session.submit([_req()])
         rid = f"{_req().episode_id}:0"
-        for _ in range(200):
-            partial = engine._partial.get(rid)
-            if partial is not None and len(partial.token_ids) >= split:
-                break
-            done += session.step_once(wait_s=1.0)
-        assert len(engine._partial[rid].token_ids) == split
-        load = WeightLoad(apply=lambda: (engine.reset_prefix_cache(), "prefix_reset")[1], policy_version=1)
-        session.request_load(load)
-        while session.in_flight():
-            done += session.step_once(wait_s=1.0)
-        session.wait_closed()
+        done, load, sampled = load_mid_turn(session, engine, rid, split, max_steps=200, wait_s=1.0)
+        assert sampled == split
     finally:
         session.shutdown()
     (ep,) = done

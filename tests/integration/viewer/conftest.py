@@ -158,6 +158,17 @@ class ViewerServer:
         self._log.close()
 
 
+
+def serve_filled(fill_store, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[ViewerServer]:
+    """A module fixture's body: ``agentrl view`` over a fresh SQLite store that
+    ``fill_store(url) -> url`` fills, stopped at the end (``yield from serve_filled(...)``)."""
+    tmp = tmp_path_factory.mktemp(name)
+    server = ViewerServer(fill_store(f"sqlite:///{tmp / 'replay.db'}"), tmp / "view.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
 @pytest.fixture(scope="session", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def viewer(request, real_runs: RealRuns, tmp_path_factory) -> Iterator[tuple[ViewerServer, RealRuns]]:
     """``agentrl view`` over the real runs, on SQLite and on the PostgreSQL copy."""

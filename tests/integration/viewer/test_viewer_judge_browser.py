@@ -10,18 +10,13 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.integration.viewer.conftest import ViewerServer
+from tests.integration.viewer.conftest import ViewerServer, serve_filled
 from tests.unit.replay.test_viewer_judge import JUDGED, PROMPT, SCORES, XSS, fill
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ViewerServer]:
-    tmp = tmp_path_factory.mktemp("judge-view")
-    s = ViewerServer(fill(f"sqlite:///{tmp / 'replay.db'}"), tmp / "view.log")
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from serve_filled(fill, tmp_path_factory, "judge-view")
 
 
 def test_the_browser_opens_the_judges_prompt_and_scores(page, server: ViewerServer) -> None:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from agentrl.replay.read import EpisodeFilter, ReadOnlyDB, Sort, episode_page
 from agentrl.replay.viewer import create_app
-from tests.integration.viewer.conftest import ViewerServer
+from tests.integration.viewer.conftest import ViewerServer, serve_filled
 from tests.unit.replay.test_viewer_tool_calls_branches import CALLS, COUNTERS, RUN, fill
 
 FORKED = "r/it1/g/0/a0"
@@ -55,12 +55,7 @@ def test_the_sort_by_tool_calls_pages_every_episode_once_in_order(db_url: str) -
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ViewerServer]:
-    tmp = tmp_path_factory.mktemp("tool-calls-view")
-    s = ViewerServer(fill(f"sqlite:///{tmp / 'replay.db'}"), tmp / "view.log")
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from serve_filled(fill, tmp_path_factory, "tool-calls-view")
 
 
 def test_the_browser_sorts_by_tool_calls_and_shows_a_forked_episode(page, server: ViewerServer) -> None:
