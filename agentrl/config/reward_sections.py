@@ -56,9 +56,9 @@ class JudgeConfig(Section):
         if isinstance(data, dict):
             for k in data:
                 if str(k).lower() in _SECRET_KEYS:
-                    raise ValueError(f"reward.judge.{k}: an API key does not belong in a config file (it ends up in "
-                                     "the run directory and the replay store); put it in an environment variable "
-                                     "and name that variable in reward.judge.api_key_env")
+                    raise ValueError(f"{k}: an API key does not belong in a config file (it ends up in the run "
+                                     "directory and the replay store); put it in an environment variable and name "
+                                     "that variable in api_key_env")
         return data
 
     @model_validator(mode="before")
@@ -68,7 +68,7 @@ class JudgeConfig(Section):
         # input, so a key pasted here is never printed back
         v = data.get("api_key_env") if isinstance(data, dict) else None
         if v is not None and not (isinstance(v, str) and _ENV_NAME.match(v)):
-            raise ValueError("reward.judge.api_key_env: expected the NAME of an environment variable "
+            raise ValueError("api_key_env: expected the NAME of an environment variable "
                              "([A-Za-z_][A-Za-z0-9_]*), e.g. OPENAI_API_KEY; the value given is not one (not shown: it "
                              "may be a key)")
         url = data.get("base_url") if isinstance(data, dict) else None
@@ -79,15 +79,15 @@ class JudgeConfig(Section):
             except ValueError:
                 carries = False  # not a URL at all: the check below names it
             if carries:
-                raise ValueError("reward.judge.base_url carries credentials or a query string (not shown); give the "
-                                 "server's plain base URL and the key's variable in reward.judge.api_key_env")
+                raise ValueError("base_url carries credentials or a query string (not shown); give the server's "
+                                 "plain base URL and the key's variable in api_key_env")
         return data
 
     @model_validator(mode="after")
     def _endpoint_has_url(self) -> JudgeConfig:
         if self.kind == "endpoint":
             if not self.base_url or not self.base_url.startswith(("http://", "https://")):
-                raise ValueError(f"reward.judge.base_url={self.base_url!r}; kind endpoint needs the server's "
+                raise ValueError(f"base_url={self.base_url!r}; kind endpoint needs the server's "
                                  "http(s) OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
         return self
 
@@ -108,8 +108,12 @@ class RewardConfig(Section):
                                   "weighted: rule_weight * rule + (1 - rule_weight) * judge.")
     rule_weight: float = Field(0.5, ge=0.0, le=1.0, description="weighted: the rule reward's weight.")
     rule_pass: float = Field(1.0, description="rule_first: the rule reward at or above which the rule decides.")
+    success_threshold: float = Field(0.5, description="A judged episode (the judge scored it) succeeded when its "
+                                                      "reward is at or above this (Episode.success, "
+                                                      "rollout/success_rate); an episode the rule decided alone "
+                                                      "keeps the environment's own success.")
 
-    @field_validator("rule_pass")
+    @field_validator("rule_pass", "success_threshold")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

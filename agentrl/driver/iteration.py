@@ -12,7 +12,9 @@ Timeline metrics (for the benchmark's per-phase picture): ``timeline/<phase>_sta
 ``timeline/<phase>_end_s``, wall seconds since ``train()`` started in this process, for
 ``rollout``, ``credit``, ``update``, ``sync`` of the iteration itself; a checkpoint is written
 after its iteration's metrics (which it stores), so ``timeline/checkpoint_*`` of a checkpoint
-are in the *next* iteration's line (the run's last checkpoint is in none).
+are in the *next* iteration's line (the run's last checkpoint is in none). With a judge
+(``reward.judge``), ``timeline/judge_*`` place the judging of the update's episodes, which
+overlaps the rollout (``judge_phase``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from agentrl.driver.checkpoint import CHECKPOINT_FORMAT, RunDir, kill_point
 from agentrl.config import Config
 from agentrl.credit import CreditResult, assign_credit, critic_step_metrics, reference_batch, turn_penalties
+from agentrl.driver.checkpoint import CHECKPOINT_FORMAT, RunDir, kill_point
 from agentrl.replay.codec import finite_trainer_values
 from agentrl.replay.trainer_values import turn_trainer_values
 from agentrl.rollout.loop import rollout_metrics
@@ -43,6 +45,8 @@ class RunContext:
     """The live parts of one ``train()`` call that the per-iteration steps share.
 
     ``t0``: ``time.perf_counter()`` when ``train()`` started (timeline origin);
+    ``t0_epoch_s``: the same moment as wall-clock epoch seconds (``time.time()``; derived
+    from ``t0`` when not given), the origin of the judge's stamps (``judge_phase``);
     ``history``: the metrics lines so far (the checkpoint stores them);
     ``policy_version``: the trainer's version (updates done).
     """
@@ -62,6 +66,11 @@ class RunContext:
     on_iteration: Callable[[int, dict], None] | None = None
     carried: dict[str, float] = field(default_factory=dict)  # timeline of the last checkpoint, for the next line
     difficulty: DifficultyFilter | None = None
+    t0_epoch_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.t0_epoch_s is None:  # perf_counter and the wall clock advance alike
+            self.t0_epoch_s = time.time() - (time.perf_counter() - self.t0)
 
     def now_s(self) -> float:
         """Seconds since ``train()`` started (the timeline's clock)."""
@@ -214,10 +223,27 @@ def end_iteration(run: RunContext, it: int, clean: dict[str, float | None]) -> N
         run.progress.advance(it, clean)
 
 
+def judge_phase(episodes: list, t0_epoch_s: float) -> dict[str, float]:
+    """The judge phase of an update's episodes, from their ``JudgeRecord`` stamps (epoch
+    seconds): ``timeline/judge_start_s`` (the first submit) and ``timeline/judge_end_s`` (the
+    last settle), seconds since ``t0_epoch_s`` (``RunContext.t0_epoch_s``); ``time/judge_s``
+    (that span; it overlaps the rollout) and ``time/judge_tail_s`` (the last settle minus the
+    last submit, at least 0: the seconds the rollout still waited for judgements alone after
+    the last episode's env had finished). ``{}`` when no episode has a stamped judgement."""
+    recs = [e.judgement for e in episodes if e.judgement is not None
+            and e.judgement.submitted_at_s is not None and e.judgement.settled_at_s is not None]
+    if not recs:
+        return {}
+    first = min(r.submitted_at_s for r in recs)
+    last_submit, last_settle = max(r.submitted_at_s for r in recs), max(r.settled_at_s for r in recs)
+    return {**span("judge", first - t0_epoch_s, last_settle - t0_epoch_s), "time/judge_s": last_settle - first,
+            "time/judge_tail_s": max(0.0, last_settle - last_submit)}
+
+
 def span(name: str, start_s: float, end_s: float) -> dict[str, float]:
     """``{"timeline/<name>_start_s": start_s, "timeline/<name>_end_s": end_s}``."""
     return {f"timeline/{name}_start_s": start_s, f"timeline/{name}_end_s": end_s}
 
 
-__all__ = ["RunContext", "UpdateResult", "checkpoint_if_due", "compute_credit", "end_iteration", "kl_reward_penalties",
-           "record_iteration", "span", "train_on", "trainer_token_values"]
+__all__ = ["RunContext", "UpdateResult", "checkpoint_if_due", "compute_credit", "end_iteration", "judge_phase",
+           "kl_reward_penalties", "record_iteration", "span", "train_on", "trainer_token_values"]

@@ -30,7 +30,8 @@ filters (``take_update``); ``kill_point("mid_rollout")``; credit; the trainer st
 decides what runs meanwhile; ``kill_point("mid_update")``); the weight sync (when the update
 trained anything; ``kill_point("mid_sync")``) and the evaluator's ``after_sync``; the landed
 eval; ``record_iteration``; ``checkpoint_if_due`` with the source's and evaluator's state;
-``end_iteration``.
+``end_iteration``. With a judge, the judging of the taken episodes is a phase of its own
+(``timeline/judge_*``, ``time/judge_s``, ``time/judge_tail_s``: ``iteration.judge_phase``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from agentrl.credit import missing_groups
 from agentrl.driver.checkpoint import kill_point
 from agentrl.driver.difficulty import fold_profile
 from agentrl.driver.iteration import (RunContext, UpdateResult, checkpoint_if_due, compute_credit, end_iteration,
-                                     record_iteration, span, train_on)
+                                     judge_phase, record_iteration, span, train_on)
 from agentrl.types import Episode
 
 log = logging.getLogger(__name__)
@@ -208,6 +209,7 @@ def run_iteration(run: RunContext, source: BatchSource, evaluator: Evaluator, it
     shaped: dict[str, list[float]] = {}  # each episode's rewards shaped once this iteration
     taken, refills = take_update(run, source, shaped)
     timeline = span("rollout", t_roll, run.now_s())
+    timeline.update(judge_phase(taken.episodes, run.t0_epoch_s))  # with a judge: its phase inside the rollout
     kill_point("mid_rollout", it)
 
     run.phase(it, "credit")

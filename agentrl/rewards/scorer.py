@@ -50,6 +50,8 @@ class EpisodeScorer:
         combine_mode: ``judge``, ``rule_first`` or ``weighted`` (``reward.combine``).
         rule_weight: ``weighted``'s weight of the rule reward, in [0, 1].
         rule_pass: ``rule_first``'s rule reward at or above which the rule decides.
+        success_threshold: the reward at or above which an episode the judge scored
+            succeeded (``reward.success_threshold``; read by ``agentrl.rollout.judging``).
         cache_get, cache_put: the judge cache (``ReplayStore.judge_cache_get`` / ``_put``
             behind them), or None for no cache.
         parse_retries: fresh judge calls after an unparseable answer.
@@ -63,6 +65,7 @@ class EpisodeScorer:
 
     def __init__(self, rubric: Rubric, complete: Callable[[JudgeRequest], JudgeReply], *, model: str,
                  combine_mode: str = "rule_first", rule_weight: float = 0.5, rule_pass: float = 1.0,
+                 success_threshold: float = 0.5,
                  cache_get: CacheGet | None = None, cache_put: CachePut | None = None, parse_retries: int = 1,
                  max_workers: int = 8) -> None:
         if combine_mode not in COMBINE_MODES:
@@ -74,6 +77,7 @@ class EpisodeScorer:
         self.rubric, self.model = rubric, model
         self._complete, self._get, self._put = complete, cache_get, cache_put
         self.combine_mode, self.rule_weight, self.rule_pass = combine_mode, rule_weight, rule_pass
+        self.success_threshold = float(success_threshold)
         self.parse_retries = parse_retries
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="agentrl-judge")
         self._lock = threading.Lock()

@@ -46,7 +46,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from agentrl.errors import ConfigError, ContractError, EnvError
 from agentrl.rollout.engine import Completion
-from agentrl.rollout.judging import apply_group_judgement, apply_judgement, judge_item
+from agentrl.rollout.judging import apply_group_judgement, apply_judgement, judge_item, success_threshold_of
 from agentrl.rollout.state import ActiveEpisode
 from agentrl.types import Episode, EpisodeRequest, TerminationReason
 
@@ -124,6 +124,7 @@ class RolloutSession:
         # a group-mode judge: requests of each group submitted here, and the members finished so far
         self._group_expected: dict[str, int] = {}
         self._group_done: dict[str, list[ActiveEpisode]] = {}
+        self._judge_sent: dict[Future, float] = {}  # a judge future -> time.time() its episode(s) went to the judge
 
     def _submit(self, kind: str, st: Any, fn: Callable[[], Any]) -> None:
         """Run ``fn`` (an env call of episode ``st``: ``reset``, ``step`` or ``close``) in the
@@ -262,13 +263,11 @@ class RolloutSession:
             self._calls.pop(fut, None)
             if kind == "close":
                 continue
-            if kind == "judge":
-                apply_judgement(st, fut, self.worker._fail)
-                judged.append(st)
-                continue
-            if kind == "judge_group":
-                apply_group_judgement(st, fut, self.worker._fail)
-                judged.extend(st)
+            if kind in ("judge", "judge_group"):  # settled now: stamped with the submit time and this one
+                settle = apply_judgement if kind == "judge" else apply_group_judgement
+                sent = self._judge_sent.pop(fut, None)
+                settle(st, fut, self.worker._fail, sent, success_threshold_of(self.worker.judge))
+                judged.extend([st] if kind == "judge" else st)
                 continue
             if st.episode.episode_id in self._restart_pending:
                 self._restart(st)
@@ -294,7 +293,8 @@ class RolloutSession:
             if judge is not None and self._judged(st):
                 # judged as it ends; handed back when its reward is settled (its env and
                 # sandbox are closed meanwhile)
-                self._futures[judge.submit(st.episode, judge_item(st))] = ("judge", st)
+                fut = judge.submit(st.episode, judge_item(st))
+                self._futures[fut], self._judge_sent[fut] = ("judge", st), time.time()
                 continue
             judged.append(st)
         for st in judged:
@@ -321,7 +321,7 @@ class RolloutSession:
         ok = sorted((m for m in done if self._judged(m)), key=lambda m: (m.req.index, m.req.attempt))
         if ok:
             fut = judge.submit_group([m.episode for m in ok], [judge_item(m) for m in ok])
-            self._futures[fut] = ("judge_group", ok)
+            self._futures[fut], self._judge_sent[fut] = ("judge_group", ok), time.time()
 
     def _judged(self, st: ActiveEpisode) -> bool:
         """Whether ``st``'s finished episode goes to the judge: not an error, and not a cut
@@ -480,6 +480,7 @@ class RolloutSession:
         self._restart_pending.clear()
         self._group_expected.clear()
         self._group_done.clear()
+        self._judge_sent.clear()
         self._futures = {f: v for f, v in self._futures.items() if v[0] == "close"}
         self._calls = {f: c for f, c in self._calls.items() if f in self._futures}
         return unfinished

@@ -139,6 +139,8 @@ class Episode:
             aborted episodes.
         success: the task was solved, as the environment says (``info["success"]`` of the
             last step); ``None`` when it does not say (then ``total_reward >= 1`` counts).
+            An episode a judge scored (``judgement.judged``) succeeded when its reward is at
+            least ``reward.success_threshold`` (``agentrl.rollout.judging``).
         prompt_mode: ``full_history`` (one row per branch: one row unless the environment
             forked the conversation) or ``per_step`` (one row per turn); see ``PromptMode``
             and ``rows``.

@@ -60,6 +60,13 @@ class JudgeRecord:
         parse_errors: answers of those calls (or of the cache) that could not be parsed.
         error: why there is no judgement (the judge failed after its retries, or its answer
             could not be parsed), else None.
+        submitted_at_s, settled_at_s: wall-clock epoch seconds (``time.time()`` on the
+            rollout engine's host) when the rollout session handed the episode to the judge
+            and when its judgement settled the reward; the wait between them is the judge
+            queue, its calls and their retries (``judge/wait_*``, the ``judge`` phase of the
+            timeline). None on a record built outside a rollout. They travel with the episode
+            (Ray) but are not stored in the replay store (a stored record reads None) and
+            are left out of equality.
     """
 
     model: str
@@ -81,16 +88,18 @@ class JudgeRecord:
     parse_errors: int = 0
     group_position: int | None = None
     error: str | None = None
+    submitted_at_s: float | None = field(default=None, compare=False)
+    settled_at_s: float | None = field(default=None, compare=False)
 
     def validate(self) -> None:
-        """Raises ContractError: a score outside [0, 1], a non-finite reward or latency, or
-        a mode other than single / group."""
+        """Raises ContractError: a score outside [0, 1], a non-finite reward, latency or
+        time stamp, or a mode other than single / group."""
         if self.mode not in ("single", "group"):
             raise ContractError(f"JudgeRecord.mode={self.mode!r}; expected 'single' or 'group'")
         for k, v in self.scores.items():
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ContractError(f"JudgeRecord.scores[{k!r}]={v!r}; expected a number in [0, 1]")
-        for name in ("score", "rule_reward", "reward"):
+        for name in ("score", "rule_reward", "reward", "submitted_at_s", "settled_at_s"):
             v = getattr(self, name)
             if v is not None and not math.isfinite(v):
                 raise ContractError(f"JudgeRecord.{name}={v!r}; expected a finite number or None")

@@ -19,8 +19,12 @@ from agentrl.replay.read import JudgeIteration
 from agentrl.replay.viewer.charts import Chart, fmt, line_chart, stacked_bars
 
 Series = dict[str, list[tuple[int, float]]]
-PHASES = ("rollout", "credit", "update", "sync", "replay", "checkpoint")
-"""Phases of one iteration, in the order they run."""
+PHASES = ("rollout", "judge", "credit", "update", "sync", "replay", "checkpoint")
+"""Phases of one iteration, in the order they run. ``judge`` is the judge's tail
+(``time/judge_tail_s``: the rollout waiting for judgements alone after its last episode
+ended), carved out of ``rollout`` so no second counts twice (``phase_seconds``)."""
+_PHASE_KEY = {"judge": "time/judge_tail_s"}
+"""The metric of a phase's seconds where it is not ``time/<phase>_s``."""
 TOKEN_KEYS = ("tokens/generated", "tokens/trained", "tokens/discarded")
 EVAL_KEYS = (("eval pass@1", "eval/pass@1"), ("eval pass@1 95% low", "eval/pass@1_low"),
              ("eval pass@1 95% high", "eval/pass@1_high"))
@@ -34,7 +38,8 @@ SPLIT_KEYS = ("time/profile_s", "time/eval_before_s")
 profile, an eval before training): the run page then links to training episodes only."""
 METRIC_KEYS = tuple(dict.fromkeys((
     "rollout/reward_mean", "rollout/success_rate", "rollout/generated_tokens", *TOKEN_KEYS, "time/iteration_s",
-    *(f"time/{ph}_s" for ph in PHASES), *(f"timeline/{ph}_{end}_s" for ph in PHASES for end in ("start", "end")),
+    *(_PHASE_KEY.get(ph, f"time/{ph}_s") for ph in PHASES),
+    *(f"timeline/{ph}_{end}_s" for ph in PHASES if ph not in _PHASE_KEY for end in ("start", "end")),
     *(k for _, k in EVAL_KEYS + GAP_KEYS + STALENESS_KEYS), *SPLIT_KEYS)))
 """Every metric the run page reads (``read.metric_series(..., keys=METRIC_KEYS)``): about 35
 of the 100 or so keys a training iteration writes."""
@@ -58,11 +63,15 @@ def phase_seconds(metrics: Series, its: list[int]) -> dict[str, list[float]]:
     """Seconds per phase and iteration: ``time/<phase>_s`` where written, else
     ``timeline/<phase>_end_s - _start_s``. The checkpoint after iteration ``i`` is written
     after its metrics, so its timeline sits in iteration ``i + 1``'s line; it is moved back to
-    ``i`` here."""
+    ``i`` here. ``judge`` is ``time/judge_tail_s`` (at most the rollout's seconds), taken off
+    ``rollout``: the stack sums to the iteration's time."""
     out: dict[str, list[float]] = {}
     for ph in PHASES:
-        direct = _by_it(metrics, f"time/{ph}_s")
-        start, end = _by_it(metrics, f"timeline/{ph}_start_s"), _by_it(metrics, f"timeline/{ph}_end_s")
+        direct = _by_it(metrics, _PHASE_KEY.get(ph, f"time/{ph}_s"))
+        if ph in _PHASE_KEY:  # its timeline spans another phase: no fallback to it
+            start, end = {}, {}
+        else:
+            start, end = _by_it(metrics, f"timeline/{ph}_start_s"), _by_it(metrics, f"timeline/{ph}_end_s")
         shift = 1 if ph == "checkpoint" else 0
         vals = []
         for it in its:
@@ -74,6 +83,11 @@ def phase_seconds(metrics: Series, its: list[int]) -> dict[str, list[float]]:
                 vals.append(math.nan)
         if any(math.isfinite(v) for v in vals):
             out[ph] = vals
+    if "judge" in out and "rollout" in out:
+        for i, (roll, tail) in enumerate(zip(out["rollout"], out["judge"])):
+            if math.isfinite(roll) and math.isfinite(tail):
+                tail = min(max(tail, 0.0), roll)
+                out["rollout"][i], out["judge"][i] = roll - tail, tail
     return out
 
 

@@ -150,3 +150,32 @@ def test_one_iteration_with_a_group_rubric_judges_each_group_in_one_call(ray_ses
         members = [e for e in eps if e.group_id == group]
         assert sorted(e.judgement.group_position for e in members) == [0, 1]
         assert all(e.judgement.mode == "group" and e.total_reward == e.judgement.score for e in members)
+
+
+def test_two_async_iterations_rewarded_by_a_judge(ray_session, tmp_path, tiny_model_path):
+    """controller.mode async: the engines' rollout streams judge each episode as it ends, so
+    every trained episode reaches the trainer with its judgement and the judge's reward;
+    nothing is a reward error, and every judged answer is in the cache."""
+    from agentrl.driver.controller import train
+    from agentrl.replay import ReplayStore
+
+    judge = ScriptedJudge(_judgement)
+    try:
+        summary = train(_cfg(tmp_path, tiny_model_path, judge.base_url, "run.iterations=2", "controller.mode=async",
+                             "controller.max_staleness=1", "eval.after_training=false",
+                             "eval.before_training=false"))
+    finally:
+        judge.shutdown()
+    assert summary.policy_version == 2
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    for m in lines:
+        assert m["judge/episodes"] == m["rollout/episodes"] >= 4 and m["judge/errors"] == 0
+        assert m["filter/reward_errors"] == 0 and m["tokens/trained"] > 0
+        assert m["judge/calls"] + m["judge/cache_hits"] == m["judge/judged"]
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        eps = [store.get_episode(e.episode_id) for e in store.list_episodes(summary.run_id, limit=1000)]
+    assert eps and all(e.judgement is not None and e.total_reward == e.judgement.reward for e in eps)
+    digits = [e for e in eps if e.judgement.judged]
+    assert all(e.judgement.score == (1.0 if any(c.isdigit() for c in e.judgement.prompt[-1]["content"].split(
+        "<answer>", 1)[1].split("</answer>", 1)[0]) else 0.0) for e in digits)

@@ -6,6 +6,7 @@ errored episodes are not judged. Scripted engine and env (tests/unit/rollout/tes
 
 from __future__ import annotations
 
+import math
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -242,3 +243,70 @@ def test_the_stream_of_async_mode_hands_back_judged_episodes_across_a_weight_loa
         assert all(e.policy_version_range() == (0, 1) and e.judgement is not None for e in got)
     finally:
         stream.stop()
+
+
+class SaysFailedEnv(AnswerEnv):
+    """AnswerEnv whose last step reports ``success=False`` (the rule's own verdict)."""
+
+    def step(self, action):
+        obs, r, done, trunc, info = super().step(action)
+        return obs, r, done, trunc, ({**info, "success": False} if done else info)
+
+
+class ThresholdJudge(FakeJudge):
+    """Judges t0 at 0.75 and t1 at 0.25; t2 is decided by the rule alone (``judged=False``)."""
+
+    def __init__(self, threshold=None):
+        super().__init__(lambda item: {"t0": 0.75, "t1": 0.25, "t2": 1.0}[item.task[8:10]])
+        if threshold is not None:
+            self.success_threshold = threshold
+        self.release.set()
+
+    def submit(self, episode, item):
+        fut = super().submit(episode, item)
+        if item.task[8:10] != "t2":
+            return fut
+        out = Future()
+        out.set_result(JudgeRecord(model="m", rubric="r", rubric_digest="d", judged=False, reward=1.0))
+        return out
+
+
+def test_a_judged_episode_succeeds_by_its_reward_and_the_threshold_a_rule_decided_one_keeps_the_envs():
+    eps = {e.task_id: e for e in _worker(ThresholdJudge(), SaysFailedEnv).run(_reqs(3), policy_version=0)}
+    assert [eps[t].total_reward for t in ("t0", "t1", "t2")] == [0.75, 0.25, 1.0]
+    assert (eps["t0"].success, eps["t1"].success) == (True, False)  # reward >= 0.5 (the default threshold)
+    assert eps["t2"].success is False and not eps["t2"].judgement.judged  # the rule decided: the env's own verdict
+    strict = {e.task_id: e for e in _worker(ThresholdJudge(0.8), SaysFailedEnv).run(_reqs(2), policy_version=0)}
+    assert (strict["t0"].success, strict["t1"].success) == (False, False)  # 0.75 < 0.8
+
+
+def test_each_judgement_is_stamped_when_it_went_to_the_judge_and_when_it_settled():
+    import time
+
+    judge = FakeJudge(lambda item: 1.0)
+    judge.release.set()
+    before = time.time()
+    eps = _worker(judge).run(_reqs(2), policy_version=0)
+    after = time.time()
+    for e in eps:
+        j = e.judgement
+        assert before <= j.submitted_at_s <= j.settled_at_s <= after
+    group = _worker(GroupJudge()).run(_group_reqs(1, 2), policy_version=0)
+    assert len({(e.judgement.submitted_at_s, e.judgement.settled_at_s) for e in group}) == 1  # one call, one wait
+
+
+def test_the_wait_percentiles_run_from_submit_to_settle_per_episode():
+    from agentrl.rollout.judging import judge_metrics
+    from agentrl.types import Episode
+
+    def ep(i, submitted, settled):
+        rec = JudgeRecord(model="m", rubric="r", rubric_digest="d", score=1.0, reward=1.0,
+                          submitted_at_s=submitted, settled_at_s=settled)
+        return Episode(group_id=f"g{i}", env_id="x/E-v0", task_id=f"t{i}", seed=0, judgement=rec)
+
+    # waits 0.5, 1.0, 2.0, 3.5 (one episode without stamps is left out of the wait)
+    eps = [ep(0, 100.0, 100.5), ep(1, 100.5, 101.5), ep(2, 101.0, 103.0), ep(3, 100.0, 103.5), ep(4, None, None)]
+    m = judge_metrics(eps)
+    assert m["judge/wait_p50_s"] == 2.0 and m["judge/wait_p99_s"] == 3.5  # nearest rank: index round(0.5 * 3) = 2
+    assert m["judge/episodes"] == 5.0 and math.isnan(m["judge/latency_p50_s"])  # no calls recorded
+    assert math.isnan(judge_metrics([ep(5, None, None)])["judge/wait_p50_s"])
