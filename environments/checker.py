@@ -11,7 +11,8 @@ cannot be copied is fine).
 Checks, in order (each failure is one ``CheckProblem`` naming the check and what to fix):
 
 ``make``        the env can be made with a sandbox from ``sandbox_factory``.
-``task_ids``    ``task_ids(split)`` is a classmethod returning a non-empty list of str.
+``task_ids``    ``task_ids(split)`` is a classmethod returning a non-empty list of str (given
+                the env kwargs where it accepts them: ``task_ids_of``).
 ``reset``       return types; ``info`` passes ``agentrl.types.StepInfo.from_info`` (the
                 validator the rollout loop uses: known ``observation_role``,
                 ``tool_outputs`` a list of str, typed ``system_prompt``, each ``tools``
@@ -36,21 +37,37 @@ skipped and reported as a note.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from agentrl.errors import EnvError
 from agentrl.types import OBSERVATION_ROLES, StepInfo, StepInfoError
 from environments.core import DEFAULT_CHECKER_ACTIONS
 from environments.registry import env_class, make_env
 
-__all__ = ["CheckProblem", "CheckReport", "EnvCheckError", "check_env", "format_report", "OBSERVATION_ROLES"]
+__all__ = ["CheckProblem", "CheckReport", "EnvCheckError", "check_env", "format_report", "task_ids_of",
+           "OBSERVATION_ROLES"]
 
 DEFAULT_ACTIONS = DEFAULT_CHECKER_ACTIONS
+
+
+def task_ids_of(fn: Callable[..., Any], split: str, env_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """``fn(split, env_kwargs=dict(env_kwargs))`` when ``fn`` (an env class's ``task_ids``) has
+    a parameter named ``env_kwargs`` (tasks that depend on the kwargs: ``hub/ReasoningGym-v0``),
+    else ``fn(split)`` (a bare ``**kwargs`` is not one: a wrapper forwarding to a
+    ``task_ids(split)`` would pass them on). Returns what ``fn`` returns; its errors propagate."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): the plain call
+        return fn(split)
+    if "env_kwargs" in params and params["env_kwargs"].kind is not inspect.Parameter.VAR_KEYWORD:
+        return fn(split, env_kwargs=dict(env_kwargs or {}))
+    return fn(split)
 
 
 class EnvCheckError(EnvError):
@@ -346,7 +363,7 @@ class _Checker:
             self.fail("task_ids", f"{cls!r} has no classmethod task_ids(split); the task source needs it to list tasks")
         else:
             try:
-                ids = fn(self.split)
+                ids = task_ids_of(fn, self.split, self.env_kwargs)
             except Exception as exc:
                 self.fail("task_ids", f"task_ids({self.split!r}) raised {_describe(exc)}")
                 ids = []
@@ -468,7 +485,8 @@ def check_env(
         scripted_actions: the completions to step with; default: the class's
             ``checker_actions()``, else generic replies.
         seed: the reset seed.
-        task_id: the task to run; default: the first of ``task_ids(split)``.
+        task_id: the task to run; default: the first of ``task_ids(split)`` (with ``env_kwargs``
+            where it accepts them: ``task_ids_of``).
         split: the split whose first task is used when ``task_id`` is None.
         env_kwargs: extra constructor keywords.
 

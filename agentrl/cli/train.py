@@ -125,11 +125,13 @@ def train(
     Console().print(summary_table(summary))
     say("", f"run directory: {summary.run_dir}  (metrics.jsonl, replay.db, checkpoints/, {LOG_FILE_NAME}: "
              "every warning, the known-harmless ones that were not shown included)")
-    from agentrl.driver.judge import judge_label
+    from agentrl.driver.judge import eval_llm_judge, judge_label, judge_name
 
-    j = cfg.reward.judge
-    judge = judge_label(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules,  # which judge scored the evals
-                        llm_judge=None if j is None else f"{j.model} at {j.base_url or 'a local pool'}")
+    judge = None
+    if training_eval_lines(summary.history):  # an eval ran: name the judge that scored it
+        j = cfg.reward.judge
+        judge = judge_label(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules, llm_judge=judge_name(j),
+                            eval_judge=eval_llm_judge(cfg, j))
     for line in training_eval_lines(summary.history, judge=judge):  # eval.before_training / after_training: the last lines
         typer.echo(line)
 

@@ -23,7 +23,12 @@ place of the rollout's (``eval.temperature`` with top_p 1 / top_k off, ``eval.ma
 with the settings before any export or rollout.
 The env is made with its declared judge kwargs over ``env.kwargs`` (``agentrl.driver.judge``:
 e.g. HumanEval trained on the visible examples is judged on the full hidden check), in
-``agentrl eval`` and ``eval.every`` alike; the report names the judge.
+``agentrl eval`` and ``eval.every`` alike; the report names the judge. With ``eval.judge`` set
+(the run's, or an override) an LLM judge scores the episodes too, combined with that rule as
+``reward.combine`` says: ``evaluate`` starts its service (``agentrl-judge-eval-<eval run
+id>``, health-checked) before the engines and stops it after the rollout; the training
+reward's judge (``reward.judge``) is never the eval's unless named as ``eval.judge`` too,
+which is allowed with a warning (``agentrl.driver.judge.warn_same_judge``).
 
 Held out: the eval tasks must not overlap the training tasks (the run's ``env.split`` /
 ``env.task_ids`` on the same env; for a bare model the env's ``train`` split) unless
@@ -60,6 +65,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from agentrl.cluster.actors.actor_errors import as_cluster_error
+from agentrl.cluster.actors.judge_service import start_judge_service, stop_judge_service
 from agentrl.cluster.actors.ray_connect import connect
 from agentrl.cluster.actors.sandbox_choice import announce_sandboxes
 from agentrl.cluster.actors.sandbox_host import start_sandbox_hosts, stop_sandbox_hosts
@@ -69,7 +75,7 @@ from agentrl.commands.export import EXPORT_MARKER, TRAINER_DIR, export_run, prep
 from agentrl.config import DEFAULT_CONFIG_RESOURCE, Config, config_from_dict, load_config, load_default_config
 from agentrl.driver.checkpoint import CONTROLLER_STATE, RunDir
 from agentrl.driver.evaluation import eval_budget, eval_report, eval_requests, held_out_task_ids, store_eval_episodes
-from agentrl.driver.judge import judge_env_kwargs, judge_label
+from agentrl.driver.judge import eval_llm_judge, judge_env_kwargs, judge_label, judge_name, warn_same_judge
 from agentrl.errors import ConfigError, ContractError
 from agentrl.eval.passk import EvalReport
 from agentrl.logs import LOG_FILE_NAME, attach_log_file
@@ -184,7 +190,7 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     ``overrides`` (``key=value``, e.g. ``eval.samples=8``, ``rollout.kv_cache_gb=1``) apply
     before the eval section is put in place of the rollout's. ``judge=False`` keeps the
     training reward's ``env.kwargs`` (no judge kwargs: e.g. a difficulty profile, which
-    measures the reward training sees).
+    measures the reward training sees; no eval LLM judge either: ``eval.judge`` is unset).
 
     Raises:
         ConfigError: a bad override (the key and value named).
@@ -207,8 +213,11 @@ def eval_config(target: EvalTarget, overrides: Sequence[str] = (), *, env_id: st
     # every eval episode is scored by the env's declared judge, not the training reward (agentrl.driver.judge)
     if judge:
         data["env"]["kwargs"] = judge_env_kwargs(base.env.id, data["env"]["kwargs"], base.env.import_modules)
-    # never by the training reward's LLM judge (reward.judge): an eval is scored by the env's rule
+    # never by the training reward's LLM judge (reward.judge) as such: by the env's rule, and eval.judge
+    # (its own service, a budget with judge="eval") when set
     data.setdefault("reward", {})["judge"] = None
+    if not judge:
+        data["eval"]["judge"] = None
     data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
                            max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
     data["run"]["seed"] = ev.seed
@@ -258,7 +267,19 @@ def eval_identity(target: EvalTarget, cfg: Config) -> dict[str, Any]:
             "samples": ev.samples, "seed": ev.seed, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k,
             "max_turns": r.max_turns, "max_new_tokens": r.max_new_tokens, "max_context_tokens": r.max_context_tokens,
             "prompt_mode": r.prompt_mode, "history_length": r.history_length, "score_truncated": r.score_truncated,
-            **({"stop_strings": list(r.stop_strings)} if r.stop_strings else {}), "confidence": ev.confidence, "num_resamples": ev.num_resamples}
+            **({"stop_strings": list(r.stop_strings)} if r.stop_strings else {}), "confidence": ev.confidence, "num_resamples": ev.num_resamples,
+            **({"judge": _judge_identity(cfg)} if ev.judge is not None else {})}
+
+
+def _judge_identity(cfg: Config) -> dict[str, Any]:
+    """What an eval LLM judge's scores depend on: the judge (kind, model, URL, sampling), its
+    rubric as given (None: the env class's) and the combine settings."""
+    j, r = cfg.eval.judge, cfg.reward
+    assert j is not None
+    return {"kind": j.kind, "model": j.model, "base_url": j.base_url if j.kind == "endpoint" else None,
+            "temperature": j.temperature, "max_tokens": j.max_tokens,
+            "rubric": cfg.eval.rubric if cfg.eval.rubric is not None else r.rubric, "combine": r.combine,
+            "rule_weight": r.rule_weight, "rule_pass": r.rule_pass}
 
 
 def eval_run_id(target: EvalTarget, cfg: Config) -> str:
@@ -366,8 +387,9 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
     settings["budget_source"] = budget_from or budget_source(target, cfg, overrides)
     trained_on = train_cfg.env.kwargs if train_cfg is not None and train_cfg.env.id == cfg.env.id else None
     llm = train_cfg.reward.judge if train_cfg is not None else None  # the training reward's LLM judge, if any
-    llm_judge = None if llm is None else f"{llm.model} at {llm.base_url or 'a local pool'}"
-    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules, llm_judge=llm_judge)
+    warn_same_judge(llm, cfg.eval.judge)  # allowed, with a warning that names it
+    settings["judge"] = (judge_label(cfg.env.id, trained_on, cfg.env.import_modules, llm_judge=judge_name(llm),
+                                     eval_judge=eval_llm_judge(cfg, llm))
                          if judge else "judge: the training reward (the env's judge not applied)")  # printed, stored
     if on_settings is not None:
         on_settings(dict(settings))
@@ -398,8 +420,11 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
                                  "policy_version": target.policy_version, "model": target.model,
                                  "eval": settings, "identity": identity, "config": cfg_dict})
         started_ray = connect(cfg)
-        pool, hosts = None, []
+        pool, hosts, judge_service = None, [], None
         try:
+            if cfg.eval.judge is not None:
+                say("checking the eval judge")
+                judge_service = start_judge_service(cfg, run_id, replay_url, role="eval")  # down: a JudgeError now
             say("starting the engines")
             hosts = start_sandbox_hosts(cfg, run_id)
             pool = EnginePool(cfg, cfg_dict, model_path, run_id, sandbox_hosts=hosts)
@@ -418,6 +443,7 @@ def evaluate(given: str, overrides: Sequence[str] = (), *, env_id: str | None = 
             if pool is not None:
                 pool.kill()
             stop_sandbox_hosts(hosts)
+            stop_judge_service(judge_service)
             if started_ray:
                 ray.shutdown()
             reap_orphans(run_id, include_live_owners=True, docker_host=cfg.sandbox.docker_host)

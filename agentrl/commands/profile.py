@@ -118,7 +118,7 @@ def profile_tasks(given: str, overrides: Sequence[str] = (), *, env_id: str | No
                       budget_from=budget_source(target, base if target.run_dir is not None else load_default_config(),
                                                 overrides, section="rollout"))
     s = result.settings
-    listed = env_task_ids(s["env"], s["split"], base.env.import_modules)
+    listed = env_task_ids(s["env"], s["split"], base.env.import_modules, base.env.kwargs)
     prof = profile_from_outcomes(result.report.per_task, listed, env_id=s["env"], split=s["split"],
                                  policy_version=result.target.policy_version, samples=s["samples"], seed=s["seed"],
                                  budget={k: s[k] for k in ("temperature", "max_turns", "max_new_tokens",

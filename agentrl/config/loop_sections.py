@@ -4,11 +4,12 @@ sinks besides metrics.jsonl)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from agentrl.config.base import Section
+from agentrl.config.reward_sections import JudgeConfig
 
 
 class ControllerConfig(Section):
@@ -80,6 +81,16 @@ class EvalConfig(Section):
     every: int = Field(0, ge=0, description="During training: evaluate the policy after every N-th iteration's update, one policy version per eval, with this section's budget, where eval.engine says; metrics eval/* in that iteration's metrics line (async mode: the first line recorded after the eval finished), episodes stored as kind 'eval'. 0: never.")
     before_training: bool = Field(False, description="During training: evaluate the policy the run starts from (version 0) before iteration 1 with this section's budget, where eval.engine says (sync: the run's engines, before the first rollout; async: the dedicated eval engine, beside the first updates); metrics eval_before/* in iteration 1's metrics (async: the first line recorded after it finished), episodes stored as kind 'eval' at iteration 0. A resumed run does not repeat it.")
     after_training: bool = Field(False, description="During training: evaluate the final policy after the last iteration's update, where eval.engine says (as eval.every does; nothing extra when eval.every already evaluates that iteration); metrics eval/* in the last iteration's metrics (async: the last line waits for it).")
+    judge: JudgeConfig | None = Field(
+        None, description="An LLM judge that scores the eval's episodes (same fields as reward.judge), combined with "
+                          "the environment's rule as reward.combine, reward.rule_weight and reward.rule_pass say; "
+                          "None: the environment's rule alone (with its declared judge_kwargs). Its own service "
+                          "(health-checked at start-up), in agentrl eval and evaluation during training alike. The "
+                          "training reward's judge (reward.judge) is allowed here, with a start-up warning: a policy "
+                          "trained to please a judge is then measured by it.")
+    rubric: dict[str, Any] | None = Field(
+        None, description="The rubric eval.judge scores by (as reward.rubric); None: reward.rubric, else the "
+                          "environment class's judge_rubric.")
 
     @property
     def during_training(self) -> bool:

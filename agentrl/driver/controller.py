@@ -53,6 +53,7 @@ from agentrl.credit import check_group_size
 from agentrl.driver.checkpoint import CONTROLLER_STATE, RunDir, latest_checkpoint, load_run_config
 from agentrl.driver.difficulty import DifficultyFilter
 from agentrl.driver.iteration import RunContext
+from agentrl.driver.judge import warn_same_judge
 from agentrl.driver.loop import BatchSource, Evaluator, NoEval, run_loop
 from agentrl.driver.metric_sinks import check_packages, open_sinks
 from agentrl.driver.stream_source import StreamSource
@@ -119,6 +120,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
 
     for warning in check_group_size(cfg):  # refuses a group the estimator cannot learn from, before anything starts
         log.warning("%s", warning)
+    warn_same_judge(cfg.reward.judge, cfg.eval.judge)  # eval.judge = reward.judge: allowed, with a warning naming it
     run_dir = cfg.run_dir()
     rd = RunDir(run_dir)
     if resume:
@@ -143,7 +145,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     if reaped:
         log.warning("removed %d sandbox processes left behind by earlier runs", reaped)
 
-    task_ids = env_task_ids(cfg.env.id, cfg.env.split, cfg.env.import_modules)
+    task_ids = env_task_ids(cfg.env.id, cfg.env.split, cfg.env.import_modules, cfg.env.kwargs)
     if cfg.env.task_ids is not None:
         unknown = [t for t in cfg.env.task_ids if t not in set(task_ids)]
         if unknown:
@@ -179,6 +181,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
     group = None  # the TrainerGroup: trainer.num_ranks ranks met at rank 0's node
     hosts: list = []  # SandboxHostRefs (cluster.sandbox_hosts > 0)
     judge_service = None  # reward.judge's service (agentrl.cluster.actors.judge_service)
+    eval_judge_service = None  # eval.judge's, while evals run during training
     prev_sigterm = signal.getsignal(signal.SIGTERM)
 
     def _sigterm(signum, frame):  # turn SIGTERM into KeyboardInterrupt: same clean-up path
@@ -191,6 +194,8 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
         check_placement(cfg)  # a role no node can hold is a ConfigError at start, not an actor pending forever
         # reward.judge: the judge is checked now (down, slow or garbage: a JudgeError before any engine starts)
         judge_service = start_judge_service(cfg, run_id, replay_url)
+        if training_eval.task_ids and iterations_done < cfg.run.iterations:  # evals to come: eval.judge checked too
+            eval_judge_service = start_judge_service(cfg, run_id, replay_url, role="eval")
         hosts = start_sandbox_hosts(cfg, run_id)  # [] with cluster.sandbox_hosts=0: sandboxes in the engine
         # The engines' actors start now (their constructors run on their own), so their process
         # start and imports overlap the trainer ranks' start and meeting below: a run's start-up
@@ -246,6 +251,7 @@ def train(cfg: Config, *, resume: bool = False, on_iteration: Callable[[int, dic
             group.kill()
         stop_sandbox_hosts(hosts)  # after the engines: each host closes its sandboxes, then is killed
         stop_judge_service(judge_service)
+        stop_judge_service(eval_judge_service)
         if rd.sinks:
             rd.sinks.close()
         if started_ray:

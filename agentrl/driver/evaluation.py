@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 from agentrl.cluster.actors.env_factory import env_task_ids
 from agentrl.config import Config
-from agentrl.errors import ConfigError
 from agentrl.driver.judge import judge_env_kwargs
+from agentrl.errors import ConfigError
 from agentrl.eval.passk import EvalReport, summarize, task_outcomes
 from agentrl.rollout.budget import RolloutBudget
 from agentrl.tasks import BEFORE_TRAINING, TaskSource
@@ -28,7 +28,7 @@ def held_out_task_ids(cfg: Config, train_cfg: Config | None, *, allow_overlap: b
         ConfigError: an unknown env or split; an overlap without ``allow_overlap``; a
             ``num_tasks`` larger than the split.
     """
-    ids = env_task_ids(cfg.env.id, cfg.eval.split, cfg.env.import_modules)
+    ids = env_task_ids(cfg.env.id, cfg.eval.split, cfg.env.import_modules, cfg.env.kwargs)
     if cfg.eval.num_tasks is not None:
         if cfg.eval.num_tasks > len(ids):
             raise ConfigError(f"eval.num_tasks={cfg.eval.num_tasks} but split {cfg.eval.split!r} of {cfg.env.id!r} "
@@ -39,11 +39,11 @@ def held_out_task_ids(cfg: Config, train_cfg: Config | None, *, allow_overlap: b
     if train_cfg is not None:
         train_split = train_cfg.env.split
         train_ids = list(train_cfg.env.task_ids) if train_cfg.env.task_ids is not None else \
-            env_task_ids(cfg.env.id, train_split, cfg.env.import_modules)
+            env_task_ids(cfg.env.id, train_split, cfg.env.import_modules, train_cfg.env.kwargs)
         whose = f"the run's training tasks (env.split={train_split!r})"
     else:
         train_split = "train"
-        train_ids = env_task_ids(cfg.env.id, "train", cfg.env.import_modules)
+        train_ids = env_task_ids(cfg.env.id, "train", cfg.env.import_modules, cfg.env.kwargs)
         whose = f"the training split 'train' of {cfg.env.id}"
     train_set = set(train_ids)
     shared = [t for t in ids if t in train_set]
@@ -78,12 +78,14 @@ def eval_report(episodes: Sequence[Episode], cfg: Config) -> EvalReport:
 def eval_budget(cfg: Config, *, judge: bool = True) -> RolloutBudget:
     """The eval section's sampling (its temperature, top_p 1, top_k off) and limits, as
     ``RolloutActor.rollout``'s ``budget``, with the env kwargs of the eval's judge
-    (``env_kwargs``: ``agentrl.driver.judge``); ``judge=False``: ``cfg.env.kwargs`` as they
-    are (the training reward, ``eval_config``)."""
+    (``env_kwargs``: ``agentrl.driver.judge``) and, when ``eval.judge`` is set, the eval's
+    LLM judge (``RolloutBudget.judge = "eval"``); ``judge=False``: ``cfg.env.kwargs`` as they
+    are and no LLM judge (the training reward's rule, ``eval_config``)."""
     ev = cfg.eval
     kwargs = judge_env_kwargs(cfg.env.id, cfg.env.kwargs, cfg.env.import_modules) if judge else dict(cfg.env.kwargs)
     return RolloutBudget.at_temperature(ev.temperature, max_turns=ev.max_turns, max_new_tokens=ev.max_new_tokens,
-                                        max_context_tokens=ev.max_context_tokens, env_kwargs=kwargs)
+                                        max_context_tokens=ev.max_context_tokens, env_kwargs=kwargs,
+                                        judge="eval" if judge and ev.judge is not None else "none")
 
 
 class TrainingEval:

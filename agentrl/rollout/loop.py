@@ -130,15 +130,18 @@ class RolloutWorker:
             (``RolloutSession``); None: no limit.
         judge: the run's judge (``agentrl.rollout.judging``): each episode that ends
             without an error is judged, and handed back once its reward is settled; None:
-            the environment's rule reward alone. A worker made by ``with_budget`` (an eval)
-            has none: the eval judge is the env's rule or its ``judge_kwargs``.
+            the environment's rule reward alone. A worker made by ``with_budget`` never has
+            it: the training reward's judge never scores an eval.
+        eval_judge: the eval's LLM judge (``eval.judge``), the judge of a worker made by
+            ``with_budget`` for a budget whose ``judge`` is ``"eval"``; None: no eval judge.
     """
 
     def __init__(self, engine: EngineLike, chat: ChatTokenizer, env_factory: EnvFactory, limits: RolloutLimits,
                  sampling: SamplingRecord, env_workers: int = 8, env_timeout_s: float | None = None,
-                 judge: Any = None) -> None:
+                 judge: Any = None, eval_judge: Any = None) -> None:
         self.engine = engine
         self.judge = judge  # the run's judge (agentrl.rollout.judging), or None: the env's rule reward alone
+        self.eval_judge = eval_judge  # eval.judge's scorer, for eval budgets (with_budget), or None
         self.chat = chat
         self.env_factory = env_factory
         self.limits = limits
@@ -154,10 +157,13 @@ class RolloutWorker:
         """A worker on the same engine, chat template and env factory that rolls out under
         ``budget``: its turn and token limits and its sampling, and, when it carries
         ``env_kwargs``, environments made with them (the factory's ``with_env_kwargs``, e.g.
-        ``agentrl.cluster.actors.env_factory.EnvFactory``). This worker is left as it is.
+        ``agentrl.cluster.actors.env_factory.EnvFactory``). Its judge: this worker's
+        ``eval_judge`` for a budget whose ``judge`` is ``"eval"``, else none (the env's rule; a
+        difficulty profile's budget, for one). This worker is left as it is.
 
         Raises:
-            ConfigError: ``budget.env_kwargs`` given to a factory without ``with_env_kwargs``.
+            ConfigError: ``budget.env_kwargs`` given to a factory without ``with_env_kwargs``;
+                a budget with ``judge="eval"`` to a worker without an eval judge.
         """
         factory = self.env_factory
         if budget.env_kwargs is not None:
@@ -166,8 +172,12 @@ class RolloutWorker:
                 raise ConfigError(f"a rollout budget with env_kwargs={dict(budget.env_kwargs)!r}, but the env factory "
                                   f"{factory!r} has no with_env_kwargs to make environments with them")
             factory = with_kwargs(budget.env_kwargs)
+        if budget.judge == "eval" and self.eval_judge is None:
+            raise ConfigError("a rollout budget with judge='eval', but this worker has no eval judge (eval.judge's "
+                              "scorer, RolloutWorker(eval_judge=...))")
         return RolloutWorker(self.engine, self.chat, factory, budget.limits(self.limits), budget.sampling,
-                             env_workers=self.env_workers, env_timeout_s=self.env_timeout_s)
+                             env_workers=self.env_workers, env_timeout_s=self.env_timeout_s,
+                             judge=self.eval_judge if budget.judge == "eval" else None)
 
     def run(self, requests: Sequence[EpisodeRequest], policy_version: int,
             on_episode: Callable[[Episode], None] | None = None, budget: RolloutBudget | None = None) -> list[Episode]:

@@ -26,6 +26,7 @@ from agentrl.cluster.actors.sandbox_host import sandbox_spec
 from agentrl.config import Config
 from agentrl.errors import ConfigError
 from agentrl.types import EpisodeRequest
+from environments.checker import task_ids_of
 from sandboxes.pool import SandboxPool
 
 log = logging.getLogger(__name__)
@@ -38,13 +39,16 @@ def close_env_ids(env_id: str) -> str:
     return "; did you mean " + " or ".join(repr(c) for c in close) + "?" if close else ""
 
 
-def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) -> list[str]:
+def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = (),
+                 env_kwargs: Mapping[str, Any] | None = None) -> list[str]:
     """Task ids of a registered environment's split (its class's ``task_ids(split)``), after
-    importing ``import_modules`` (the modules that register user environments).
+    importing ``import_modules`` (the modules that register user environments). An env whose
+    tasks depend on its kwargs (``hub/ReasoningGym-v0``: families, size) gets ``env_kwargs``
+    (``env.kwargs``) where its ``task_ids`` accepts them (``environments.checker.task_ids_of``).
 
     Raises:
-        ConfigError: ``env_id`` is not registered, its class lists no tasks, or ``split`` is
-            not one of its splits.
+        ConfigError: ``env_id`` is not registered, its class lists no tasks, ``split`` is
+            not one of its splits, or its ``task_ids`` refused ``env_kwargs``.
     """
     environments.import_env_modules(list(import_modules))
     try:
@@ -56,9 +60,9 @@ def env_task_ids(env_id: str, split: str, import_modules: Sequence[str] = ()) ->
     if fn is None:
         raise ConfigError(f"environment {env_id!r} does not list its tasks (no task_ids(split) on {creator!r})")
     try:
-        ids = list(fn(split))
+        ids = list(task_ids_of(fn, split, env_kwargs))
     except (KeyError, ValueError) as exc:
-        raise ConfigError(f"env.split={split!r} is not a split of {env_id!r}: {exc}") from None
+        raise ConfigError(f"{env_id!r} cannot list the tasks of env.split={split!r}: {exc}") from None
     return ids
 
 

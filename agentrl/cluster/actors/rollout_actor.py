@@ -117,6 +117,12 @@ class RolloutActor:
     ``sandbox_hosts``: with ``cluster.sandbox_hosts > 0``, the ``SandboxHostRef``s of
     ``start_sandbox_hosts``; its environments' sandboxes then run on them
     (``EnvFactory``), else in this process.
+
+    Judges: ``reward.judge``'s scorer judges the training episodes (made at construction);
+    ``eval.judge``'s (``rollout_scorer(..., role="eval")``, over the service
+    ``agentrl-judge-eval-<run_id>``) judges the episodes of a ``rollout`` call whose budget
+    says ``judge="eval"``, made at the first such call (the driver, or ``agentrl eval``,
+    starts that service only when evals run).
     """
 
     def __init__(self, cfg_dict: dict, model_path: str, run_id: str, engine_index: int = 0,
@@ -125,6 +131,7 @@ class RolloutActor:
 
         cfg = Config.model_validate(cfg_dict)
         self.cfg = cfg
+        self.run_id = run_id
         self.engine_index = engine_index
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         chat = ChatTokenizer(tokenizer, stop_token_ids(model_path, tokenizer))
@@ -185,7 +192,13 @@ class RolloutActor:
         """Run ``requests`` to the end; ``(episodes in request order, seconds)``. ``budget``
         (e.g. ``agentrl.driver.evaluation.eval_budget``): this call's limits, sampling and,
         when it carries them, the env kwargs its envs are made with (the eval judge's,
-        ``agentrl.driver.judge``), passed to ``RolloutWorker.run``; None: the run's."""
+        ``agentrl.driver.judge``), passed to ``RolloutWorker.run``; ``budget.judge == "eval"``:
+        the episodes are scored by ``eval.judge`` (class docstring); None: the run's.
+
+        Raises:
+            ConfigError: an eval-judged budget while ``eval.judge`` is unset or its service is
+                not running.
+        """
         self._not_streaming("rollout")
         t0 = time.perf_counter()
         first = requests[0] if requests else None
@@ -194,6 +207,8 @@ class RolloutActor:
         def finished(_episode: Episode) -> None:
             self._rollout_progress[0] += 1
 
+        if budget is not None and budget.judge == "eval" and self.worker.eval_judge is None:
+            self.worker.eval_judge = rollout_scorer(self.cfg, self.run_id, role="eval")  # None: eval.judge unset
         episodes = self.worker.run(requests, policy_version, on_episode=finished, budget=budget)
         return episodes, time.perf_counter() - t0
 

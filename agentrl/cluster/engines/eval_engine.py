@@ -18,7 +18,10 @@ def eval_engine_config(cfg: Any) -> dict[str, Any]:
     the rollout's, as ``agentrl eval`` builds it (``evaluate.eval_config``): its context is
     vLLM's ``max_model_len``; each rollout call passes the budget again
     (``agentrl.driver.evaluation.eval_budget``). Validated here, in the driver, so a budget that cannot work
-    (``eval.max_new_tokens >= eval.max_context_tokens``) is a start-up error.
+    (``eval.max_new_tokens >= eval.max_context_tokens``) is a start-up error. Its training
+    judge is off (``reward.judge`` None): the eval's episodes are scored by ``eval.judge``
+    (kept; the eval budget's ``judge="eval"`` makes the engine score them through the
+    service ``agentrl-judge-eval-<run_id>``), else by the env's rule.
 
     Raises:
         ConfigError: naming the values.
@@ -28,7 +31,8 @@ def eval_engine_config(cfg: Any) -> dict[str, Any]:
     data["rollout"].update(temperature=ev.temperature, top_p=1.0, top_k=-1, max_turns=ev.max_turns,
                            max_new_tokens=ev.max_new_tokens, max_context_tokens=ev.max_context_tokens)
     data["algorithm"].update(dynamic_sampling=False, overlong_buffer_tokens=0)
-    data.setdefault("reward", {})["judge"] = None  # scored by the env's rule, never the training judge
+    # never the training judge: eval.judge (its own service) or the env's rule
+    data.setdefault("reward", {})["judge"] = None
     config_from_dict(data)
     return data
 
