@@ -28,6 +28,10 @@ trap on_exit EXIT
 AGENTRL_INSTALL_TEST_DEPS=1 bash scripts/install.sh >/dev/null \
   || { echo "scripts/test.sh: installing the test dependencies failed (scripts/install.sh)" >&2; exit 1; }
 export AGENTRL_REQUIRE_BROWSER=1
+# The hub tests' servers run from virtual environments of their own (a hub package may conflict
+# with .venv's pins): made once, cached under ~/.cache/agentrl/hub-venvs (scripts/hub_venvs.sh).
+bash scripts/hub_venvs.sh || { echo "scripts/test.sh: making the hub venvs failed (scripts/hub_venvs.sh)" >&2; exit 1; }
+export AGENTRL_REQUIRE_HUB_VENVS=1
 
 if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then

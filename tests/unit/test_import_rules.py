@@ -204,7 +204,7 @@ def test_the_table_is_read_as_written():
     assert rows["agentrl.cluster"].forbidden >= {"agentrl.driver", "agentrl.commands", "docker"}
     assert rows["agentrl.commands"].ours is ANY and "agentrl.driver" not in rows["agentrl.commands"].forbidden
     assert rows["agentrl"].module_level_only and not rows["agentrl.cli"].module_level_only
-    assert rows["agentrl.hubs"].planned and not rows["agentrl.gateway"].planned and not rows["agentrl.rewards"].planned
+    assert not rows["agentrl.hubs"].planned and not rows["agentrl.gateway"].planned and not rows["agentrl.rewards"].planned
     assert {"agentrl.trainer", "agentrl.credit"} <= rows["agentrl.gateway"].forbidden
     assert rule_for("agentrl.driver.controller") is rows["agentrl.driver"]
     assert rule_for("agentrl.cluster.engines.pool") is rows["agentrl.cluster"]
