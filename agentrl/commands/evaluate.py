@@ -272,14 +272,16 @@ def eval_identity(target: EvalTarget, cfg: Config) -> dict[str, Any]:
 
 
 def _judge_identity(cfg: Config) -> dict[str, Any]:
-    """What an eval LLM judge's scores depend on: the judge (kind, model, URL, sampling), its
-    rubric as given (None: the env class's) and the combine settings."""
+    """What an eval LLM judge's scores and pass@k depend on: the judge (kind, model, URL,
+    sampling, structured output, a pool's dtype), its rubric as given (None: the env class's),
+    the combine settings and ``reward.success_threshold``."""
     j, r = cfg.eval.judge, cfg.reward
     assert j is not None
     return {"kind": j.kind, "model": j.model, "base_url": j.base_url if j.kind == "endpoint" else None,
             "temperature": j.temperature, "max_tokens": j.max_tokens,
             "rubric": cfg.eval.rubric if cfg.eval.rubric is not None else r.rubric, "combine": r.combine,
-            "rule_weight": r.rule_weight, "rule_pass": r.rule_pass}
+            "rule_weight": r.rule_weight, "rule_pass": r.rule_pass, "success_threshold": r.success_threshold,
+            "structured": j.structured, "dtype": j.dtype if j.kind == "pool" else None}
 
 
 def eval_run_id(target: EvalTarget, cfg: Config) -> str:

@@ -108,10 +108,9 @@ class RewardConfig(Section):
                                   "weighted: rule_weight * rule + (1 - rule_weight) * judge.")
     rule_weight: float = Field(0.5, ge=0.0, le=1.0, description="weighted: the rule reward's weight.")
     rule_pass: float = Field(1.0, description="rule_first: the rule reward at or above which the rule decides.")
-    success_threshold: float = Field(0.5, description="A judged episode (the judge scored it) succeeded when its "
-                                                      "reward is at or above this (Episode.success, "
-                                                      "rollout/success_rate); an episode the rule decided alone "
-                                                      "keeps the environment's own success.")
+    success_threshold: float = Field(0.5, description="With a judge, an episode succeeded when its reward is at or "
+                                                      "above this (Episode.success, rollout/success_rate, pass@k), "
+                                                      "whether the judge scored it or the rule decided alone.")
 
     @field_validator("rule_pass", "success_threshold")
     @classmethod

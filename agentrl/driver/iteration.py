@@ -223,21 +223,37 @@ def end_iteration(run: RunContext, it: int, clean: dict[str, float | None]) -> N
         run.progress.advance(it, clean)
 
 
-def judge_phase(episodes: list, t0_epoch_s: float) -> dict[str, float]:
+def judge_tail_s(episodes: list, since_epoch_s: float) -> float:
+    """The seconds one rollout round (a ``take`` or a refill's ``more``, started at
+    ``since_epoch_s``, epoch seconds) still waited for judgements alone: the last settle minus
+    the later of the last submit (the last episode's env finished) and the round's start (an
+    episode judged before the round began, e.g. buffered by an async stream, kept no one
+    waiting); at least 0; 0.0 when no episode has a stamped judgement."""
+    recs = [e.judgement for e in episodes if e.judgement is not None
+            and e.judgement.submitted_at_s is not None and e.judgement.settled_at_s is not None]
+    if not recs:
+        return 0.0
+    last_submit, last_settle = max(r.submitted_at_s for r in recs), max(r.settled_at_s for r in recs)
+    return max(0.0, last_settle - max(last_submit, since_epoch_s))
+
+
+def judge_phase(episodes: list, t0_epoch_s: float, tail_s: float | None = None) -> dict[str, float]:
     """The judge phase of an update's episodes, from their ``JudgeRecord`` stamps (epoch
     seconds): ``timeline/judge_start_s`` (the first submit) and ``timeline/judge_end_s`` (the
     last settle), seconds since ``t0_epoch_s`` (``RunContext.t0_epoch_s``); ``time/judge_s``
-    (that span; it overlaps the rollout) and ``time/judge_tail_s`` (the last settle minus the
-    last submit, at least 0: the seconds the rollout still waited for judgements alone after
-    the last episode's env had finished). ``{}`` when no episode has a stamped judgement."""
+    (that span; it overlaps the rollout) and ``time/judge_tail_s``: ``tail_s``, the seconds the
+    rollout waited for judgements alone summed over its rounds (``judge_tail_s`` of each;
+    ``Taken.judge_tail_s``), or when None ``judge_tail_s(episodes, t0_epoch_s)`` over all of
+    them as one round. ``{}`` when no episode has a stamped judgement."""
     recs = [e.judgement for e in episodes if e.judgement is not None
             and e.judgement.submitted_at_s is not None and e.judgement.settled_at_s is not None]
     if not recs:
         return {}
     first = min(r.submitted_at_s for r in recs)
-    last_submit, last_settle = max(r.submitted_at_s for r in recs), max(r.settled_at_s for r in recs)
+    last_settle = max(r.settled_at_s for r in recs)
+    tail = judge_tail_s(episodes, t0_epoch_s) if tail_s is None else float(tail_s)
     return {**span("judge", first - t0_epoch_s, last_settle - t0_epoch_s), "time/judge_s": last_settle - first,
-            "time/judge_tail_s": max(0.0, last_settle - last_submit)}
+            "time/judge_tail_s": tail}
 
 
 def span(name: str, start_s: float, end_s: float) -> dict[str, float]:
@@ -246,4 +262,4 @@ def span(name: str, start_s: float, end_s: float) -> dict[str, float]:
 
 
 __all__ = ["RunContext", "UpdateResult", "checkpoint_if_due", "compute_credit", "end_iteration", "judge_phase",
-           "kl_reward_penalties", "record_iteration", "span", "train_on", "trainer_token_values"]
+           "judge_tail_s", "kl_reward_penalties", "record_iteration", "span", "train_on", "trainer_token_values"]

@@ -89,11 +89,18 @@ def judge_name(judge: JudgeConfig | None) -> str | None:
 
 
 def same_judge(a: JudgeConfig | None, b: JudgeConfig | None) -> bool:
-    """Whether ``a`` and ``b`` are one judge: the same model at the same endpoint (base URLs
-    compared without a trailing ``/``), or both a local pool of the same model."""
-    if a is None or b is None or a.kind != b.kind or a.model != b.model:
+    """Whether ``a`` and ``b`` are one judge for the purpose of blind spots: the same model,
+    wherever it is served (an endpoint or a local pool, any server: ``localhost`` and
+    ``127.0.0.1``, or two providers of one model, share its blind spots all the same). Models
+    are compared by their last path part, case-insensitively (``Qwen/Qwen2.5-7B-Instruct``,
+    ``/models/qwen2.5-7b-instruct/`` and a server's ``Qwen2.5-7B-Instruct`` are one model)."""
+    if a is None or b is None:
         return False
-    return a.kind == "pool" or (a.base_url or "").rstrip("/") == (b.base_url or "").rstrip("/")
+    return _model_key(a.model) == _model_key(b.model)
+
+
+def _model_key(model: str) -> str:
+    return model.strip().rstrip("/").rsplit("/", 1)[-1].lower()
 
 
 def warn_same_judge(train_judge: JudgeConfig | None, eval_judge: JudgeConfig | None) -> bool:

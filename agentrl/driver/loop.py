@@ -45,8 +45,18 @@ from typing import Any, Callable, Protocol
 from agentrl.credit import missing_groups
 from agentrl.driver.checkpoint import kill_point
 from agentrl.driver.difficulty import fold_profile
-from agentrl.driver.iteration import (RunContext, UpdateResult, checkpoint_if_due, compute_credit, end_iteration,
-                                     judge_phase, record_iteration, span, train_on)
+from agentrl.driver.iteration import (
+    RunContext,
+    UpdateResult,
+    checkpoint_if_due,
+    compute_credit,
+    end_iteration,
+    judge_phase,
+    judge_tail_s,
+    record_iteration,
+    span,
+    train_on,
+)
 from agentrl.types import Episode
 
 log = logging.getLogger(__name__)
@@ -61,14 +71,18 @@ class Taken:
         dropped: episodes set aside unscored (async: stale groups), stored with the iteration.
         seconds: rollout seconds (``time/rollout_s``): the pool's rollout time (sync) or the
             time the update waited for complete groups (async).
+        judge_tail_s: of those, the seconds spent waiting on judgements alone
+            (``iteration.judge_tail_s``, set by ``take_update`` per rollout round; summed).
     """
 
     episodes: list[Episode] = field(default_factory=list)
     dropped: list[Episode] = field(default_factory=list)
     seconds: float = 0.0
+    judge_tail_s: float = 0.0
 
     def __add__(self, other: Taken) -> Taken:
-        return Taken(self.episodes + other.episodes, self.dropped + other.dropped, self.seconds + other.seconds)
+        return Taken(self.episodes + other.episodes, self.dropped + other.dropped, self.seconds + other.seconds,
+                     self.judge_tail_s + other.judge_tail_s)
 
 
 class BatchSource(Protocol):
@@ -167,14 +181,19 @@ def take_update(run: RunContext, source: BatchSource, shaped: dict[str, list[flo
     credit. Returns ``(taken, refills)``."""
     cfg = run.cfg
     B = cfg.env.tasks_per_iteration
+    since = time.time()
     taken = source.take(B)
+    taken.judge_tail_s = judge_tail_s(taken.episodes, since)  # each round's own wait on judges alone
     refills = 0
     while refills < cfg.algorithm.max_refill_rounds:
         missing = missing_groups(taken.episodes, cfg.algorithm, groups_wanted=B,
                                  max_new_tokens=cfg.rollout.max_new_tokens, shaped_cache=shaped)
         if missing <= 0:
             break
-        taken = taken + source.more(missing)
+        since = time.time()
+        more = source.more(missing)
+        more.judge_tail_s = judge_tail_s(more.episodes, since)
+        taken = taken + more
         refills += 1
     return taken, refills
 
@@ -209,7 +228,7 @@ def run_iteration(run: RunContext, source: BatchSource, evaluator: Evaluator, it
     shaped: dict[str, list[float]] = {}  # each episode's rewards shaped once this iteration
     taken, refills = take_update(run, source, shaped)
     timeline = span("rollout", t_roll, run.now_s())
-    timeline.update(judge_phase(taken.episodes, run.t0_epoch_s))  # with a judge: its phase inside the rollout
+    timeline.update(judge_phase(taken.episodes, run.t0_epoch_s, taken.judge_tail_s))  # with a judge: its phase inside the rollout
     kill_point("mid_rollout", it)
 
     run.phase(it, "credit")

@@ -304,16 +304,20 @@ class Rubric:
         schema = json.dumps(self.schema(len(items)))
         return self._messages(dict(task=first.task, reference=first.reference, answers=answers, schema=schema))
 
-    def request(self, item_or_items: JudgeItem | Sequence[JudgeItem], model: str) -> JudgeRequest:
+    def request(self, item_or_items: JudgeItem | Sequence[JudgeItem], model: str,
+                judge_settings: Mapping[str, Any] | None = None) -> JudgeRequest:
         """The judge call for one item (single mode) or a group's items (group mode); its
-        ``cache_key`` is the hex sha256 of the model, ``digest()`` and the messages (ConfigError
-        as ``render`` / ``render_group``)."""
+        ``cache_key`` is the hex sha256 of the model, ``digest()``, the messages and
+        ``judge_settings`` (what else changes the answer: the server, the sampling, the answer
+        cap; ``EpisodeScorer(judge_settings=...)``), so two judges that differ in any of them
+        never share a cached answer (ConfigError as ``render`` / ``render_group``)."""
         if isinstance(item_or_items, JudgeItem):
             messages, schema = self.render(item_or_items), self.schema()
         else:
             items = list(item_or_items)
             messages, schema = self.render_group(items), self.schema(len(items))
-        key = _hash({"model": model, "rubric": self.digest(), "messages": list(messages)})
+        key = _hash({"model": model, "rubric": self.digest(), "messages": list(messages),
+                     **({"judge": dict(judge_settings)} if judge_settings else {})})
         return JudgeRequest(messages=messages, json_schema=schema, cache_key=key)
 
     def score(self, scores: Mapping[str, float]) -> tuple[float, str | None]:

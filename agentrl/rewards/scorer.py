@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +50,11 @@ class EpisodeScorer:
         combine_mode: ``judge``, ``rule_first`` or ``weighted`` (``reward.combine``).
         rule_weight: ``weighted``'s weight of the rule reward, in [0, 1].
         rule_pass: ``rule_first``'s rule reward at or above which the rule decides.
-        success_threshold: the reward at or above which an episode the judge scored
+        success_threshold: the reward at or above which an episode with a judgement
             succeeded (``reward.success_threshold``; read by ``agentrl.rollout.judging``).
+        judge_settings: what besides the model changes the judge's answer (e.g. its server,
+            temperature, max_tokens, structured output: ``judge_service.judge_settings``),
+            part of every cache key (``Rubric.request``).
         cache_get, cache_put: the judge cache (``ReplayStore.judge_cache_get`` / ``_put``
             behind them), or None for no cache.
         parse_retries: fresh judge calls after an unparseable answer.
@@ -65,7 +68,7 @@ class EpisodeScorer:
 
     def __init__(self, rubric: Rubric, complete: Callable[[JudgeRequest], JudgeReply], *, model: str,
                  combine_mode: str = "rule_first", rule_weight: float = 0.5, rule_pass: float = 1.0,
-                 success_threshold: float = 0.5,
+                 success_threshold: float = 0.5, judge_settings: Mapping[str, Any] | None = None,
                  cache_get: CacheGet | None = None, cache_put: CachePut | None = None, parse_retries: int = 1,
                  max_workers: int = 8) -> None:
         if combine_mode not in COMBINE_MODES:
@@ -78,6 +81,7 @@ class EpisodeScorer:
         self._complete, self._get, self._put = complete, cache_get, cache_put
         self.combine_mode, self.rule_weight, self.rule_pass = combine_mode, rule_weight, rule_pass
         self.success_threshold = float(success_threshold)
+        self.judge_settings = dict(judge_settings or {})
         self.parse_retries = parse_retries
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="agentrl-judge")
         self._lock = threading.Lock()
@@ -148,7 +152,7 @@ class EpisodeScorer:
 
     def _judge_group(self, group_id: str, items: list[JudgeItem]) -> list[JudgeRecord]:
         try:
-            req = self.rubric.request(items, self.model)
+            req = self.rubric.request(items, self.model, self.judge_settings)
         except ConfigError as exc:  # the rubric cannot render these items: the judge's side, never 0
             return [self._decided(it, i) if not needs_judge(it.rule_reward, self.combine_mode, self.rule_pass)
                     else self._record(it, group_position=i, error=str(exc)[:2000]) for i, it in enumerate(items)]
@@ -174,7 +178,7 @@ class EpisodeScorer:
 
     def _judge(self, episode_id: str, item: JudgeItem) -> JudgeRecord:
         try:
-            req = self.rubric.request(item, self.model)
+            req = self.rubric.request(item, self.model, self.judge_settings)
         except ConfigError as exc:  # the rubric cannot render this item: the judge's side, never 0
             return self._record(item, error=str(exc)[:2000])
         prompt = [dict(m) for m in req.messages]

@@ -16,10 +16,10 @@ Settling (``apply_judgement``): ``JudgeRecord.reward`` None (the judge failed af
 retries, or its answer could not be parsed) ends the episode as ``reward_error`` (flagged,
 never scored 0); otherwise the episode's reward becomes ``JudgeRecord.reward``: the last
 turn's reward is set so the turns sum to it, and the turns before it keep their own rewards
-(a missing one counts 0). When a judge scored the episode (``JudgeRecord.judged``) its
-``Episode.success`` becomes ``reward >= success_threshold`` (``reward.success_threshold``,
-read from the judge's ``success_threshold`` attribute; ``SUCCESS_THRESHOLD`` when it has
-none); when the rule decided alone the env's own success stays. The record is stamped with
+(a missing one counts 0). Its ``Episode.success`` becomes ``reward >= success_threshold``
+(``reward.success_threshold``, read from the judge's ``success_threshold`` attribute;
+``SUCCESS_THRESHOLD`` when it has none), whether the judge scored it or the rule decided
+alone (``rule_first``), so one rule says what succeeded in every episode of a judged run. The record is stamped with
 the time its episode went to the judge (``submitted_at_s``, given by the session) and the
 time it settled (``settled_at_s``), wall-clock epoch seconds.
 """
@@ -116,8 +116,7 @@ def _settle(st: ActiveEpisode, rec: object, fail: Fail, stamps: tuple[float | No
             if t.reward is None:
                 t.reward = 0.0
         ep.turns[-1].reward = float(rec.reward) - sum(float(t.reward) for t in ep.turns[:-1])
-    if rec.judged:  # the judge's reward decides; a rule that decided alone keeps the env's success
-        ep.success = float(rec.reward) >= success_threshold
+    ep.success = float(rec.reward) >= success_threshold  # judged or rule-decided: one rule for the run
 
 
 def judge_metrics(episodes: list) -> dict[str, float]:

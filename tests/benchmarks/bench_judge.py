@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import ray  # noqa: E402
 
-from agentrl.cluster.actors.judge_service import make_judge, run_rubric  # noqa: E402
+from agentrl.cluster.actors.judge_service import judge_settings, make_judge, run_rubric  # noqa: E402
 from agentrl.config import load_config  # noqa: E402
 from agentrl.replay import ReplayStore  # noqa: E402
 from agentrl.rewards.scorer import EpisodeScorer  # noqa: E402
@@ -107,6 +107,7 @@ def main() -> None:
             print(f"judge {args.model} ready in {time.perf_counter() - t0:.1f} s "
                   f"({'endpoint ' + args.base_url if args.base_url else f'{args.engines} local engine(s)'})")
             scorer = EpisodeScorer(run_rubric(cfg), judge.complete, model=args.model, combine_mode="judge",
+                                   judge_settings=judge_settings(cfg.reward.judge),
                                    cache_get=lambda k: store.judge_cache_get([k]).get(k),
                                    cache_put=lambda *e: store.judge_cache_put([e]), max_workers=args.concurrency)
             first, first_s = _pass(scorer, items)

@@ -231,6 +231,17 @@ def start_judge_service(cfg: Config, run_id: str, replay_url: str | None, role: 
     return handle
 
 
+def judge_settings(j: JudgeConfig) -> dict[str, Any]:
+    """What of a judge's settings, besides its model, changes its answers and so enters every
+    cache key (``EpisodeScorer(judge_settings=...)``): where it is (the endpoint's base URL,
+    or a local pool and its dtype), its temperature, its answer cap and structured output. Two
+    judges that differ in any of them (a training and an eval judge serving the same model name
+    on two servers, say) never share a cached answer."""
+    where = (j.base_url or "").rstrip("/") if j.kind == "endpoint" else f"pool:{j.dtype}"
+    return {"where": where, "temperature": float(j.temperature), "max_tokens": int(j.max_tokens),
+            "structured": bool(j.structured or j.kind == "pool")}
+
+
 def check_rubric(cfg: Config, rubric: Rubric, role: JudgeRole = "reward") -> None:
     """Render ``rubric`` once with a sample episode (every template variable given), so a
     template that names a variable that does not exist stops the run at start-up, not every
@@ -243,7 +254,9 @@ def check_rubric(cfg: Config, rubric: Rubric, role: JudgeRole = "reward") -> Non
     j = role_judge(cfg, role)
     sample = JudgeItem(task="sample task", reference="sample reference", answer="sample answer",
                        transcript="[turn 0 action]\nsample", tool_outputs=("sample output",), rule_reward=0.0)
-    n = max(1, int(cfg.env.group_size)) if rubric.mode == "group" else None
+    # a group is a task's rollouts: env.group_size in training, eval.samples in an eval
+    size, size_key = (cfg.eval.samples, "eval.samples") if role == "eval" else (cfg.env.group_size, "env.group_size")
+    n = max(1, int(size)) if rubric.mode == "group" else None
     req = rubric.request([sample] * n if n else sample, j.model if j is not None else "")
     if j is not None and j.kind == "pool" and n:
         answer = {"answers": [{"id": i, "scores": {c.name: 0.5 for c in rubric.criteria}, "reason": ""}
@@ -251,7 +264,7 @@ def check_rubric(cfg: Config, rubric: Rubric, role: JudgeRole = "reward") -> Non
         # about 1 token per 2.5 characters of this JSON (digits, keys, braces), then room for reasons
         need = int(len(json.dumps(answer)) / 2.5) + 16 * n
         if j.max_tokens < need:
-            raise ConfigError(f"{judge_field(role)}.max_tokens={j.max_tokens}: a group of env.group_size={n} answers under "
+            raise ConfigError(f"{judge_field(role)}.max_tokens={j.max_tokens}: a group of {size_key}={n} answers under "
                               f"rubric {rubric.name!r} needs about {need} tokens at the least (every id and criterion "
                               "written out), so every group answer would be cut; raise it")
     del req
@@ -301,7 +314,7 @@ def rollout_scorer(cfg: Config, run_id: str, role: JudgeRole = "reward") -> Epis
 
     return EpisodeScorer(run_rubric(cfg, role), complete, model=j.model, combine_mode=cfg.reward.combine,
                          rule_weight=cfg.reward.rule_weight, rule_pass=cfg.reward.rule_pass,
-                         success_threshold=cfg.reward.success_threshold,
+                         success_threshold=cfg.reward.success_threshold, judge_settings=judge_settings(j),
                          cache_get=lambda key: ray.get(service.cache_get.remote(key), timeout=_CALL_MARGIN_S),
                          cache_put=lambda *a: ray.get(service.cache_put.remote(*a), timeout=_CALL_MARGIN_S),
                          max_workers=j.max_concurrency)

@@ -83,14 +83,20 @@ def _role_counts(cfg: Any) -> dict[str, tuple[str, int]]:
         "rollout": ("rollout.num_engines", int(getattr(cfg.rollout, "num_engines", 1))),
         "sandbox": ("cluster.sandbox_hosts", int(getattr(cfg.cluster, "sandbox_hosts", 0))),
         "eval": ("eval engines", dedicated_eval_engines(cfg)),
-        "judge": ("reward.judge.num_engines", judge_pool_engines(cfg)),
+        "judge": ("reward.judge.num_engines + eval.judge.num_engines", judge_pool_engines(cfg)),
     }
 
 
 def judge_pool_engines(cfg: Any) -> int:
-    """``reward.judge.num_engines`` when the run's judge is a local pool (``kind: pool``), else 0."""
-    judge = getattr(getattr(cfg, "reward", None), "judge", None)
-    return int(judge.num_engines) if judge is not None and judge.kind == "pool" else 0
+    """The judge engines the run places (role ``judge``): ``reward.judge.num_engines`` when the
+    training reward's judge is a local pool (``kind: pool``), plus ``eval.judge.num_engines``
+    when the eval judge is one; 0 without a pool."""
+    total = 0
+    for section in ("reward", "eval"):
+        judge = getattr(getattr(cfg, section, None), "judge", None)
+        if judge is not None and getattr(judge, "kind", None) == "pool":
+            total += int(judge.num_engines)
+    return total
 
 
 def dedicated_eval_engines(cfg: Any) -> int:

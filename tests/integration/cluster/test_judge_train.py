@@ -42,8 +42,9 @@ def test_one_iteration_rewarded_by_a_judge_records_every_judgement(ray_session, 
     from agentrl.replay import ReplayStore
 
     judge = ScriptedJudge(_judgement)
+    cfg = _cfg(tmp_path, tiny_model_path, judge.base_url)
     try:
-        summary = train(_cfg(tmp_path, tiny_model_path, judge.base_url))
+        summary = train(cfg)
     finally:
         judge.shutdown()
     assert summary.policy_version == 1
@@ -67,16 +68,19 @@ def test_one_iteration_rewarded_by_a_judge_records_every_judgement(ray_session, 
                 assert j.reward == j.score and j.rule_reward == 0.0
                 assert "Reference answer" in j.prompt[-1]["content"]
         # every answer the judge gave is in the cache, under its request's key
-        keys = {_key(j): j.output for j in keys}
+        keys = {_key(j, cfg.reward.judge): j.output for j in keys}
         assert store.judge_cache_get(list(keys)) == keys
 
 
-def _key(record):
+def _key(record, judge):
+    """The cache key of ``record``'s question: the model, the rubric, the prompt and the judge's
+    settings (its server, temperature, max_tokens, structured output)."""
     from agentrl.rewards.rubric import Rubric, _hash
     from environments.math_answer import JUDGE_RUBRIC
 
     return _hash({"model": "scripted-judge", "rubric": Rubric.from_dict(JUDGE_RUBRIC).digest(),
-                  "messages": record.prompt})
+                  "messages": record.prompt, "judge": {"where": judge.base_url.rstrip("/"), "temperature": 0.0,
+                                                       "max_tokens": judge.max_tokens, "structured": True}})
 
 
 def test_a_judge_that_is_down_stops_the_run_at_start_up(ray_session, tmp_path, tiny_model_path):

@@ -138,10 +138,14 @@ def test_agentrl_eval_takes_the_runs_eval_judge_into_its_config_and_identity(tmp
 def test_judges_are_the_same_by_model_and_url_or_pool_model():
     a = JudgeConfig(model="m", base_url="http://h:8000/v1")
     assert same_judge(a, JudgeConfig(model="m", base_url="http://h:8000/v1/"))
-    assert not same_judge(a, JudgeConfig(model="m", base_url="http://h:8001/v1"))
+    # one model is one judge wherever it is served: its blind spots go with it
+    assert same_judge(a, JudgeConfig(model="m", base_url="http://h:8001/v1"))
+    assert same_judge(JudgeConfig(model="m", base_url="http://localhost:8000/v1"),
+                      JudgeConfig(model="M", base_url="http://127.0.0.1:8000/v1"))
     assert not same_judge(a, JudgeConfig(model="m2", base_url="http://h:8000/v1"))
     assert same_judge(JudgeConfig(kind="pool", model="p"), JudgeConfig(kind="pool", model="p", num_engines=2))
-    assert not same_judge(JudgeConfig(kind="pool", model="m"), JudgeConfig(model="m", base_url="http://h:8000/v1"))
+    assert same_judge(JudgeConfig(kind="pool", model="/models/Qwen2.5-7B-Instruct/"),
+                      JudgeConfig(model="Qwen/qwen2.5-7b-instruct", base_url="http://h:8000/v1"))
     assert not same_judge(a, None) and not same_judge(None, None)
     assert judge_name(a) == "m at http://h:8000/v1" and judge_name(JudgeConfig(kind="pool", model="p")) == \
         "p at a local pool" and judge_name(None) is None
@@ -151,7 +155,7 @@ def test_the_same_judge_for_reward_and_eval_starts_with_a_warning_that_names_it(
     a = JudgeConfig(model="m", base_url="http://h:8000/v1")
     with caplog.at_level(logging.WARNING, logger="agentrl.driver.judge"):
         assert warn_same_judge(a, JudgeConfig(model="m", base_url="http://h:8000/v1"))
-        assert not warn_same_judge(a, JudgeConfig(model="m", base_url="http://h:8001/v1"))
+        assert not warn_same_judge(a, JudgeConfig(model="m2", base_url="http://h:8001/v1"))
         assert not warn_same_judge(a, None) and not warn_same_judge(None, a)
     (rec,) = caplog.records
     assert rec.levelno == logging.WARNING

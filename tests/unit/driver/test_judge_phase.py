@@ -92,18 +92,23 @@ class _Source:
         return None
 
 
+LATER = float(int(time.time()) + 3600)
+"""Stamps an hour from now (whole seconds: exact differences): after the rollout round began,
+so the tail is not clipped to the round's start."""
+
+
 def _iteration(tmp_path, episodes: list[Episode]) -> dict:
     cfg = load_config(None, [f"env.id={ENV}", "env.tasks_per_iteration=1", "env.group_size=2", "run.iterations=3",
                                  "run.checkpoint_every=3"])
     tasks = TaskSource(cfg.env.id, ["a"], cfg.run.seed, cfg.env.group_size, run_id="r")
     run = RunContext(cfg, RunDir(tmp_path), _Store(), "r", SimpleNamespace(), SimpleNamespace(critic_values=None),
-                     tasks, SamplingRecord(), time.perf_counter(), t0_epoch_s=990.0)
+                     tasks, SamplingRecord(), time.perf_counter(), t0_epoch_s=LATER - 10.0)
     run_iteration(run, _Source(episodes), NoEval(), 1)
     return run.history[-1]
 
 
 def test_an_iteration_writes_the_judge_phase_of_its_episodes(tmp_path):
-    line = _iteration(tmp_path, [_ep(0, 1000.0, 1001.0), _ep(1, 1002.0, 1003.5)])
+    line = _iteration(tmp_path, [_ep(0, LATER, LATER + 1.0), _ep(1, LATER + 2.0, LATER + 3.5)])
     assert (line["timeline/judge_start_s"], line["timeline/judge_end_s"]) == (10.0, 13.5)
     assert (line["time/judge_s"], line["time/judge_tail_s"], line["time/rollout_s"]) == (3.5, 1.5, 4.0)
     assert (line["judge/wait_p50_s"], line["judge/wait_p99_s"]) == (1.5, 1.5)  # waits 1.0 and 1.5

@@ -271,11 +271,12 @@ class ThresholdJudge(FakeJudge):
         return out
 
 
-def test_a_judged_episode_succeeds_by_its_reward_and_the_threshold_a_rule_decided_one_keeps_the_envs():
+def test_every_episode_with_a_judgement_succeeds_by_its_reward_and_the_threshold():
     eps = {e.task_id: e for e in _worker(ThresholdJudge(), SaysFailedEnv).run(_reqs(3), policy_version=0)}
     assert [eps[t].total_reward for t in ("t0", "t1", "t2")] == [0.75, 0.25, 1.0]
     assert (eps["t0"].success, eps["t1"].success) == (True, False)  # reward >= 0.5 (the default threshold)
-    assert eps["t2"].success is False and not eps["t2"].judgement.judged  # the rule decided: the env's own verdict
+    # the rule decided alone (the env itself says failed): one rule for the run, reward 1.0 >= 0.5
+    assert eps["t2"].success is True and not eps["t2"].judgement.judged
     strict = {e.task_id: e for e in _worker(ThresholdJudge(0.8), SaysFailedEnv).run(_reqs(2), policy_version=0)}
     assert (strict["t0"].success, strict["t1"].success) == (False, False)  # 0.75 < 0.8
 
