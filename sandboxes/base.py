@@ -78,7 +78,9 @@ class SandboxSpec:
         cpus: CPU share (cores, may be fractional).
         memory_mb: memory limit in MiB for everything running in the sandbox.
         pids_limit: maximum number of processes/threads.
-        network: ``"none"`` (default: no network at all) or ``"host"``.
+        network: ``"none"`` (default: no network at all), ``"host"``, or ``"bridge"`` (Docker
+            only: the daemon's default bridge network, the internet without the host's
+            interfaces).
         workdir: the private writable working directory, as seen inside the sandbox.
         output_limit_bytes: cap per stream (stdout, stderr) of one exec.
         default_timeout_s: timeout of an exec that passes none.
@@ -90,19 +92,29 @@ class SandboxSpec:
             so a remote Docker daemon refuses them). The gateway's socket directory is one
             (``agentrl.gateway``: an agent command reaches the gateway through it and no
             network).
+        writable_root: Docker only. True: the container's root file system is writable (its
+            own layer, removed with the container) and ``workdir`` is the image's own
+            directory with its files, not an empty tmpfs: an image that ships a task's files
+            in its working directory (Harbor tasks, ``agentrl.hubs.harbor``). Writes still
+            need the sandbox user's permissions (uid 1000, no capabilities).
+        tmpfs_dirs: Docker only. Further empty writable directories (normalised absolute
+            paths, each a tmpfs owned by the sandbox user and sized like ``/tmp``), e.g.
+            ``("/logs",)``.
     """
 
     image: str = "agentrl-base:latest"
     cpus: float = 1.0
     memory_mb: int = 1024
     pids_limit: int = 256
-    network: Literal["none", "host"] = "none"
+    network: Literal["none", "host", "bridge"] = "none"
     workdir: str = "/work"
     output_limit_bytes: int = 64 * 1024
     default_timeout_s: float = 30.0
     run_id: str = "default"
     env: Mapping[str, str] = field(default_factory=dict)
     ro_mounts: tuple[tuple[str, str], ...] = ()
+    writable_root: bool = False
+    tmpfs_dirs: tuple[str, ...] = ()
 
 
 @runtime_checkable

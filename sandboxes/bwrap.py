@@ -68,7 +68,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from agentrl.errors import SandboxError
+from agentrl.errors import ConfigError, SandboxError
 from agentrl.types import ExecResult
 from sandboxes import front
 from sandboxes.base import SandboxSpec
@@ -165,6 +165,11 @@ class BwrapSandbox:
         self._front: SandboxFront[BwrapRun] = SandboxFront(self, spec)
         self.spec = self._front.spec
         self.label = self._front.label
+        if spec.network == "bridge" or spec.writable_root or spec.tmpfs_dirs:
+            raise ConfigError(f"network={spec.network!r}, writable_root={spec.writable_root!r}, "
+                              f"tmpfs_dirs={spec.tmpfs_dirs!r}: a bridge network, a writable root and tmpfs_dirs "
+                              "are Docker only; use the Docker backend (or network 'none'/'host', no writable_root, "
+                              "no tmpfs_dirs)")
         self._bwrap = find_bwrap(bwrap_path)
         if require_python and not (os.path.isfile(python_path) and os.access(python_path, os.X_OK)):
             raise SandboxError(

@@ -67,8 +67,10 @@ def validate_spec(spec: SandboxSpec) -> SandboxSpec:
         )
     if not isinstance(spec.cpus, (int, float)) or not math.isfinite(spec.cpus) or spec.cpus <= 0:
         raise ConfigError(f"cpus={spec.cpus!r} must be a finite number of cores > 0")
-    if spec.network not in ("none", "host"):
-        raise ConfigError(f"network={spec.network!r}; expected 'none' or 'host'")
+    if spec.network not in ("none", "host", "bridge"):
+        raise ConfigError(f"network={spec.network!r}; expected 'none', 'host' or 'bridge' (Docker only)")
+    if not isinstance(spec.writable_root, bool):
+        raise ConfigError(f"writable_root={spec.writable_root!r} must be a bool")
     w = spec.workdir
     if not isinstance(w, str) or not w.startswith("/") or posixpath.normpath(w) != w or w == "/":
         raise ConfigError(
@@ -86,7 +88,30 @@ def validate_spec(spec: SandboxSpec) -> SandboxSpec:
     validate_run_id(spec.run_id)
     validate_env(spec.env, "env")
     validate_ro_mounts(spec.ro_mounts, w)
+    validate_tmpfs_dirs(spec.tmpfs_dirs, w, tuple(inside for _, inside in spec.ro_mounts))
     return spec
+
+
+def validate_tmpfs_dirs(dirs: object, workdir: str, mounted: Sequence[str] = ()) -> None:
+    """Check ``SandboxSpec.tmpfs_dirs``: normalised absolute paths other than ``/``, outside
+    the sandbox's own layout (``RESERVED_MOUNTS``, ``/tmp``, the working directory) and the
+    ``mounted`` paths (the read-only mounts'), none inside another, each named once.
+
+    Raises:
+        ConfigError: the first bad path, named.
+    """
+    if isinstance(dirs, (str, bytes)) or not isinstance(dirs, Sequence):
+        raise ConfigError(f"tmpfs_dirs={dirs!r} must be a sequence of absolute paths, e.g. ('/logs',)")
+    seen: list[str] = []
+    for path in dirs:
+        if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path \
+                or path == "/" or "\0" in path:
+            raise ConfigError(f"tmpfs_dirs entry {path!r} must be a normalised absolute path other than '/'")
+        for owned in RESERVED_MOUNTS + ("/tmp", workdir, *mounted, *seen):
+            if path == owned or path.startswith(owned + "/") or owned.startswith(path + "/"):
+                raise ConfigError(f"tmpfs_dirs entry {path!r} overlaps {owned}, which the sandbox mounts "
+                                  "already; choose e.g. '/logs'")
+        seen.append(path)
 
 
 def validate_ro_mounts(mounts: object, workdir: str) -> None:

@@ -16,6 +16,12 @@ attempts (docs/hubs/reasoning-gym.md).
 ``hub/OpenEnv-v0`` (``agentrl.hubs.openenv``, extra ``openenv``): an OpenEnv server (an
 address, a local process or a Docker image) driven over its ``/ws`` protocol; the openenv
 package itself is never imported (docs/hubs/openenv.md).
+
+``hub/Harbor-v0`` (``agentrl.hubs.harbor``, no extra: Docker): Harbor task folders
+(``task.toml``, ``instruction.md``, ``environment/Dockerfile``, ``tests/test.sh``,
+``solution/solve.sh``), each run in a container of its own image built by the Docker sandbox
+backend, with a bash tool or an agent command on the gateway; ``harbor`` is never imported
+(docs/hubs/harbor.md).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ __all__ = ["HUB_ENV_IDS", "register"]
 HUB_ENV_IDS: dict[str, str] = {
     "hub/ReasoningGym-v0": "agentrl.hubs.reasoning_gym:ReasoningGymEnv",  # needs `reasoning-gym`
     "hub/OpenEnv-v0": "agentrl.hubs.openenv:OpenEnvEnv",  # needs `websockets` (extra openenv)
+    "hub/Harbor-v0": "agentrl.hubs.harbor:HarborEnv",  # needs a Docker daemon (no extra)
 }
 """Gymnasium id -> ``module:Class`` of each hub env."""
 

@@ -21,6 +21,7 @@ _LAZY = {
     "DockerSandbox": "sandboxes.docker.sandbox",
     "build_image": "sandboxes.docker.images",
     "image_exists": "sandboxes.docker.images",
+    "image_workdir": "sandboxes.docker.images",
     "reap_containers": "sandboxes.docker.reaper",
     "docker_client": "sandboxes.docker.daemon",
     "docker_available": "sandboxes.docker.daemon",

@@ -93,6 +93,27 @@ def image_exists(image: str, client=None) -> bool:
     return True
 
 
+def image_workdir(image: str, client=None) -> str | None:
+    """The working directory ``image`` declares (its ``WORKDIR``, inherited ones included);
+    None when it declares none. ``client``: a ``docker.DockerClient``, default
+    ``docker_client()``.
+
+    Raises:
+        SandboxError: ``image`` is not on the daemon, or the daemon does not answer.
+    """
+    import docker.errors
+
+    client = client if client is not None else docker_client()
+    try:
+        config = client.api.inspect_image(image).get("Config") or {}
+    except docker.errors.ImageNotFound as exc:
+        raise SandboxError(f"image={image!r} is not on this Docker daemon (there is no registry to pull "
+                           "from); build it first") from exc
+    except infra_errors() as exc:
+        raise SandboxError(f"the Docker daemon does not answer: {exc}") from exc
+    return config.get("WorkingDir") or None
+
+
 def base_recipe(suite: str = DEFAULT_SUITE, mirror: str = DEFAULT_MIRROR) -> str:
     """SHA-256 (hex) of the base image's recipe."""
     parts = [BASE_RECIPE_VERSION, suite, mirror, *BASE_PACKAGES, str(SANDBOX_UID)]
@@ -153,6 +174,7 @@ def build_image(
     mirror: str = DEFAULT_MIRROR,
     force: bool = False,
     progress: Progress | None = None,
+    client=None,
 ) -> str:
     """Build a sandbox image unless an image of that name with the same recipe exists.
 
@@ -170,6 +192,8 @@ def build_image(
         suite, mirror: Debian suite and mirror (base image only).
         force: rebuild even when the recipe is unchanged.
         progress: called with one line of text per step (the CLI prints them).
+        client: the ``docker.DockerClient`` to build with (default: one of ``DOCKER_HOST``,
+            else the default socket, made for this call).
 
     Returns:
         The image id (``sha256:...``).
@@ -187,7 +211,7 @@ def build_image(
         )
     if dockerfile is None and context is not None:
         raise ConfigError(f"context={str(context)!r} needs a dockerfile")
-    client = _client()
+    client = client if client is not None else _client()
     previous = _image_id(client, name)
     new_id = _build(client, name, dockerfile, context, suite, mirror, force, progress)
     if previous is not None and previous != new_id:

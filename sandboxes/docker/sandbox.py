@@ -2,13 +2,16 @@
 
 Container (checked by the contract and abuse suites in tests/integration/sandboxes/):
 
-* ``network_mode="none"`` unless ``spec.network == "host"``; ``mem_limit`` (swap equal to
+* ``network_mode`` is ``spec.network`` (``"none"`` unless the spec says ``"host"`` or
+  ``"bridge"``); ``mem_limit`` (swap equal to
   it, so no swap), ``pids_limit``, ``nano_cpus`` from the spec; ``init=True`` (Docker's
   ``tini`` as pid 1 reaps orphans, so zombies do not eat the pids limit); ``cap_drop=ALL``
   and ``no-new-privileges``; user ``1000:1000`` (``sandbox`` in the base image, see
   ``sandboxes.docker.images``); a read-only root file system with tmpfs ``/tmp`` and
   ``spec.workdir`` (owned by the sandbox user, sized to ``memory_mb``), so the only
-  writable places are the working directory and ``/tmp``.
+  writable places are the working directory and ``/tmp``. ``spec.tmpfs_dirs`` are further
+  tmpfs directories of the sandbox user; with ``spec.writable_root`` the root file system
+  is the container's own writable layer and the working directory is the image's.
 * Labels: ``agentrl.run_id``, ``agentrl.sandbox_id``, ``agentrl.owner_pid``,
   ``agentrl.owner_start``, ``agentrl.owner_pidns``, ``agentrl.owner_boot``
   (``sandboxes.docker.reaper.container_labels``): the reaper (``sandboxes.docker.reaper``,
@@ -126,6 +129,11 @@ class DockerSandbox:
         t0 = time.monotonic()
         labels = container_labels(self.label)
         tmpfs_mb = max(16, spec.memory_mb)
+        tmpfs = {"/tmp": f"rw,nosuid,nodev,size={tmpfs_mb}m,mode=1777"}
+        owned = f"rw,nosuid,nodev,exec,size={tmpfs_mb}m,uid=1000,gid=1000,mode=0755"
+        if not spec.writable_root:  # else the working directory is the image's own, files kept
+            tmpfs[spec.workdir] = owned
+        tmpfs.update({path: owned for path in spec.tmpfs_dirs})
         try:
             created = self._client.api.create_container(
                 spec.image,
@@ -137,20 +145,17 @@ class DockerSandbox:
                 labels=labels,
                 host_config=self._client.api.create_host_config(
                     init=True,
-                    network_mode="none" if spec.network == "none" else "host",
+                    network_mode=spec.network,
                     mem_limit=f"{spec.memory_mb}m",
                     memswap_limit=f"{spec.memory_mb}m",
                     pids_limit=spec.pids_limit,
                     nano_cpus=int(spec.cpus * 1e9),
-                    read_only=True,
+                    read_only=not spec.writable_root,
                     mounts=[docker.types.Mount(inside, host, type="bind", read_only=True)
                             for host, inside in spec.ro_mounts],
                     cap_drop=["ALL"],
                     security_opt=["no-new-privileges"],
-                    tmpfs={
-                        "/tmp": f"rw,nosuid,nodev,size={tmpfs_mb}m,mode=1777",
-                        spec.workdir: f"rw,nosuid,nodev,exec,size={tmpfs_mb}m,uid=1000,gid=1000,mode=0755",
-                    },
+                    tmpfs=tmpfs,
                 ),
             )
         except docker.errors.ImageNotFound as exc:
@@ -265,10 +270,13 @@ class DockerSandbox:
             if not self._front.cancelled(exec_id):
                 raise self._infra_error(record, exc) from exc
         finally:
-            try:
-                raw.close()
-            except OSError:
-                pass
+            # the SDK's socket wrapper (a SocketIO in a reference cycle with its HTTP response)
+            # holds the descriptor open until it is closed too, else until a garbage collection
+            for handle in (raw, sock) if sock is not raw else (raw,):
+                try:
+                    handle.close()
+                except OSError:
+                    pass
             cancelled = self._front.end(exec_id)
         duration = time.monotonic() - start
         stdout, out_dropped = out.finish()
