@@ -33,8 +33,17 @@ import numpy as np
 
 import critics
 from agentrl.config import AlgorithmConfig
-from agentrl.credit.rows import (Level, check_level, critic_rows, drop_turns_from_loss, to_stream_order,
-                                 token_sequences, turn_means, turn_token_counts)
+from agentrl.credit.diagnostics import gigpo_step_metrics, turn_spread_metrics, zero_grad_update
+from agentrl.credit.rows import (
+    Level,
+    check_level,
+    critic_rows,
+    drop_turns_from_loss,
+    to_stream_order,
+    token_sequences,
+    turn_means,
+    turn_token_counts,
+)
 from agentrl.errors import ConfigError, ContractError
 from agentrl.types import Episode, SamplingRecord, TerminationReason, TokenBatch, ValueBatch
 
@@ -54,8 +63,10 @@ class CreditResult:
             for a turn whose completion was left out of the loss (DAPO overlong filtering):
             it trained nothing, and the store and viewer show it so.
         metrics: token accounting, filter counts and advantage statistics
-            (``tokens/...``, ``filter/...``, ``shaping/...``, ``advantages/...``, and
-            ``critic/values_mean_rollout`` for a critic).
+            (``tokens/...``, ``filter/...``, ``shaping/...``, ``advantages/...``,
+            ``critic/values_mean_rollout`` for a critic) and, from ``assign_credit``, the
+            update's diagnostics (``credit/...``; ``gigpo/...`` for gigpo:
+            ``agentrl.credit.diagnostics``).
         value_batch: the critic's batch (returns, rollout-time ``old_values``) when the
             estimator needs a critic and some value position is left; else ``None``.
     """
@@ -309,7 +320,7 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
         )
     kept, shaped, m = _select(episodes, cfg, max_new_tokens, shaped_cache)
     if not kept:
-        return pack_batch(kept, [], sampling, m, level=est.level)
+        return _diagnosed(pack_batch(kept, [], sampling, m, level=est.level))
     rewards = [shaped[e.episode_id] for e in kept]  # [N][K_i]
     if reward_penalties is not None:
         rewards = [_penalised(e, r, reward_penalties) for e, r in zip(kept, rewards)]  # [N][K_i]
@@ -340,11 +351,21 @@ def assign_credit(episodes: Sequence[Episode], cfg: AlgorithmConfig, sampling: S
     if est.needs_values:
         rets = _per_episode(est, "returns", rets, counts, kept)
     dropped = _overlong_filtered(kept, cfg, m)
-    credit = pack_batch(kept, adv, sampling, m, level=est.level, loss_dropped_turns=dropped)
+    credit = _diagnosed(pack_batch(kept, adv, sampling, m, level=est.level, loss_dropped_turns=dropped))
+    if est.name == "gigpo":
+        credit.metrics.update(gigpo_step_metrics(rewards, anchors, group_ids, params))
     if est.needs_values:
         vb = ValueBatch.pack(critic_rows(kept, returns=rets, old_values=values, level=est.level))
         credit.metrics["critic/values_mean_rollout"] = float(flat.mean()) if flat.size else 0.0
         credit.value_batch = vb if vb.num_positions else None  # no value position: nothing to fit
+    return credit
+
+
+def _diagnosed(credit: CreditResult) -> CreditResult:
+    """``credit`` with ``credit/turn_adv_differs_frac``, ``credit/multi_turn_frac`` and
+    ``credit/zero_grad_update`` in its metrics (``agentrl.credit.diagnostics``)."""
+    credit.metrics.update(turn_spread_metrics(credit.turn_advantages))
+    credit.metrics["credit/zero_grad_update"] = zero_grad_update(credit.batch)
     return credit
 
 

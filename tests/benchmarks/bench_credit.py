@@ -1,177 +1,211 @@
-"""Benchmark: GRPO vs GiGPO vs the turn-level critic on one multi-turn environment, with the
-same seeds, the same task order and the same starting weights. Prints success rate and
-mean reward against cumulative rollout tokens for each estimator, and compares them at an
-equal rollout-token budget.
+"""Benchmark: GRPO vs GiGPO vs the turn-level critic, resumable across sittings.
 
-Run on demand (pytest does not collect this file)::
+For every (suite, estimator, seed) the script trains one run and, when it finishes, writes
+``<out>/<suite>/<estimator>-s<seed>/result.json`` (its metrics rows, its held-out eval per task,
+wall time, a fingerprint of the settings). A run whose ``result.json`` is there is skipped, so the
+comparison goes on across sittings: stop it at any time (the run in progress is lost and starts
+again next time; finished ones stay). Runs go seed by seed, each seed's three estimators together,
+so every finished seed is a paired comparison.
 
-    .venv/bin/python tests/benchmarks/bench_credit.py --iterations 8 --out runs/bench-credit
+    .venv/bin/python tests/benchmarks/bench_credit.py --list                      # suites, sizes, why
+    .venv/bin/python tests/benchmarks/bench_credit.py --suites shell --max-runs 3  # one seed, ~1 h
+    .venv/bin/python tests/benchmarks/bench_credit.py                             # all of it, resumes
+    .venv/bin/python tests/benchmarks/bench_credit.py --report                    # table + PNG only
+    .venv/bin/python tests/benchmarks/bench_credit.py --smoke                     # tiny model, minutes
+    .venv/bin/python tests/benchmarks/bench_credit.py --gpu --out runs/bench-credit-gpu   # a GPU machine
 
-Default: ``agentrl/GuessNumber-v0`` (secret 1..10, 5 guesses), SmolLM2-135M-Instruct, 8
-tasks x 4 rollouts per iteration, full-history prompts. It is the environment in which the
-135M model on a CPU gets a learning signal: it solves roughly 10-20 % of games untrained,
-while on Sokoban none of its first 64 replies was a valid move (see docs/benchmarks.md, "Credit
-assignment"). ``--env agentrl/Sokoban-v0 --env-kwargs '{"dim_room": [6, 6],
-"num_boxes": 1}' --mode per_step`` runs the same comparison on Sokoban.
+Suites (``credit_suites.py``): ``shell`` (examples/shell_lookup_learn.yaml, 6 updates) and
+``guess`` (GuessNumber, where anchor states recur; Sokoban and TextWorld give SmolLM2-135M no
+success untrained) on 2 CPU cores; ``--gpu`` swaps in a 1.5B model and ALFWorld-like TextWorld
+games. What is held equal: start weights, task order and sampling seeds (``run.seed``), episodes
+per update, every rollout, trainer and eval setting, the number of updates; the equal
+rollout-token budget ``B`` of a seed is the smallest total among its runs (the report measures
+training success within ``B`` and flags runs whose after-eval came later).
 
-What is held equal. Every estimator trains from the same initial weights on the same task
-order (``TaskSource`` seed) with the same per-request sampling seeds, so iteration 1's
-rollouts are token-for-token identical across estimators and the curves differ only
-through the updates. Rollout tokens differ per iteration (reply lengths change as the
-policy changes), so the equal-budget comparison takes ``B`` = the smallest total any
-estimator generated, and for each estimator the success rate over every episode of the
-iterations within its first ``B`` tokens (the iteration that crosses ``B`` counts with the
-fraction of its tokens inside it). Success rates count scored episodes only: an episode
-that ended in an infrastructure or reward error is neither a success nor a failure.
-
-Results also go to ``<out>/results.json``. The run directories (metrics, replay DB)
-stay under ``<out>/<estimator>/``.
+``--report`` builds ``<out>/report.md`` (per suite and seed: held-out pass@1 before and after with
+95 % intervals, the paired difference to GRPO with its interval, training success within ``B``,
+and item-2 diagnostics: turns with their own credit, updates without gradient, GiGPO's step groups
+and step term with a diagnosis, the critic's explained variance) and ``<out>/curves.png``.
+The run directories (metrics, replay store) stay under each run's folder as ``run/``; its final
+checkpoint is deleted unless ``--keep-checkpoints`` (about 1.7 GB each with the 135M model).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
+import shutil
 import sys
 import time
+import traceback
+from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # run from a checkout
+sys.path.insert(0, str(HERE))  # the helper modules beside it
 
-ESTIMATORS = ("grpo", "gigpo", "turn_critic")
+from credit_report import RESULT_NAME, build_report, format_report, load_results  # noqa: E402
+from credit_suites import DEFAULT_GPU_SUITES, DEFAULT_SUITES, ESTIMATORS, SMOKE, Suite, suites_for  # noqa: E402
+
+from agentrl.config import load_config  # noqa: E402
+from agentrl.eval.passk import episode_success  # noqa: E402
+from agentrl.replay import ReplayStore  # noqa: E402
+
+REPO = HERE.parents[1]
 
 
-def run(estimator: str, args: argparse.Namespace) -> list[dict]:
-    """Train one estimator; return its per-iteration metrics rows."""
-    import shutil
+def result_path(out: Path, suite: str, estimator: str, seed: int) -> Path:
+    """``<out>/<suite>/<estimator>-s<seed>/result.json``."""
+    return out / suite / f"{estimator}-s{seed}" / RESULT_NAME
 
-    from agentrl.driver.controller import train
-    from agentrl.config import load_config
 
-    run_dir = Path(args.out) / estimator
-    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, not a resume of an old one
-    overrides = [
-        f"run.dir={run_dir}", f"run.iterations={args.iterations}", f"run.seed={args.seed}",
-        f"model.path={args.model}", f"env.id={args.env}", f"env.kwargs={args.env_kwargs}",
-        f"env.tasks_per_iteration={args.tasks}", f"env.group_size={args.group}",
-        f"rollout.max_turns={args.turns}", f"rollout.max_new_tokens={args.new_tokens}",
-        "rollout.max_context_tokens=1536", f"rollout.prompt_mode={args.mode}", "rollout.history_length=2",
-        f"algorithm.advantage={estimator}", f"algorithm.gamma={args.gamma}", f"algorithm.lam={args.lam}",
-        f"trainer.lr={args.lr}", f"critic.lr={args.critic_lr}", "sandbox.backend=bwrap",
-        "run.checkpoint_every=1000",
-    ]
-    cfg = load_config(None, overrides)
+def is_done(path: Path) -> bool:
+    """Whether ``path`` is a complete result file (a broken one counts as not done)."""
+    try:
+        return bool(json.loads(path.read_text()).get("complete"))
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def eval_outcomes(run_dir: Path, run_id: str) -> dict[str, dict[str, list[float]]]:
+    """``{"before"|"after": {task_id: [1.0 or 0.0 per scored sample]}}`` from the run's replay store:
+    the eval episodes before training (ids under ``<run_id>/eval-before``) and those of the last
+    evaluated iteration. Errored samples are left out (never failures)."""
+    store = ReplayStore(f"sqlite:///{(run_dir / 'replay.db').resolve()}", read_only=True)
+    out: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    summaries = store.list_episodes(run_id, limit=1_000_000, kind="eval")
+    later = [s.iteration for s in summaries if "/eval-before/" not in s.episode_id]
+    last = max(later) if later else None
+    for s in summaries:
+        when = "before" if "/eval-before/" in s.episode_id else "after" if s.iteration == last else None
+        if when is None or s.is_error:
+            continue
+        ok = episode_success(store.get_episode(s.episode_id))
+        out[when].setdefault(s.task_id, []).append(1.0 if ok else 0.0)
+    return out
+
+
+def run_one(suite: Suite, suite_dir: str, estimator: str, seed: int, args: argparse.Namespace,
+            extra: tuple[str, ...]) -> Path:
+    """Train one run from scratch and write its ``result.json`` (atomically, last); returns its path."""
+    from agentrl.driver.controller import train  # heavy: ray
+
+    folder = result_path(Path(args.out), suite_dir, estimator, seed).parent
+    run_dir = folder / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run, never half of an old one
+    folder.mkdir(parents=True, exist_ok=True)
+    overrides = suite.run_overrides(estimator, seed, str(run_dir), model=args.model, extra=extra)
+    cfg = load_config(REPO / suite.config if suite.config else None, overrides)
     t0 = time.perf_counter()
-    train(cfg)
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    print(f"{estimator}: {len(rows)} iterations in {time.perf_counter() - t0:.0f} s", flush=True)
-    return rows
+    summary = train(cfg)
+    wall_s = time.perf_counter() - t0
+    history = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    result = {
+        "format": 1, "complete": True, "suite": suite_dir, "estimator": estimator, "seed": seed,
+        "fingerprint": suite.fingerprint(extra, args.model), "config": suite.config, "overrides": overrides,
+        "wall_s": wall_s, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "run_id": summary.run_id, "history": history, "eval_tasks": eval_outcomes(run_dir, summary.run_id),
+    }
+    if not args.keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    path = folder / RESULT_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, path)
+    (folder / "failed.txt").unlink(missing_ok=True)
+    return path
 
 
-def _scored(r: dict) -> tuple[float, float]:
-    """(successes, scored episodes) of one iteration: errored episodes are in neither."""
-    if r.get("rollout/scored_episodes") is not None:
-        return float(r.get("rollout/successes") or 0.0), float(r["rollout/scored_episodes"])
-    rate, n = r.get("rollout/success_rate"), float(r.get("rollout/episodes") or 0.0)  # older metrics files
-    return (float(rate) * n, n) if rate is not None and rate == rate else (0.0, 0.0)
+def plan(args: argparse.Namespace) -> list[tuple[Suite, str, str, int]]:
+    """Every (suite, its directory name, estimator, seed) asked for, seed by seed within a suite."""
+    table = suites_for(args.gpu)
+    names = args.suites.split(",") if args.suites else list(DEFAULT_GPU_SUITES if args.gpu else DEFAULT_SUITES)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"--suites {','.join(unknown)}: not a suite{' of --gpu' if args.gpu else ''}; "
+                         f"expected some of {', '.join(table)}")
+    ests = args.estimators.split(",")
+    bad = [e for e in ests if e not in ESTIMATORS]
+    if bad:
+        raise SystemExit(f"--estimators {','.join(bad)}: expected some of {', '.join(ESTIMATORS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    return [(table[n], n + ("-smoke" if args.smoke else ""), e, s) for n in names for s in seeds for e in ests]
 
 
-def at_budget(rows: list[dict], budget: float) -> tuple[float, int, float, float]:
-    """Success rate within the first ``budget`` rollout tokens of a run.
+def report(out: Path) -> None:
+    """Print the table, write ``report.md`` and ``curves.png`` under ``out``."""
+    from credit_plot import plot_curves  # matplotlib: the report path only
 
-    Iterations are taken in order; the one that crosses ``budget`` counts with the
-    fraction of its tokens that falls inside it (its successes and episodes scaled
-    alike), so every estimator is measured on exactly ``min(budget, its total)`` tokens.
-
-    Returns:
-        ``(success rate, iterations touched, tokens counted, episodes counted)``.
-    """
-    cum, succ, eps, n = 0.0, 0.0, 0.0, 0
-    for r in rows:
-        if cum >= budget:
-            break
-        tokens = float(r.get("tokens/generated") or 0.0)
-        w = 1.0 if tokens <= 0 or cum + tokens <= budget else (budget - cum) / tokens
-        s, e = _scored(r)
-        succ += w * s
-        eps += w * e
-        cum += w * tokens
-        n += 1
-    return (succ / eps if eps else 0.0), n, cum, eps
+    by_suite = load_results(out)
+    if not by_suite:
+        raise SystemExit(f"no complete {RESULT_NAME} under {out}/<suite>/<run>/; run the comparison first")
+    text = format_report(build_report(by_suite))
+    (out / "report.md").write_text(text + "\n")
+    png = plot_curves(by_suite, out / "curves.png")
+    print(text)
+    print(f"\nwrote {out / 'report.md'} and {png}")
 
 
-def binomial_se(p: float, n: float) -> float:
-    """Standard error of a success rate ``p`` measured on ``n`` episodes (treated as
-    independent; rollouts of one group share a task, so the true error is somewhat larger)."""
-    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n > 0 else float("nan")
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", default="agentrl/GuessNumber-v0")
-    p.add_argument("--env-kwargs", default='{"low": 1, "high": 10, "max_guesses": 5}', help="JSON")
-    p.add_argument("--mode", default="full_history", choices=("full_history", "per_step"))
-    p.add_argument("--iterations", type=int, default=8)
-    p.add_argument("--tasks", type=int, default=8)
-    p.add_argument("--group", type=int, default=4)
-    p.add_argument("--turns", type=int, default=5)
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--critic-lr", type=float, default=1e-5)
-    p.add_argument("--gamma", type=float, default=0.95)
-    p.add_argument("--lam", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model", default="smollm2-135m-instruct")
-    p.add_argument("--out", default="runs/bench-credit")
-    p.add_argument("--estimators", default=",".join(ESTIMATORS))
-    p.add_argument("--report", metavar="RESULTS_JSON", help="print the tables of a finished run again, train nothing")
-    args = p.parse_args()
-    json.loads(args.env_kwargs)  # fail before training if it is not JSON
-    if args.report:
-        saved = json.loads(Path(args.report).read_text())
-        report(argparse.Namespace(**saved["args"]), saved["iterations"])
-        return
-    results = {e: run(e, args) for e in args.estimators.split(",")}
-    report(args, results)
-
-
-def report(args: argparse.Namespace, results: dict[str, list[dict]]) -> None:
-    """Print the per-iteration table and the equal-budget comparison; write results.json."""
-    print(f"\nsuccess rate / mean reward against cumulative rollout tokens ({args.env}, {args.mode}, "
-          f"{args.tasks} tasks x {args.group} rollouts per iteration, seed {args.seed})")
-    print(f"{'estimator':<12} {'iter':>4} {'cum tokens':>11} {'success':>8} {'reward':>8} {'invalid':>8} {'turns':>6}")
-    for est, rows in results.items():
-        cum = 0.0
-        for r in rows:
-            cum += r.get("tokens/generated") or 0.0
-            print(f"{est:<12} {int(r['iteration']):>4} {cum:>11.0f} {r.get('rollout/success_rate') or 0:>8.3f} "
-                  f"{r.get('rollout/reward_mean') or 0:>8.3f} {r.get('rollout/invalid_action_rate') or 0:>8.3f} "
-                  f"{r.get('rollout/turns_mean') or 0:>6.2f}")
-    budget = min(sum(r.get("tokens/generated") or 0.0 for r in rows) for rows in results.values())
-    print(f"\nat an equal budget of {budget:.0f} rollout tokens (success over the scored episodes "
-          "within it, +- one binomial standard error; iteration 1 is identical for every estimator):")
-    summary = {}
-    for est, rows in results.items():
-        rate, n, used, eps = at_budget(rows, budget)
-        first = float(rows[0].get("rollout/success_rate") or 0.0) if rows else 0.0
-        half = rows[len(rows) // 2:]
-        half_scored = [_scored(r) for r in half]
-        half_eps = sum(e for _, e in half_scored)
-        late = sum(s for s, _ in half_scored) / max(1.0, half_eps)
-        summary[est] = {"success_at_budget": rate, "success_at_budget_se": binomial_se(rate, eps),
-                        "iterations_in_budget": n, "tokens_in_budget": used, "episodes_in_budget": eps,
-                        "success_iter1": first, "success_second_half": late,
-                        "success_second_half_se": binomial_se(late, half_eps)}
-        print(f"  {est:<12} success {rate:.3f} +- {binomial_se(rate, eps):.3f} over {n} iterations "
-              f"({used:.0f} tokens, {eps:.0f} episodes); iteration 1: {first:.3f}; second half of the run: "
-              f"{late:.3f} +- {binomial_se(late, half_eps):.3f}")
+    p.add_argument("--out", default=None,
+                   help="results folder (default runs/bench-credit, with -gpu and/or -smoke appended for those flags)")
+    p.add_argument("--suites", default=None, help="comma list (default shell,guess; --gpu: shell,textworld)")
+    p.add_argument("--estimators", default=",".join(ESTIMATORS), help="comma list (default all three)")
+    p.add_argument("--seeds", default=None, help="comma list of run.seed values (default 0,1,2; --smoke: 0)")
+    p.add_argument("--gpu", action="store_true", help="the GPU presets: larger model, ALFWorld-like TextWorld games")
+    p.add_argument("--model", default=None, help="model.path for every run (a local folder on an offline machine)")
+    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for every run (after the suite's; repeatable; enters the fingerprint)")
+    p.add_argument("--max-runs", type=int, default=None, help="stop after this many runs in this sitting")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny random model, 1 iteration, 2 tasks, into <suite>-smoke: proves the pipeline, measures nothing")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's final checkpoint")
+    p.add_argument("--list", action="store_true", help="print the suites, their settings and sizes, train nothing")
+    p.add_argument("--report", action="store_true", help="only build the table and the PNG from the results so far")
+    args = p.parse_args(argv)
+    args.out = args.out or ("runs/bench-credit" + ("-gpu" if args.gpu else "") + ("-smoke" if args.smoke else ""))
+    args.seeds = args.seeds or ("0" if args.smoke else "0,1,2")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"args": vars(args), "budget_tokens": budget, "summary": summary,
-                                                  "iterations": results}, indent=1))
-    print(f"\nwrote {out / 'results.json'}")
+    if args.report:
+        report(out)
+        return 0
+    extra = (*(SMOKE if args.smoke else ()), *args.extra)
+    todo = plan(args)
+    if args.list:
+        for s in dict.fromkeys(t[0] for t in todo):
+            print(f"{s.name}: {s.iterations} updates, about {s.minutes_per_run:.0f} min per run; config "
+                  f"{s.config or 'code defaults'} + {' '.join(s.overrides) or '(no overrides)'}\n  {s.why}\n")
+        return 0
+    pending = [t for t in todo if not is_done(result_path(out, *t[1:]))]
+    already = len(todo) - len(pending)
+    if args.max_runs is not None:
+        pending = pending[:args.max_runs]
+    eta = 0.0 if args.smoke else sum(t[0].minutes_per_run for t in pending)
+    print(f"{already} of {len(todo)} runs already done; {len(pending)} to run now"
+          + (f", about {eta / 60:.1f} h" if eta else ""), flush=True)
+    failed = 0
+    for suite, suite_dir, est, seed in pending:
+        t0 = time.perf_counter()
+        size = "" if args.smoke else f" (about {suite.minutes_per_run:.0f} min)"
+        print(f"== {suite_dir} {est} seed {seed}{size}", flush=True)
+        try:
+            path = run_one(suite, suite_dir, est, seed, args, extra)
+        except Exception:  # one failed run must not stop the sitting; it is retried next time
+            failed += 1
+            folder = result_path(out, suite_dir, est, seed).parent
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "failed.txt").write_text(traceback.format_exc())
+            print(f"   FAILED after {time.perf_counter() - t0:.0f} s: {folder / 'failed.txt'}", flush=True)
+            continue
+        print(f"   done in {(time.perf_counter() - t0) / 60:.1f} min: {path}", flush=True)
+    done = sum(is_done(result_path(out, *t[1:])) for t in todo)
+    print(f"{done} of {len(todo)} runs done{f', {failed} failed this sitting' if failed else ''}; "
+          f"table and picture: {Path(sys.argv[0]).name} --report --out {out}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The credit benchmark's equal-budget arithmetic (``tests/benchmarks/bench_credit.py``):
+"""The credit benchmark's equal-budget arithmetic (``tests/benchmarks/credit_report.py``):
 the iteration crossing the budget counts pro rata, and errored episodes are not scored."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_credit.py"
-_spec = importlib.util.spec_from_file_location("bench_credit", _PATH)
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "credit_report.py"
+_spec = importlib.util.spec_from_file_location("credit_report_budget", _PATH)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 

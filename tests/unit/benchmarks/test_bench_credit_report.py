@@ -1,0 +1,183 @@
+"""The credit benchmark's report (``tests/benchmarks/credit_report.py``, ``credit_plot.py``) on
+synthetic result files, its suites' configs, and the bench's skip logic (``bench_credit.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(_DIR))  # credit_plot imports credit_report by name, as the bench does
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, _DIR / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, mod)
+    spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+rep = _load("credit_report")
+suites = _load("credit_suites")
+
+
+def _row(it, tokens, successes, scored, **extra):
+    return {"iteration": it, "tokens/generated": tokens, "rollout/successes": successes,
+            "rollout/scored_episodes": scored, **extra}
+
+
+def _result(suite, est, seed, *, tokens=(100, 100), after_tasks=None, before=0.25, after=0.5, diag=None):
+    diag = diag or {}
+    h = [_row(1, tokens[0], 2, 8, **{"eval_before/pass@1": before, "eval_before/pass@1_low": 0.1,
+                                     "eval_before/pass@1_high": 0.4}, **diag),
+         _row(2, tokens[1], 4, 8, **{"eval/pass@1": after, "eval/pass@1_low": after - 0.1,
+                                     "eval/pass@1_high": after + 0.1, "eval/iteration": 2}, **diag)]
+    tasks = after_tasks or {"t1": [1.0, 0.0], "t2": [0.0, 1.0]}
+    return {"complete": True, "suite": suite, "estimator": est, "seed": seed, "fingerprint": "f", "wall_s": 60.0,
+            "history": h, "eval_tasks": {"before": {"t1": [0.0, 0.0], "t2": [1.0, 0.0]}, "after": tasks}}
+
+
+def _write(out: Path, res):
+    d = out / res["suite"] / f"{res['estimator']}-s{res['seed']}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "result.json").write_text(json.dumps(res))
+
+
+def test_paired_difference_hand_computed():
+    a = {"t1": [1.0, 1.0], "t2": [0.0, 1.0], "t3": [0.0, 0.0]}
+    b = {"t1": [1.0, 0.0], "t2": [0.0, 1.0], "t3": [0.0, 0.0], "t4": [1.0]}  # t4: not scored by a, left out
+    d = rep.paired_difference(a, b)
+    assert d["diff"] == pytest.approx(0.5 / 3) and d["tasks"] == 3
+    assert 0.0 <= d["low"] <= d["diff"] <= d["high"] <= 0.5  # every per-task difference is 0 or 0.5
+    same = rep.paired_difference({"t": [1.0], "u": [0.0]}, {"t": [0.0], "u": [-1.0]})
+    assert (same["diff"], same["low"], same["high"]) == (1.0, 1.0, 1.0)
+    assert rep.paired_difference({"t": [1.0]}, {"u": [1.0]}) is None
+
+
+def test_mean_interval_is_a_t_interval():
+    m = rep.mean_interval([0.1, 0.3])
+    half = 12.706 * math.sqrt(0.02) / math.sqrt(2)  # t(0.975, 1) x sd / sqrt(n)
+    assert m["mean"] == pytest.approx(0.2) and m["low"] == pytest.approx(0.2 - half)
+    assert math.isnan(rep.mean_interval([0.4])["low"]) and rep.mean_interval([])["n"] == 0
+
+
+def test_at_budget_and_curves():
+    h = [_row(1, 100, 1, 10), _row(2, 300, 3, 10)]
+    rate, n, used, eps = rep.at_budget(h, 250)  # all of 1, half of 2
+    assert (n, used, eps) == (2, 250, 15) and rate == pytest.approx(2.5 / 15)
+    assert rep.training_curve(h) == [(100, 0.1), (400, 0.3)]
+    h = _result("s", "grpo", 0)["history"]
+    assert rep.held_out_curve(h) == [(0.0, 0.25, 0.1, 0.4), (200.0, 0.5, 0.4, 0.6)]
+
+
+def test_diagnostics_and_zero_gradient_share():
+    h = [{"credit/zero_grad_update": 1.0, "credit/turn_adv_differs_frac": 0.0, "critic/explained_variance": -0.5},
+         {"credit/zero_grad_update": 0.0, "credit/turn_adv_differs_frac": 0.5, "critic/explained_variance": 0.1}]
+    d = rep.diagnostics(h)
+    assert d["zero_grad_updates"] == 0.5 and d["turn_adv_differs_frac"] == 0.25
+    assert d["critic_ev_mean"] == pytest.approx(-0.2) and d["critic_ev_last"] == 0.1
+    # an older run without credit/zero_grad_update: the trainer's skipped zero-gradient steps
+    old = [{"actor/no_signal_steps": 1.0}, {"actor/no_signal_steps": 0.0}, {"actor/no_signal_steps": 0.0}]
+    assert rep.diagnostics(old)["zero_grad_updates"] == pytest.approx(1 / 3)
+    assert rep.diagnostics([{}])["zero_grad_updates"] is None
+
+
+def test_gigpo_diagnosis_names_empty_groups_or_small_step_advantages():
+    base = {"gigpo_steps_in_groups_ge2_frac": 0.3, "gigpo_step_group_size_mean": 1.4}
+    empty = rep.gigpo_diagnosis({**base, "gigpo_later_steps_in_groups_ge2_frac": 0.0,
+                                 "gigpo_step_adv_abs_mean": 0.2, "gigpo_episode_adv_abs_mean": 0.5})
+    small = rep.gigpo_diagnosis({**base, "gigpo_later_steps_in_groups_ge2_frac": 0.4,
+                                 "gigpo_step_adv_abs_mean": 0.01, "gigpo_episode_adv_abs_mean": 0.5})
+    present = rep.gigpo_diagnosis({**base, "gigpo_later_steps_in_groups_ge2_frac": 0.4,
+                                   "gigpo_step_adv_abs_mean": 0.2, "gigpo_episode_adv_abs_mean": 0.5})
+    assert empty.startswith("step groups empty") and small.startswith("step advantages small")
+    assert present.startswith("step term present") and "30% of steps" in present
+    assert rep.gigpo_diagnosis({}) == "no gigpo/* metrics in this run"
+    one_turn = rep.gigpo_diagnosis({**base, "multi_turn_frac": 0.0, "gigpo_later_steps_in_groups_ge2_frac": 0.0,
+                                    "gigpo_step_adv_abs_mean": 0.0, "gigpo_episode_adv_abs_mean": 0.0})
+    assert one_turn.startswith("one-turn episodes only")
+
+
+def test_report_from_result_files(tmp_path):
+    win = {"t1": [1.0, 1.0], "t2": [1.0, 1.0]}
+    lose = {"t1": [0.0, 0.0], "t2": [0.0, 0.0]}
+    gdiag = {"gigpo/later_steps_in_groups_ge2_frac": 0.5, "gigpo/step_adv_abs_mean": 0.2,
+             "gigpo/episode_adv_abs_mean": 0.4, "gigpo/steps_in_groups_ge2_frac": 0.6,
+             "gigpo/step_group_size_mean": 2.0, "credit/zero_grad_update": 0.0}
+    for seed in (0, 1):
+        _write(tmp_path, _result("s", "grpo", seed, after_tasks=lose, after=0.0))
+        _write(tmp_path, _result("s", "gigpo", seed, after_tasks=win, after=1.0, tokens=(100, 300), diag=gdiag))
+        _write(tmp_path, _result("s", "turn_critic", seed, after_tasks=lose, after=0.0))
+    broken = tmp_path / "s" / "grpo-s2"
+    broken.mkdir()
+    (broken / "result.json").write_text(json.dumps({"complete": False, "suite": "s"}))  # unfinished: not read
+    by_suite = rep.load_results(tmp_path)
+    assert [(r["seed"], r["estimator"]) for r in by_suite["s"]][:3] == [(0, "gigpo"), (0, "grpo"), (0, "turn_critic")]
+    report = rep.build_report(by_suite)["s"]
+    rows = {(r["seed"], r["estimator"]): r for r in report["rows"]}
+    g = rows[(0, "gigpo")]
+    assert g["budget"] == 200 and g["tokens"] == 400 and g["tokens_over_budget"] == pytest.approx(1.0)
+    # within B = 200: all of iteration 1 (2/8) and 100/300 of iteration 2 (4/8 scaled)
+    assert g["train_at_budget"] == pytest.approx((2 + 4 / 3) / (8 + 8 / 3))
+    assert g["diff_after"]["diff"] == 1.0 and g["diff_after"]["low"] == 1.0
+    assert g["gigpo_diagnosis"].startswith("step term present")
+    assert rows[(0, "turn_critic")]["diff_after"]["diff"] == 0.0
+    assert report["pooled"]["gigpo"]["separated"] == "better"
+    assert report["pooled"]["turn_critic"]["separated"] is None
+    text = rep.format_report(rep.build_report(by_suite))
+    assert "separated from GRPO (better) in every seed" in text and "not separated from GRPO" in text
+    assert "400 (+100%) (200)" in text and "over 10% more rollout tokens" in text
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    plot = _load("credit_plot")
+    runs = [_result("s", e, s) for e in ("grpo", "gigpo") for s in (0, 1)]
+    path = plot.plot_curves({"s": runs}, tmp_path / "x" / "curves.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no complete result.json"):
+        plot.plot_curves({}, tmp_path / "y.png")
+
+
+def test_every_suite_loads_and_holds_the_shared_settings_equal():
+    from agentrl.config import load_config
+
+    root = _DIR.parents[1]
+    for table in (suites.SUITES, suites.GPU_SUITES):
+        for s in table.values():
+            cfgs = {e: load_config(root / s.config if s.config else None, s.run_overrides(e, 3, "/tmp/r"))
+                    for e in suites.ESTIMATORS}
+            for e, c in cfgs.items():
+                assert c.algorithm.advantage == e and c.run.seed == 3 and c.run.iterations == s.iterations
+                dump = c.model_dump()
+                dump.pop("algorithm")
+                other = cfgs["grpo"].model_dump()
+                other.pop("algorithm")
+                assert dump == other  # only the algorithm section differs between estimators
+            assert cfgs["gigpo"].algorithm.gigpo.mode == "mean_std_norm"
+            smoke = load_config(root / s.config if s.config else None, s.run_overrides("grpo", 0, "/tmp/r",
+                                                                                    extra=suites.SMOKE))
+            assert smoke.run.iterations == 1 and smoke.model.path == "tiny-random-smollm2"
+
+
+def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
+    bench = _load("bench_credit")
+    args = bench.argparse.Namespace(gpu=False, suites="shell,guess", estimators="grpo,gigpo", seeds="0,1", smoke=False)
+    todo = bench.plan(args)
+    assert [(t[1], t[2], t[3]) for t in todo[:4]] == [("shell", "grpo", 0), ("shell", "gigpo", 0),
+                                                      ("shell", "grpo", 1), ("shell", "gigpo", 1)]
+    path = bench.result_path(tmp_path, "shell", "grpo", 0)
+    assert not bench.is_done(path)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert not bench.is_done(path)
+    path.write_text(json.dumps({"complete": True}))
+    assert bench.is_done(path)
+    with pytest.raises(SystemExit, match="not a suite"):
+        bench.plan(bench.argparse.Namespace(gpu=True, suites="guess", estimators="grpo", seeds="0", smoke=False))
