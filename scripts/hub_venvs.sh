@@ -15,6 +15,8 @@ PY=${AGENTRL_HUB_PYTHON:-python3}
 # name | requirements (pip arguments)
 VENVS=(
   "openenv-0.10.0|openenv==0.10.0"
+  "verifiers-0.4.0|verifiers==0.4.0"
+  "verifiers-0.3.1|verifiers==0.3.1"
 )
 
 make_venv() {

@@ -22,6 +22,10 @@ package itself is never imported (docs/hubs/openenv.md).
 ``solution/solve.sh``), each run in a container of its own image built by the Docker sandbox
 backend, with a bash tool or an agent command on the gateway; ``harbor`` is never imported
 (docs/hubs/harbor.md).
+
+``hub/Verifiers-v0`` (``agentrl.hubs.verifiers_env``): a verifiers environment (classic API
+0.3.x or a v1 taskset 0.4.x) run by a hub venv's python through the gateway; verifiers is
+never imported here (docs/hubs/verifiers.md).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = ["HUB_ENV_IDS", "register"]
 HUB_ENV_IDS: dict[str, str] = {
     "hub/ReasoningGym-v0": "agentrl.hubs.reasoning_gym:ReasoningGymEnv",  # needs `reasoning-gym`
     "hub/OpenEnv-v0": "agentrl.hubs.openenv:OpenEnvEnv",  # needs `websockets` (extra openenv)
+    "hub/Verifiers-v0": "agentrl.hubs.verifiers_env:VerifiersEnv",  # verifiers in a hub venv (`python`)
     "hub/Harbor-v0": "agentrl.hubs.harbor:HarborEnv",  # needs a Docker daemon (no extra)
 }
 """Gymnasium id -> ``module:Class`` of each hub env."""
