@@ -3,18 +3,22 @@ models, sandbox images and leftovers, registered environments, recorded episodes
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 import typer.core
 from rich.console import Console
 from rich.table import Table
 
+from agentrl.cli.app import DEBUG_HELP, console, envs_app, fail, models_app, replay_app, sandbox_app, say
 from agentrl.errors import AgentRLError
 
-from agentrl.cli.app import models_app, envs_app, sandbox_app, replay_app, console, DEBUG_HELP, say, fail
+if TYPE_CHECKING:
+    from agentrl.hubs import HubEnv
 
 
 @models_app.command("prepare")
@@ -84,13 +88,15 @@ def envs_list(
     module: Optional[list[str]] = typer.Option(None, "--module", help="Also import this module (it registers your envs, as env.import_modules does in a run); repeatable."),
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
-    """List agentrl's environments and the ones users register: through the
-    'agentrl.environments' entry-point group, AGENTRL_ENV_MODULES or --module. Gymnasium's own
-    (CartPole-v1, phys2d/..., tabular/...) are not agentrl environments and are not shown."""
+    """List agentrl's environments, its hub adapters (hub/...: the hub, what it needs and
+    whether that is here) and the ones users register: through the 'agentrl.environments'
+    entry-point group, AGENTRL_ENV_MODULES or --module. Gymnasium's own (CartPole-v1,
+    phys2d/..., tabular/...) are not agentrl environments and are not shown."""
     import gymnasium
 
     gymnasium_own = set(gymnasium.registry)  # what importing gymnasium registered (and its plugins)
     import environments
+    from agentrl.hubs import HUB_ENVS
     from environments.registry import ENV_ENTRY_POINTS
 
     try:
@@ -98,13 +104,54 @@ def envs_list(
     except AgentRLError as exc:
         fail(exc, debug)
         return
-    t = Table("id", "entry point", "from")
+    t = Table("id", "entry point", "from", "here")
     for env_id, spec in sorted(gymnasium.registry.items()):
+        hub = HUB_ENVS.get(env_id)
         if env_id in ENV_ENTRY_POINTS:
-            t.add_row(env_id, str(spec.entry_point), "agentrl")
+            t.add_row(env_id, str(spec.entry_point), "agentrl", "")
+        elif hub is not None and spec.entry_point == hub.entry_point:
+            t.add_row(env_id, str(spec.entry_point), hub.source, hub_need_here(hub))
         elif env_id not in gymnasium_own:
-            t.add_row(env_id, str(spec.entry_point), "yours")
+            t.add_row(env_id, str(spec.entry_point), "yours", "")
     Console().print(t)
+
+
+def hub_venv_root() -> Path:
+    """Where ``scripts/hub_venvs.sh`` makes the hub venvs: ``$AGENTRL_HUB_VENVS``, else
+    ``~/.cache/agentrl/hub-venvs``."""
+    return Path(os.environ.get("AGENTRL_HUB_VENVS") or Path.home() / ".cache" / "agentrl" / "hub-venvs")
+
+
+def hub_need_here(hub: HubEnv, docker_timeout_s: float = 1.0) -> str:
+    """Whether what ``hub`` needs (``HubEnv``) is on this machine, without importing any hub
+    package: ``"installed"`` or ``"missing"``, with what was found or how to get it.
+
+    * an extra: its module is found (``importlib.util.find_spec``; nothing is imported);
+    * Docker: a daemon answers ``/_ping`` at ``DOCKER_HOST``, else ``/var/run/docker.sock``,
+      within ``docker_timeout_s`` seconds;
+    * a hub venv: ``hub_venv_root()`` holds a ``<hub.hub_venv>*/bin/python`` (a venv of your
+      own, named by the env's ``python`` kwarg, is not looked for).
+    """
+    from sandboxes.docker.daemon import daemon_address, docker_daemon_answers
+
+    if hub.extra_module is not None:
+        try:
+            found = importlib.util.find_spec(hub.extra_module) is not None
+        except (ImportError, ValueError):  # a parent package that fails, a broken __spec__
+            found = False
+        return "installed" if found else f"missing: pip install 'agentrl[{hub.extra}]'"
+    if hub.docker:
+        address = daemon_address()
+        if docker_daemon_answers(docker_timeout_s):
+            return f"installed: a Docker daemon answers at {address}"
+        return f"missing: no Docker daemon answers at {address} (DOCKER_HOST)"
+    if hub.hub_venv is not None:
+        root = hub_venv_root()
+        venvs = sorted(p.parent.parent.name for p in root.glob(f"{hub.hub_venv}*/bin/python"))
+        if venvs:
+            return f"installed: {', '.join(venvs)} in {root}"
+        return f"missing: no {hub.hub_venv}* venv in {root} (bash scripts/hub_venvs.sh)"
+    return "installed"
 
 
 @envs_app.command("check")

@@ -5,7 +5,8 @@ made or its tasks are listed; registering the ids imports none of them (the entr
 strings). ``register()`` is agentrl's own ``agentrl.environments`` entry point
 (``pyproject.toml``), so ``import environments`` registers every id below; importing this
 package registers them too (for a checkout that is not installed: ``env.import_modules:
-[agentrl.hubs]``).
+[agentrl.hubs]``). ``HUB_ENVS`` says where each id comes from and what it needs
+(``HubEnv``), which ``agentrl envs list`` shows; docs/hubs/README.md is their index.
 
 Envs:
 
@@ -30,16 +31,66 @@ never imported here (docs/hubs/verifiers.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gymnasium
 
-__all__ = ["HUB_ENV_IDS", "register"]
+__all__ = ["HUB_ENVS", "HUB_ENV_IDS", "HubEnv", "register"]
 
-HUB_ENV_IDS: dict[str, str] = {
-    "hub/ReasoningGym-v0": "agentrl.hubs.reasoning_gym:ReasoningGymEnv",  # needs `reasoning-gym`
-    "hub/OpenEnv-v0": "agentrl.hubs.openenv:OpenEnvEnv",  # needs `websockets` (extra openenv)
-    "hub/Verifiers-v0": "agentrl.hubs.verifiers_env:VerifiersEnv",  # verifiers in a hub venv (`python`)
-    "hub/Harbor-v0": "agentrl.hubs.harbor:HarborEnv",  # needs a Docker daemon (no extra)
-}
+
+@dataclass(frozen=True)
+class HubEnv:
+    """One hub env: where it comes from and what it needs beyond agentrl's own packages
+    (``agentrl envs list`` shows both, and whether the need is met here, docs/hubs/README.md).
+
+    Attributes:
+        env_id: the Gymnasium id, e.g. ``"hub/ReasoningGym-v0"``.
+        entry_point: ``"module:Class"``, registered as a string (registering imports nothing).
+        hub: the hub as its project spells it, e.g. ``"reasoning-gym"``.
+        needs: what it needs, as the listing says it, e.g. ``"extra reasoning-gym"``.
+        extra: the agentrl extra that installs the need (``pip install 'agentrl[<extra>]'``),
+            or None.
+        extra_module: the top-level module that extra installs (found with
+            ``importlib.util.find_spec``, never imported), or None.
+        docker: True when its tasks run in a Docker daemon's containers.
+        hub_venv: the name prefix of the hub venvs ``scripts/hub_venvs.sh`` makes for it
+            (``"verifiers-"``: ``verifiers-0.4.0``, ``verifiers-0.3.1``), or None.
+        doc: its page, relative to the repository root.
+        examples: its example configs, relative to the repository root.
+    """
+
+    env_id: str
+    entry_point: str
+    hub: str
+    needs: str
+    doc: str
+    examples: tuple[str, ...]
+    extra: str | None = None
+    extra_module: str | None = None
+    docker: bool = False
+    hub_venv: str | None = None
+
+    @property
+    def source(self) -> str:
+        """Where it comes from and what it needs, e.g. ``"hub: reasoning-gym (extra reasoning-gym)"``."""
+        return f"hub: {self.hub} ({self.needs})"
+
+
+HUB_ENVS: dict[str, HubEnv] = {e.env_id: e for e in (
+    HubEnv("hub/ReasoningGym-v0", "agentrl.hubs.reasoning_gym:ReasoningGymEnv", "reasoning-gym",
+           "extra reasoning-gym", "docs/hubs/reasoning-gym.md", ("examples/reasoning_gym_mix.yaml",),
+           extra="reasoning-gym", extra_module="reasoning_gym"),
+    HubEnv("hub/OpenEnv-v0", "agentrl.hubs.openenv:OpenEnvEnv", "OpenEnv", "extra openenv",
+           "docs/hubs/openenv.md", ("examples/openenv_guess.yaml",), extra="openenv", extra_module="websockets"),
+    HubEnv("hub/Verifiers-v0", "agentrl.hubs.verifiers_env:VerifiersEnv", "verifiers",
+           "a hub venv, scripts/hub_venvs.sh", "docs/hubs/verifiers.md",
+           ("examples/verifiers_classic.yaml", "examples/verifiers_v1.yaml"), hub_venv="verifiers-"),
+    HubEnv("hub/Harbor-v0", "agentrl.hubs.harbor:HarborEnv", "Harbor", "Docker", "docs/hubs/harbor.md",
+           ("examples/harbor_hello.yaml",), docker=True),
+)}
+"""Gymnasium id -> ``HubEnv`` of each hub env."""
+
+HUB_ENV_IDS: dict[str, str] = {env_id: e.entry_point for env_id, e in HUB_ENVS.items()}
 """Gymnasium id -> ``module:Class`` of each hub env."""
 
 

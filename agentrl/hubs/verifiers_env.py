@@ -8,8 +8,10 @@ v1 (0.4.x) cannot share one venv.
 
 Episode
     ``VerifiersEnv`` is an agent env over the gateway (``agentrl.gateway.AgentEnv``). Its
-    agent is one process of the hub python running ``verifiers_runner.py``: it loads the
-    environment (nothing is installed or fetched: Hugging Face runs offline there), runs one
+    agent is one process of the hub python running ``verifiers_runner.py`` with an
+    allowlisted environment (``VerifiersSpec.runner_env``: no tokens or cloud keys of
+    agentrl's unless named in ``pass_env``): it loads the environment (nothing is
+    installed or fetched: Hugging Face runs offline there), runs one
     rollout of the task with every model call sent to this episode's gateway session
     (``task.shared_base_url``, ``X-Session-ID: <session id>``, the session's key), scores it,
     and answers with the reward and each reward function's score. The gateway records the
@@ -24,8 +26,10 @@ Reward and metrics
     ``verifiers/reward/<name>`` (each reward function's score) and
     ``verifiers/metric/<name>`` (the metrics), summed per iteration in ``metrics.jsonl``. A
     turn cut by ``rollout.max_new_tokens`` (or the context) ends the episode: verifiers'
-    rollout stops there too and scores what it holds. A ``JudgeRubric`` / plugged judge calls
-    ``judge`` (an endpoint: ``base_url``, ``model``, ``api_key_env``), never the policy.
+    rollout stops there too and scores what it holds. Every judge verifiers makes (a
+    ``JudgeRubric``, a v1 ``vf.Judge`` plugged or made by task code) calls ``judge`` (an
+    endpoint: ``base_url``, ``model``, ``api_key_env``), never the policy nor verifiers'
+    default endpoint; without ``judge`` a judge call fails the episode.
 
 Tasks
     ``train/<i>`` and ``test/<i>``: classic: the rows of the environment's ``dataset`` and
@@ -121,7 +125,7 @@ class VerifiersEnv(AgentEnv):
         tool_parser: the model's tool-call format, for environments with tools.
         **kwargs: ``VerifiersSpec``'s fields (``python``, ``environment``, ``api``, ``args``,
             ``eval_args``, ``harness``, ``runtime``, ``sampling``, ``judge``, ``python_path``,
-            ``max_tasks``, ``timeout_s``).
+            ``pass_env``, ``max_tasks``, ``timeout_s``).
 
     Raises:
         ConfigError: a bad kwarg. Nothing is started, listed or reached until ``reset``.
@@ -183,7 +187,8 @@ class VerifiersEnv(AgentEnv):
         what = f"rollout of task {task.task_id!r} of {self.verifiers_spec.environment!r}"
         try:  # Popen, not asyncio's subprocesses: agents run in loops of their own threads, which race to spawn
             proc = subprocess.Popen(self.verifiers_spec.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+                                    stderr=subprocess.PIPE, env=self.verifiers_spec.runner_env(),
+                                    start_new_session=True)
         except OSError as exc:
             raise VerifiersError(f"python={self.verifiers_spec.python!r} could not run the verifiers runner ({exc}); "
                                  "make the hub venv with scripts/hub_venvs.sh") from None

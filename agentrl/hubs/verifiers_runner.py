@@ -28,9 +28,20 @@ here stops at that turn too (``turn_was_cut``) and is scored on what it holds.
 Failures are never a score: an environment that does not load, a rollout that raised, a
 model call the gateway refused, a reward function or judge that raised (verifiers itself
 would log it and score 0) all answer ``ok: false``. The model's own empty or invalid reply
-(classic ``InvalidModelResponseError``) is scored. A ``JudgeRubric`` (classic) or a plugged
-judge (v1) is pointed at ``judge`` (``base_url``, ``model``, the key from the variable
-``api_key_env``); without ``judge`` such an environment is refused.
+(classic ``InvalidModelResponseError``) is scored.
+
+Judges: every judge client verifiers makes goes to ``judge`` (``base_url``, ``model``, the
+key from the variable ``api_key_env``), never to verifiers' defaults (OpenAI's for a classic
+``JudgeRubric``, Prime's inference endpoint for a v1 ``JudgeConfig``). Classic: every
+``JudgeRubric``'s ``judge_client`` and ``judge_model``, wherever it is made. v1: every
+``vf.Judge``'s config, plugged (``task.judges``) or made by task code, and every client
+verifiers builds from a ``JudgeConfig``. Without ``judge``: an environment whose rubric is
+a ``JudgeRubric`` or whose task config plugs judges is refused at load; any other judge call
+fails the episode (``config``), naming the judge, before a connection is made.
+
+The runner's own environment is the allowlist of ``VerifiersSpec.runner_env``; the keys it
+sets for verifiers (``GATEWAY_KEY_VAR``, ``JUDGE_KEY_VAR``) contain ``API_KEY``, which
+verifiers' local runtime leaves out of a harness program's environment.
 """
 
 from __future__ import annotations
@@ -47,10 +58,13 @@ import sys
 import threading
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
-GATEWAY_KEY_VAR = "AGENTRL_VERIFIERS_GATEWAY_KEY"
-JUDGE_KEY_VAR = "AGENTRL_VERIFIERS_JUDGE_KEY"
+GATEWAY_KEY_VAR = "AGENTRL_VERIFIERS_GATEWAY_API_KEY"
+JUDGE_KEY_VAR = "AGENTRL_VERIFIERS_JUDGE_API_KEY"
+"""Read by verifiers as a judge's key when ``judge.api_key_env`` is not given: unset, so ``EMPTY``."""
+_NO_JUDGE = "give the adapter a judge endpoint (env.kwargs.judge: base_url, model, api_key_env)"
 TURN_CUT_STOP = "agentrl_turn_cut"
 _MODEL_FAULTS = ("InvalidModelResponseError", "EmptyModelResponseError")
 
@@ -101,21 +115,43 @@ def _rubrics(rubric: Any) -> list[Any]:
     return [r for sub in inner for r in _rubrics(sub)] if isinstance(inner, list) else [rubric]
 
 
-def _classic_judge(env: Any, judge: dict[str, Any] | None) -> None:
-    """Point every ``JudgeRubric`` of ``env`` at ``judge`` (never the policy)."""
+def _install_classic_judges(judge: dict[str, Any] | None, refused: list[str]) -> None:
+    """Make every ``JudgeRubric`` of this process call ``judge``: its ``judge_client`` and
+    ``judge_model`` read the configured ones whatever it was given (class properties, so a
+    rubric made anywhere, at any time, is covered). Without ``judge``, its client refuses
+    each call (recorded in ``refused``)."""
     from openai import AsyncOpenAI
     from verifiers.legacy.rubrics.judge_rubric import JudgeRubric
 
-    for rubric in _rubrics(env.rubric):
-        if not isinstance(rubric, JudgeRubric):
-            continue
+    clients: list[Any] = []
+
+    def client(rubric: Any) -> Any:
         if judge is None:
-            raise RunnerError(f"the environment scores with a JudgeRubric (judge_model={rubric.judge_model!r}); give "
-                              "the adapter a judge endpoint (env.kwargs.judge: base_url, model, api_key_env)",
-                              config=True)
-        client = AsyncOpenAI(base_url=judge["base_url"], api_key=_judge_key(judge), max_retries=0)
-        rubric.judge_client, rubric.judge_model = client, judge["model"]
-        rubric.class_objects.update(judge_client=client, judge_model=judge["model"])
+            async def refuse(*args: Any, **kwargs: Any) -> Any:
+                message = (f"a JudgeRubric ({type(rubric).__name__}, judge_model="
+                           f"{rubric.__dict__.get('_agentrl_judge_model')!r}) called its judge; {_NO_JUDGE}")
+                refused.append(message)
+                raise RunnerError(message, config=True)
+            return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=refuse)))
+        if not clients:
+            clients.append(AsyncOpenAI(base_url=judge["base_url"], api_key=_judge_key(judge), max_retries=0))
+        return clients[0]
+
+    def model(rubric: Any) -> Any:
+        return judge["model"] if judge is not None else rubric.__dict__.get("_agentrl_judge_model")
+
+    JudgeRubric.judge_client = property(client, lambda rubric, value: None)
+    JudgeRubric.judge_model = property(model, lambda rubric, value: rubric.__dict__.update(_agentrl_judge_model=value))
+
+
+def _refuse_classic_judges(env: Any, judge: dict[str, Any] | None) -> None:
+    """Refuse an environment whose rubric has a ``JudgeRubric`` when no ``judge`` is given."""
+    from verifiers.legacy.rubrics.judge_rubric import JudgeRubric
+
+    for rubric in _rubrics(env.rubric):
+        if isinstance(rubric, JudgeRubric) and judge is None:
+            raise RunnerError(f"the environment scores with a JudgeRubric (judge_model={rubric.judge_model!r}); "
+                              + _NO_JUDGE, config=True)
 
 
 def _wrap_reward_funcs(env: Any, failures: list[str]) -> None:
@@ -144,8 +180,10 @@ async def _classic_rollout(req: dict[str, Any], base_url: str, session_id: str, 
     from openai import AsyncOpenAI
     from verifiers.legacy.clients import OpenAIChatCompletionsClient
 
+    refused: list[str] = []
+    _install_classic_judges(req.get("judge"), refused)
     env = _classic_env(req)
-    _classic_judge(env, req.get("judge"))
+    _refuse_classic_judges(env, req.get("judge"))
     failures: list[str] = []
     _wrap_reward_funcs(env, failures)
     dataset = _classic_dataset(env, req["split"])
@@ -179,6 +217,8 @@ async def _classic_rollout(req: dict[str, Any], base_url: str, session_id: str, 
                           + (f" ({type(cause).__name__}: {cause})" if cause else ""))
     await env.rubric.score_rollout(state)
     await env.rubric.cleanup(state)
+    if refused:
+        raise RunnerError(refused[0], config=True)
     if failures:
         raise RunnerError("; ".join(failures))
     names, weights = env.rubric._get_reward_func_names(), env.rubric._get_reward_weights()
@@ -205,8 +245,7 @@ def _v1_env_config(req: dict[str, Any]) -> dict[str, Any]:
     if judges:
         judge = req.get("judge")
         if judge is None:
-            raise RunnerError(f"the taskset plugs judges {[j.get('id') for j in judges]}; give the adapter a judge "
-                              "endpoint (env.kwargs.judge: base_url, model, api_key_env)", config=True)
+            raise RunnerError(f"the taskset plugs judges {[j.get('id') for j in judges]}; {_NO_JUDGE}", config=True)
         task["judges"] = [{**j, "base_url": judge["base_url"], "model": judge["model"],
                            "api_key_var": judge.get("api_key_env") or JUDGE_KEY_VAR} for j in judges]
     if req["mode"] != "list":
@@ -252,10 +291,58 @@ def _install_v1_turn_cut(max_new: int) -> None:
     setattr(sys.modules[__name__], TURN_CUT_STOP, agentrl_turn_cut)
 
 
+def _install_v1_judges(judge: dict[str, Any] | None, refused: list[str]) -> None:
+    """Point every judge verifiers v1 can make at ``judge``. ``vf.Judge.config`` becomes a
+    property whose setter rewrites the config (plugged judges and judges made by task code
+    alike) to ``judge``'s ``base_url``, ``model`` and key variable, its headers dropped; a
+    judge whose default endpoint is a path under Prime's inference URL (the decision judge's
+    ``/evaluations``) gets that path under ``judge.base_url``. ``build_async_openai``, in every
+    verifiers module that holds it, builds a ``JudgeConfig``'s client from the rewritten
+    config. Without ``judge``, building one raises (recorded in ``refused``): no judge call
+    reaches verifiers' default endpoint."""
+    from verifiers.v1 import judge as judge_module
+    from verifiers.v1.clients import base
+    from verifiers.v1.configs.client import DEFAULT_PRIME_INFERENCE_URL
+    from verifiers.v1.configs.judge import JudgeConfig
+
+    def repoint(config: Any) -> Any:
+        if judge is None or not isinstance(config, JudgeConfig):
+            return config
+        default = type(config).model_fields["base_url"].default
+        path = default[len(DEFAULT_PRIME_INFERENCE_URL):] if isinstance(default, str) and default.startswith(
+            DEFAULT_PRIME_INFERENCE_URL + "/") else ""
+        return config.model_copy(update={"base_url": judge["base_url"].rstrip("/") + path if path else
+                                         judge["base_url"], "model": judge["model"], "headers": {},
+                                         "headers_from_env": {},
+                                         "api_key_var": judge.get("api_key_env") or JUDGE_KEY_VAR})
+
+    original = base.build_async_openai
+
+    def build_async_openai(config: Any) -> Any:
+        if isinstance(config, JudgeConfig):
+            if judge is None:
+                message = (f"a verifiers judge ({type(config).__name__}: id={config.id!r}, model={config.model!r}, "
+                           f"base_url={config.base_url!r}) was called; {_NO_JUDGE}")
+                refused.append(message)
+                raise RunnerError(message, config=True)
+            _judge_key(judge)
+            config = repoint(config)
+        return original(config)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("verifiers.") and \
+                getattr(module, "build_async_openai", None) is original:
+            module.build_async_openai = build_async_openai
+    judge_module.Judge.config = property(lambda j: j.__dict__["_agentrl_config"],
+                                         lambda j, config: j.__dict__.update(_agentrl_config=repoint(config)))
+
+
 async def _v1_rollout(req: dict[str, Any], base_url: str, session_id: str, api_key: str) -> dict[str, Any]:
     import verifiers.v1 as vf
 
     _install_v1_turn_cut(int(req["max_new_tokens"]))
+    refused: list[str] = []
+    _install_v1_judges(req.get("judge"), refused)
     env = _v1_env(req)
     index = req["index"]
     task = next(iter(env.taskset.skip(index).take(1)), None)
@@ -271,6 +358,8 @@ async def _v1_rollout(req: dict[str, Any], base_url: str, session_id: str, api_k
 
     async with env.serving():
         episode = await env.run_episode(task, ctx, on_trace=on_trace)
+    if refused:
+        raise RunnerError(refused[0], config=True)
     problems = [f"{e.type}: {e.message}" for e in episode.errors] + [
         f"{e.type}: {e.message}" for t in episode.traces for e in t.errors]
     if problems or not episode.ok:

@@ -2,7 +2,8 @@
 a ``VerifiersSpec``, the task ids, the request line the runner reads, its answer parsed
 (``RolloutResult``), and a runner run to its end (``run_runner``: listing the tasks, scoring
 given completions). The runner itself is ``agentrl/hubs/verifiers_runner.py``, run by the hub
-venv's python; nothing here imports verifiers.
+venv's python with an allowlisted environment (``VerifiersSpec.runner_env``); nothing here
+imports verifiers.
 
 Every runner failure is an infrastructure error (``VerifiersError``), never a score; one the
 runner marks ``config`` (the environment does not load, an index past its tasks, a judge
@@ -32,6 +33,13 @@ _TASK_ID = re.compile(r"^(train|test)/(0|[1-9][0-9]*)$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_KEYS = ("api_key", "key", "token", "secret", "password", "authorization")
 _STDERR_TAIL_CHARS = 3000
+RUNNER_ENV_NAMES = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+                    "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "UV_CACHE_DIR")
+"""The variables of agentrl's environment the runner gets (with every ``LC_*``, the judge key's
+variable and ``pass_env``): the locale, temporary and cache directories, nothing that holds a
+secret. The gateway's address and the session's key travel in the request, not the
+environment."""
+RUNNER_ENV_PREFIXES = ("LC_",)
 
 
 class VerifiersError(InfraError):
@@ -95,11 +103,16 @@ class VerifiersSpec:
             runtime (None: ``{"type": "subprocess"}``, a local process).
         sampling: classic ``sampling_args`` / v1 sampling merged into every model call (e.g.
             ``max_tokens``); the run's temperature, top_p and top_k are the gateway's.
-        judge: the endpoint a classic ``JudgeRubric`` or a v1 plugged judge calls:
-            ``base_url``, ``model``, ``api_key_env`` (the key's variable). None: such an
-            environment is refused.
+        judge: the endpoint every judge of the environment calls (a classic
+            ``JudgeRubric``, a v1 ``vf.Judge`` plugged or made by task code): ``base_url``,
+            ``model``, ``api_key_env`` (the key's variable, passed to the runner). None: an
+            environment with a ``JudgeRubric`` or plugged judges is refused; any other judge
+            call fails its episode.
         python_path: directories put first on the runner's ``sys.path`` (environment modules
             that are not installed), made absolute.
+        pass_env: names of variables of agentrl's environment the runner also gets (e.g. a key
+            the environment's own code reads, ``HTTPS_PROXY``); everything else is left out
+            (``runner_env``).
         max_tasks: at most this many tasks per split (needed for an infinite v1 taskset).
         timeout_s: seconds a listing or scoring run may take.
 
@@ -117,6 +130,7 @@ class VerifiersSpec:
     sampling: dict[str, Any] = field(default_factory=dict)
     judge: dict[str, Any] | None = None
     python_path: tuple[str, ...] = ()
+    pass_env: tuple[str, ...] = ()
     max_tasks: int | None = None
     timeout_s: float = 600.0
 
@@ -142,6 +156,9 @@ class VerifiersSpec:
         paths = kw.get("python_path") or ()
         if isinstance(paths, str) or not all(isinstance(p, str) and p for p in paths):
             raise ConfigError(f"python_path={paths!r}; expected a list of directories")
+        pass_env = kw.get("pass_env") or ()
+        if isinstance(pass_env, str) or not all(isinstance(n, str) and _ENV_NAME.match(n) for n in pass_env):
+            raise ConfigError(f"pass_env={pass_env!r}; expected a list of environment variable names")
         max_tasks, timeout_s = kw.get("max_tasks"), kw.get("timeout_s", 600.0)
         if max_tasks is not None and (isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1):
             raise ConfigError(f"max_tasks={max_tasks!r} must be None or an int >= 1")
@@ -152,7 +169,7 @@ class VerifiersSpec:
                                                                                       or {}),
                    judge=_judge(kw.get("judge")), python_path=tuple(os.path.abspath(os.path.expanduser(p))
                                                                     for p in paths),
-                   max_tasks=max_tasks, timeout_s=float(timeout_s), **opt)
+                   pass_env=tuple(pass_env), max_tasks=max_tasks, timeout_s=float(timeout_s), **opt)
 
     def key(self) -> str:
         """The spec as one JSON string (equal specs, equal keys)."""
@@ -172,6 +189,18 @@ class VerifiersSpec:
         """The runner's command line: the hub python, isolated (``-I``: no user site, no
         ``PYTHON*`` variables, not the script's directory on ``sys.path``)."""
         return [self.python, "-I", RUNNER]
+
+    def runner_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The runner's environment: of ``environ`` (default ``os.environ``), only
+        ``RUNNER_ENV_NAMES``, ``LC_*``, the judge key's variable (``judge.api_key_env``) and
+        ``pass_env``, those that are set. A v1 harness's default runtime (a local process)
+        inherits it, so tokens and cloud keys of agentrl's environment never reach
+        environment code unless named here."""
+        source = os.environ if environ is None else environ
+        names = set(RUNNER_ENV_NAMES) | set(self.pass_env)
+        if self.judge is not None and self.judge.get("api_key_env"):
+            names.add(self.judge["api_key_env"])
+        return {k: v for k, v in source.items() if k in names or k.startswith(RUNNER_ENV_PREFIXES)}
 
 
 def task_id(split: str, index: int) -> str:
@@ -257,15 +286,15 @@ def parse_answer(stdout: str, stderr: str, returncode: int | None, what: str) ->
 
 
 def run_runner(spec: VerifiersSpec, request: str, what: str) -> dict[str, Any]:
-    """Run the runner on ``request`` to its end (at most ``spec.timeout_s``) and return its
-    ``ok`` answer.
+    """Run the runner on ``request`` to its end (at most ``spec.timeout_s``, with
+    ``spec.runner_env()``) and return its ``ok`` answer.
 
     Raises:
         VerifiersError: the python could not start, the run timed out, or ``parse_answer``'s.
     """
     try:
         res = subprocess.run(spec.argv(), input=request, capture_output=True, text=True, timeout=spec.timeout_s,
-                             start_new_session=True)
+                             env=spec.runner_env(), start_new_session=True)
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         raise VerifiersError(f"the verifiers runner's {what} ran past timeout_s={spec.timeout_s:g}",

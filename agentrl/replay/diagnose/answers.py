@@ -1,8 +1,10 @@
-"""Final answers as ``agentrl diagnose`` compares them: the content of the last
-``\\boxed{...}`` read with brace matching, else what follows the last ``answer:``, else the
-last number, else the whole text; lower-cased, whitespace collapsed, numbers in one exact
-form (``2``, ``2.0``, ``+2.00`` and ``2`` agree; ``1,000`` is ``1000``; every digit is kept, so
-``1000001`` and ``1000002`` stay different answers).
+"""Final answers as ``agentrl diagnose`` compares them: the content of the last complete
+``<answer>...</answer>`` pair (tag names in any case; reasoning-gym's format, which
+``hub/ReasoningGym-v0`` scores), taken whole, or the last ``\\boxed{...}`` inside it; else the
+content of the last ``\\boxed{...}`` read with brace matching, else what follows the last
+``answer:``, else the last number, else the whole text; lower-cased, whitespace collapsed,
+numbers in one exact form (``2``, ``2.0``, ``+2.00`` and ``2`` agree; ``1,000`` is ``1000``;
+every digit is kept, so ``1000001`` and ``1000002`` stay different answers).
 
 Why brace matching: LaTeX answers hold braces (``\\boxed{\\frac{1}{2}}``,
 ``\\boxed{\\sqrt{2}}``, ``\\boxed{\\{1, 2\\}}``); a regular expression that stops at the first
@@ -25,6 +27,7 @@ _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 """A decimal number: an optional sign, digits with or without thousands separators
 (``1,000,000``), an optional fraction (``.5``, ``2.50``)."""
 _SPACE = re.compile(r"\s+")
+_ANSWER_OPEN, _ANSWER_CLOSE = "<answer>", "</answer>"
 
 
 def _braced(text: str, start: int) -> int | None:
@@ -73,13 +76,25 @@ def last_boxed(text: str) -> str | None:
         pos = end
 
 
+def last_answer_tag(text: str) -> str | None:
+    """The text inside the last complete ``<answer>...</answer>`` pair of ``text`` (tag
+    names in any case), unstripped; None when there is no complete pair."""
+    low = text.lower()
+    end = low.rfind(_ANSWER_CLOSE)
+    start = low.rfind(_ANSWER_OPEN, 0, end) if end >= 0 else -1
+    return text[start + len(_ANSWER_OPEN):end] if start >= 0 else None
+
+
 def normalize_answer(text: str) -> str:
     """The comparable form of a final answer (see the module docstring); ``""`` for none,
     also when the last ``\\boxed{`` is never closed."""
     text = text.strip()
-    boxed = last_boxed(text)
+    tagged = last_answer_tag(text)
+    boxed = last_boxed(text if tagged is None else tagged)
     if boxed is not None:
         text = boxed
+    elif tagged is not None:
+        text = tagged  # whole: "3/4" is one answer, not its last number
     else:
         answers = _ANSWER.findall(text)
         if answers:
@@ -107,4 +122,4 @@ def exact_number(text: str) -> str:
     return format(value, "f").rstrip("0")  # exact at any length, unlike Decimal.normalize()
 
 
-__all__ = ["BOX_COMMANDS", "last_boxed", "normalize_answer"]
+__all__ = ["BOX_COMMANDS", "last_answer_tag", "last_boxed", "normalize_answer"]
