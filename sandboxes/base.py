@@ -79,8 +79,12 @@ class SandboxSpec:
         memory_mb: memory limit in MiB for everything running in the sandbox.
         pids_limit: maximum number of processes/threads.
         network: ``"none"`` (default: no network at all), ``"host"``, or ``"bridge"`` (Docker
-            only: the daemon's default bridge network, the internet without the host's
-            interfaces).
+            only: the daemon's default bridge network, a network namespace of its own with
+            the internet through the host's NAT. It is not cut off from the host: a service
+            this host listens with on its bridge address or on all interfaces (``0.0.0.0``)
+            answers the sandbox, through the bridge gateway; one bound to ``127.0.0.1`` does
+            not. The Docker backend logs a warning once per process when a bridge sandbox
+            starts; docs/sandboxes.md).
         workdir: the private writable working directory, as seen inside the sandbox.
         output_limit_bytes: cap per stream (stdout, stderr) of one exec.
         default_timeout_s: timeout of an exec that passes none.

@@ -19,9 +19,11 @@ Episode
     fenced ```` ```bash ```` (or ``sh``, ``shell``) blocks, run in the working directory, each
     for at most ``tool_timeout_s`` and together for at most the task's agent timeout
     (``[agent] timeout_sec`` times ``timeout_multiplier``); the observation is their exit
-    codes and output. A reply with no command says the agent is done: ``tests/`` is copied
-    in, ``tests/test.sh`` runs within the verifier timeout, and its ``reward.txt`` /
-    ``reward.json`` is the reward of that last step (terminated). ``max_turns`` replies with
+    codes and output. A reply with no command says the agent is done: every process it left
+    running is killed, ``/logs/verifier`` is made again, ``tests/`` is copied in,
+    ``tests/test.sh`` runs within the verifier timeout, and its ``reward.txt`` /
+    ``reward.json`` is the reward of that last step (terminated)
+    (``agentrl.hubs.harbor_runtime.verify``). ``max_turns`` replies with
     commands, ``max_invalid_actions`` malformed tool calls past the limit, or the agent
     timeout spent end the episode the same way, truncated. Every other step's reward is 0.
 

@@ -14,9 +14,15 @@ process, or a Docker image run in agentrl's Docker sandbox backend), and who sha
   process is gone, SIGKILL included.
 * ``{"image": "name:tag", "command": [argv...]}``: the image, already on the Docker daemon
   (nothing is pulled), as a ``DockerSandbox`` (``sandboxes``: labelled container, removed on
-  close, reaped once its owner is gone) with ``network: host``; the command (default
-  ``DEFAULT_IMAGE_COMMAND``, openenv's own Dockerfile command) is run in it with ``{port}``
-  replaced, as the sandbox's user (1000) on a read-only root with a writable ``/tmp``.
+  close, reaped once its owner is gone) on Docker's ``bridge`` network: a network namespace
+  of its own, so the code the policy drives in the server does not share this host's
+  loopback or interfaces (it still reaches the internet, and this host's services that
+  listen on the bridge address or on ``0.0.0.0``: ``sandboxes.base.SandboxSpec.network``).
+  The command (default ``DEFAULT_IMAGE_COMMAND``, openenv's own Dockerfile command) is run
+  in it with ``{port}`` replaced, as the sandbox's user (1000) on a read-only root with a
+  writable ``/tmp``; it must listen on ``0.0.0.0`` (the container's interfaces), and the
+  adapter talks to it at the container's address (``DockerSandbox.ip_address``), so the
+  Docker daemon must run on this machine.
 
 ``concurrent_sessions`` (``"auto"``, true, false) says whether one started server serves the
 episodes of this process at once (one shared server, stopped ``idle_s`` after its last episode
@@ -54,8 +60,9 @@ __all__ = ["ServerSpec", "ServerLease", "lease_server", "stop_servers", "DEFAULT
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE_COMMAND = ("sh", "-c", "cd /app/env && exec uvicorn server.app:app --host 127.0.0.1 --port {port}")
-"""What an image runs without ``command``: the server of openenv's Dockerfile template, on ``{port}``."""
+DEFAULT_IMAGE_COMMAND = ("sh", "-c", "cd /app/env && exec uvicorn server.app:app --host 0.0.0.0 --port {port}")
+"""What an image runs without ``command``: the server of openenv's Dockerfile template, on
+``{port}`` of the container's own interfaces."""
 SERVER_KEYS = ("base_url", "command", "image", "cwd", "env", "concurrent_sessions", "startup_timeout_s", "idle_s",
                "run_id", "memory_mb", "cpus", "pids_limit", "docker_host")
 _LOG_TAIL_BYTES = 4000
@@ -200,10 +207,11 @@ class _Started:
             raise OpenEnvError(f"could not start the OpenEnv server {argv}: {exc}") from exc
 
     def _start_docker(self) -> None:
-        spec = SandboxSpec(image=self.spec.image or "", network="host", memory_mb=int(self.spec.memory_mb),
+        spec = SandboxSpec(image=self.spec.image or "", network="bridge", memory_mb=int(self.spec.memory_mb),
                            cpus=float(self.spec.cpus), pids_limit=int(self.spec.pids_limit), run_id=self.spec.run_id,
                            env=dict(self.spec.env), default_timeout_s=30.0)
         self._sandbox = sandboxes.make_sandbox("docker", spec, docker_host=self.spec.docker_host)
+        self.base_url = f"http://{self._sandbox.ip_address()}:{self.port}"
         argv = _argv(self.spec.command, self.port, local=False)
 
         def serve() -> None:  # runs until the sandbox closes (or a day passes)

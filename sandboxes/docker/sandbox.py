@@ -3,15 +3,17 @@
 Container (checked by the contract and abuse suites in tests/integration/sandboxes/):
 
 * ``network_mode`` is ``spec.network`` (``"none"`` unless the spec says ``"host"`` or
-  ``"bridge"``); ``mem_limit`` (swap equal to
-  it, so no swap), ``pids_limit``, ``nano_cpus`` from the spec; ``init=True`` (Docker's
-  ``tini`` as pid 1 reaps orphans, so zombies do not eat the pids limit); ``cap_drop=ALL``
-  and ``no-new-privileges``; user ``1000:1000`` (``sandbox`` in the base image, see
-  ``sandboxes.docker.images``); a read-only root file system with tmpfs ``/tmp`` and
-  ``spec.workdir`` (owned by the sandbox user, sized to ``memory_mb``), so the only
-  writable places are the working directory and ``/tmp``. ``spec.tmpfs_dirs`` are further
-  tmpfs directories of the sandbox user; with ``spec.writable_root`` the root file system
-  is the container's own writable layer and the working directory is the image's.
+  ``"bridge"``: it reaches this host's services on the bridge address and ``0.0.0.0``, so
+  the first bridge sandbox of a process logs ``BRIDGE_WARNING``; ``ip_address()`` reaches a
+  server in it); ``mem_limit`` (swap equal to it, so no swap), ``pids_limit``, ``nano_cpus``
+  from the spec; ``init=True`` (Docker's ``tini`` as pid 1 reaps orphans, so zombies do not
+  eat the pids limit); ``cap_drop=ALL`` and ``no-new-privileges``; user ``1000:1000``
+  (``sandbox`` in the base image, see ``sandboxes.docker.images``); a read-only root file
+  system with tmpfs ``/tmp`` and ``spec.workdir`` (owned by the sandbox user, sized to
+  ``memory_mb``), so the only writable places are the working directory and ``/tmp``.
+  ``spec.tmpfs_dirs`` are further tmpfs directories of the sandbox user; with
+  ``spec.writable_root`` the root file system is the container's own writable layer and the
+  working directory is the image's.
 * Labels: ``agentrl.run_id``, ``agentrl.sandbox_id``, ``agentrl.owner_pid``,
   ``agentrl.owner_start``, ``agentrl.owner_pidns``, ``agentrl.owner_boot``
   (``sandboxes.docker.reaper.container_labels``): the reaper (``sandboxes.docker.reaper``,
@@ -50,6 +52,7 @@ import math
 import os
 import posixpath
 import socket
+import threading
 import time
 import uuid
 import weakref
@@ -80,6 +83,15 @@ _OUTSIDE_GRACE_S = 2.0
 _FILE_LIMIT_BYTES = 1 << 30
 
 _INFRA_ERRORS = infra_errors()
+
+BRIDGE_WARNING = (
+    "a sandbox on Docker's bridge network started: a Harbor task with network access (or an OpenEnv image "
+    "server) can reach services listening on this host's bridge address or on 0.0.0.0 (Docker cannot block "
+    "that without the host's firewall); bind this host's services to 127.0.0.1, or firewall the bridge "
+    "(docs/sandboxes.md)"
+)
+"""What the first bridge sandbox of a process logs (a WARNING of this module's logger)."""
+_bridge_warning = threading.Lock()  # acquired for good by the first warning
 
 
 def _finalize(owner_pid: int, client: docker.DockerClient, container_id: str) -> None:
@@ -175,6 +187,25 @@ class DockerSandbox:
             raise SandboxError(f"container of {spec.image!r} did not start: {exc}") from exc
         self.startup_s = time.monotonic() - t0
         logger.debug("created %r in %.0f ms", self, self.startup_s * 1e3)
+        if spec.network == "bridge" and _bridge_warning.acquire(blocking=False):
+            logger.warning(BRIDGE_WARNING)
+
+    def ip_address(self) -> str:
+        """The container's IPv4 address on its ``bridge`` network: where this machine (that of
+        the daemon) reaches a server listening in it.
+
+        Raises:
+            SandboxError: no address (network ``none`` or ``host``), or the daemon failed.
+        """
+        try:
+            settings = self._client.api.inspect_container(self.container_id).get("NetworkSettings") or {}
+        except _INFRA_ERRORS as exc:
+            raise SandboxError(f"inspecting the sandbox container {self.container_id[:12]} failed: {exc}") from exc
+        for net in (settings.get("Networks") or {}).values():
+            if (net or {}).get("IPAddress"):
+                return str(net["IPAddress"])
+        raise SandboxError(f"the sandbox container {self.container_id[:12]} has no IP address on network "
+                           f"{self.spec.network!r}; expected network='bridge'")
 
     # ------------------------------------------------------------------ exec
 

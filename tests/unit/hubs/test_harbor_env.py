@@ -30,7 +30,8 @@ OK = ("", "")
 
 class FakeContainer:
     """A task container that understands the commands the env sends it: mkdir, staging a tar,
-    emptying /logs/verifier, reading a file, bash scripts and agent commands."""
+    ending the agent's processes, remaking /logs/verifier, reading a file, bash scripts and
+    agent commands."""
 
     def __init__(self, spec: Any, box: "Boxes") -> None:
         self.spec, self.box = spec, box
@@ -53,6 +54,11 @@ class FakeContainer:
         if argv[0] == "sh" and "tar -xf" in argv[2]:
             with tarfile.open(fileobj=io.BytesIO(stdin)) as tar:
                 self.staged[argv[4]] = sorted(tar.getnames())
+            return self._result(argv)
+        if argv[:3] == ["bash", "-c", runtime.STOP_AGENT_SCRIPT]:
+            return self._result(argv)
+        if argv[0] == "sh" and "rm -rf" in argv[2]:
+            self.files = {k: v for k, v in self.files.items() if not k.startswith(argv[4] + "/")}
             return self._result(argv)
         if argv[0] == "sh" and "-mindepth 1 -delete" in argv[2]:
             self.files = {k: v for k, v in self.files.items() if not k.startswith(argv[4] + "/")}
@@ -168,7 +174,12 @@ def test_an_agent_that_does_nothing_scores_0(boxes):
     assert "scored 0" in obs and boxes.last.closed
     assert boxes.last.staged["/tests"] == ["test.sh"]
     test_run = [e for e in boxes.last.execs if e[0] == ["bash", "/tests/test.sh"]]
-    assert test_run == [(["bash", "/tests/test.sh"], 30.0, {"GREETING": "hello"})]  # the verifier's timeout and env
+    # the verifier's timeout, its fixed PATH and the task's env
+    assert test_run == [(["bash", "/tests/test.sh"], 30.0, {"PATH": runtime.VERIFIER_PATH, "GREETING": "hello"})]
+    # the agent's processes are killed, then /logs/verifier remade and /tests staged, then test.sh runs
+    steps = [e[0][2] if e[0][0] in ("sh", "bash") and e[0][1] == "-c" else e[0] for e in boxes.last.execs[-5:-1]]
+    assert steps[0] == runtime.STOP_AGENT_SCRIPT and "rm -rf" in steps[1] and "tar -xf" in steps[2]
+    assert steps[3] == ["bash", "/tests/test.sh"]
     with pytest.raises(EnvError, match="ended"):
         env.step("more")
     env.close()
@@ -188,7 +199,7 @@ def test_commands_in_fenced_blocks_and_tool_calls_then_the_verifier(boxes):
     assert info["observation_role"] == "tool" and len(info["tool_outputs"]) == 1 and info["anchor"] != first_anchor
     obs, reward, term, trunc, info = env.step("Done: greeting.txt holds the greeting.")
     assert (reward, term, trunc, info["success"], info["rewards"]) == (1.0, True, False, True, {"reward": 1.0})
-    agent_cmds = [e for e in boxes.last.execs if e[0][:2] == ["bash", "-c"]]
+    agent_cmds = [e for e in boxes.last.execs if e[0][:2] == ["bash", "-c"] and e[0][2] != runtime.STOP_AGENT_SCRIPT]
     # min(tool_timeout_s=120, what is left of the task's 60 s agent timeout): 0.01 s per command
     assert [e[1] for e in agent_cmds] == pytest.approx([60.0, 59.99, 59.98])
     env.close()
@@ -202,7 +213,7 @@ def test_timeouts_scale_with_timeout_multiplier_and_the_agent_time_is_a_budget(b
     env.step("```bash\nsleep 12\n```")
     obs, reward, term, trunc, info = env.step("```bash\nsleep 12\n```\n```bash\necho never\n```")
     assert (term, trunc) == (False, True) and "agent time of this task is spent" in obs
-    timeouts = [e[1] for e in boxes.last.execs if e[0][:2] == ["bash", "-c"]]
+    timeouts = [e[1] for e in boxes.last.execs if e[0][:2] == ["bash", "-c"] and e[0][2] != runtime.STOP_AGENT_SCRIPT]
     assert timeouts == [20.0, 18.0, 6.0]  # capped by what is left of the 30 s; the 4th command never ran
     assert [e[1] for e in boxes.last.execs if e[0] == ["bash", "/tests/test.sh"]] == [15.0]
 

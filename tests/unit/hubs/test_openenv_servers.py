@@ -124,6 +124,10 @@ class _FakeDockerSandbox:
         code = self.proc.wait()
         return ExecResult(command=tuple(argv), exit_code=code, stdout="", stderr="", duration_s=0.0, timed_out=False)
 
+    def ip_address(self):
+        self.asked_address = True
+        return "127.0.0.1"  # the container's address; the stand-in's server runs on this machine
+
     def close(self):
         self.closed = True
         if self.proc is not None:
@@ -131,7 +135,7 @@ class _FakeDockerSandbox:
             self.proc.wait()
 
 
-def test_an_image_runs_its_server_in_a_docker_sandbox_on_the_host_network(monkeypatch):
+def test_an_image_runs_its_server_in_a_docker_sandbox_on_the_bridge_network_at_its_address(monkeypatch):
     def make_sandbox(backend, spec, *, docker_host=None):
         assert backend == "docker" and docker_host == "unix:///x.sock"
         return _FakeDockerSandbox(spec)
@@ -141,7 +145,8 @@ def test_an_image_runs_its_server_in_a_docker_sandbox_on_the_host_network(monkey
                              "docker_host": "unix:///x.sock", "memory_mb": 512, "run_id": "oe-docker"})
     env.reset(options={"task_id": "openenv/0"})
     (box,) = _FakeDockerSandbox.made
-    assert box.spec.image == "guess:1" and box.spec.network == "host" and box.spec.memory_mb == 512
+    assert box.spec.image == "guess:1" and box.spec.network == "bridge" and box.spec.memory_mb == 512
+    assert box.asked_address and env.base_url.startswith("http://127.0.0.1:")  # at the address ip_address() gave
     assert box.spec.run_id == "oe-docker" and box.argv[-1] == env.base_url.rsplit(":", 1)[1]
     env.close()  # one session only: the server was its episode's, closed with it
     assert box.closed
