@@ -1,7 +1,8 @@
 """``hub/ReasoningGym-v0``: reasoning-gym's procedural task families (Stojanovski et al.
 2025, "REASONING GYM", arXiv:2505.24760; package ``reasoning-gym``, the extra
 ``agentrl[reasoning-gym]``) as one Gymnasium env: any family, or a weighted mix of them,
-answered in one reply or over several attempts with feedback. Pure Python, no sandbox.
+answered in one reply or over several attempts with feedback. Items are made in-process (no
+sandbox); answers are scored in a worker process (``agentrl.hubs.reasoning_gym_scorer``).
 
 Tasks and splits
     A task is one item of one family: ``<family>/s<seed>/<index>`` (``countdown/s0/17``),
@@ -23,9 +24,12 @@ Actions and reward
     own format; tags any case), stripped; the system prompt says so, and the next turn stops
     at ``</answer>`` (``StepInfo.stop_strings``). The family's own scorer
     (``dataset.score_answer(answer, entry)``, in [0, 1], partial credit in some families)
-    scores it; a reply without an answer (or an empty one) is an invalid action scored 0 (the
-    scorer is not called: a missing answer is the model's format fault). Full marks (score 1)
-    is success.
+    scores it, never in this process: some scorers evaluate the answer as code (spiral_matrix's
+    ``eval``, sympy's ``parse_expr`` in countdown and puzzle24), so it runs in the process's
+    scoring worker (``reasoning_gym_scorer.shared_worker()``: under bubblewrap where it works,
+    a forked child per answer), within ``score_timeout_s`` seconds. A reply without an answer
+    (or an empty one) is an invalid action scored 0 (the scorer is not called: a missing
+    answer is the model's format fault). Full marks (score 1) is success.
 
     ``attempts = 1`` (default): single-turn; the reward is the score and the episode
     terminates. ``attempts = k > 1``: a reply that is not fully right gets feedback (that it
@@ -50,9 +54,11 @@ Anchor (GiGPO, Feng et al. 2025, arXiv:2505.10978)
 Failures
     A family or config the env cannot use is a ``ConfigError`` at construction and in
     ``task_ids`` (unknown families name their close matches). A family that fails to
-    generate an item raises ``EnvError`` and a scorer that raises or returns a value outside
-    [0, 1] ``RewardError``: the rollout records ``infra_error`` / ``reward_error``, never a
-    score of 0. Nothing is downloaded or installed while an env is made.
+    generate an item raises ``EnvError``; a scorer that raises or returns a value outside
+    [0, 1], and a scoring worker that times out, exits or replies garbage (it is killed and
+    restarted), ``RewardError`` naming the family and task: the rollout records
+    ``infra_error`` / ``reward_error``, never a score of 0. Nothing is downloaded or installed
+    while an env is made.
 
 For a judge
     ``reset``'s info carries ``StepInfo.reference_answer`` (the item's ``answer``, when it has
@@ -73,6 +79,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from agentrl.errors import ConfigError, EnvError, RewardError
+from agentrl.hubs import reasoning_gym_scorer
 from agentrl.types import StepInfo
 from environments.core import TextEnv, clip_text
 from environments.seeded import SPLITS, last_tag_content
@@ -97,7 +104,7 @@ FEEDBACK_ANSWER_CHARS = 300
 """A wrong answer is quoted in the feedback up to about this many characters."""
 MIX_KWARGS = ("families", "config", "size", "seed")
 """The env kwargs that decide the task list (``task_ids(split, env_kwargs=...)`` reads them)."""
-_OTHER_KWARGS = ("attempts", "split", "render_mode", "sandbox")
+_OTHER_KWARGS = ("attempts", "score_timeout_s", "split", "render_mode", "sandbox")
 _TASK_ID = re.compile(r"([A-Za-z0-9_]+)/s(0|[1-9][0-9]*)/(0|[1-9][0-9]*)", re.ASCII)
 
 
@@ -313,9 +320,9 @@ class Mix:
 @functools.lru_cache(maxsize=64)
 def _dataset(family: str, seed: int, size: int, config_json: str) -> tuple[Any, threading.Lock]:
     """The reasoning-gym dataset of one family, seed, size and config, with the lock its
-    item generation and scoring run under. Cached per process: generators hold no episode
-    state, and some load word lists or puzzle files when made, which every episode would
-    otherwise repeat. Raises EnvError when reasoning-gym fails to make it."""
+    item generation runs under (the scoring worker makes its own). Cached per process:
+    generators hold no episode state, and some load word lists or puzzle files when made,
+    which every episode would otherwise repeat. Raises EnvError when reasoning-gym fails to make it."""
     try:
         ds = _reasoning_gym().create_dataset(family, size=size, seed=seed, **json.loads(config_json))
     except Exception as exc:
@@ -337,6 +344,8 @@ class ReasoningGymEnv(TextEnv):
         seed: the ``train`` split's seed (``test``: ``seed + TEST_SEED_OFFSET``).
         attempts: replies per episode (1: single-turn; k > 1: feedback after a reply without
             full marks).
+        score_timeout_s: seconds one answer may take to score (past it: ``RewardError``, and
+            the scoring worker is killed and restarted).
         split: the tasks ``reset`` draws from when ``options`` names none.
         render_mode: None or ``"ansi"``.
 
@@ -344,15 +353,20 @@ class ReasoningGymEnv(TextEnv):
         ConfigError: a bad argument (``Mix.from_kwargs``), or reasoning-gym is not installed.
     """
 
-    uses_sandbox = False  # runs in-process: the rollout makes it without a sandbox
+    uses_sandbox = False  # the rollout makes it without a sandbox; answers are scored in a worker
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, sandbox: Any = None, families: Any = DEFAULT_FAMILIES, config: Mapping[str, Any] | None = None,
-                 size: int = DEFAULT_SIZE, seed: int = 0, attempts: int = 1, split: str = "train",
+                 size: int = DEFAULT_SIZE, seed: int = 0, attempts: int = 1,
+                 score_timeout_s: float = reasoning_gym_scorer.DEFAULT_SCORE_TIMEOUT_S, split: str = "train",
                  render_mode: str | None = None) -> None:
         super().__init__()
         self.mix = Mix.from_kwargs({"families": families, "config": config, "size": size, "seed": seed})
         self.attempts = _int("attempts", attempts, 1)
+        if (isinstance(score_timeout_s, bool) or not isinstance(score_timeout_s, (int, float))
+                or not math.isfinite(score_timeout_s) or score_timeout_s <= 0):
+            raise ConfigError(f"score_timeout_s={score_timeout_s!r} must be a finite number of seconds > 0")
+        self.score_timeout_s = float(score_timeout_s)
         self.mix.split_seeds(split)  # validates the split
         if render_mode not in (None, "ansi"):
             raise ConfigError(f"render_mode={render_mode!r}; expected None or 'ansi'")
@@ -373,9 +387,21 @@ class ReasoningGymEnv(TextEnv):
         return Mix.from_kwargs(env_kwargs).task_ids(split)
 
     @classmethod
+    def warm_up(cls) -> None:
+        """Start this process's scoring worker now (else the first answer starts it).
+
+        Raises:
+            RewardError: the worker did not start.
+        """
+        reasoning_gym_scorer.shared_worker().start()
+
+    @classmethod
     def checker_actions(cls) -> list[str]:
         """For ``check_env``: tagged answers, one without tags and an empty one; enough to end
-        an episode of up to 8 attempts."""
+        an episode of up to 8 attempts. Starts the process-wide scoring worker (``warm_up``)
+        first, so that the checker, which counts the processes an env leaves after ``close``,
+        finds it running before the env is made, as it finds the dataset cache."""
+        cls.warm_up()
         return ["<answer>0</answer>", "I am not sure.", "<answer></answer>", "<answer>1</answer>",
                 "<ANSWER>2</ANSWER>", "<answer>yes</answer>", "<answer>-1</answer>", "<answer>3</answer>"]
 
@@ -419,16 +445,11 @@ class ReasoningGymEnv(TextEnv):
         return self._last, info
 
     def _score(self, answer: str) -> float:
-        assert self._key is not None and self.entry is not None
-        ds, lock = _dataset(*self._key)
-        try:
-            with lock:
-                score = ds.score_answer(answer, self.entry)
-        except Exception as exc:
-            raise RewardError(f"the scorer of reasoning-gym family {self.family!r} raised on task {self._task_id!r}: "
-                              f"{type(exc).__name__}: {exc}") from exc
-        if (isinstance(score, bool) or not isinstance(score, (int, float))
-                or not -SCORE_TOLERANCE <= score <= 1.0 + SCORE_TOLERANCE):
+        assert self._key is not None and self.entry is not None and self._task_id is not None
+        index = parse_task_id(self._task_id)[2]
+        score = reasoning_gym_scorer.shared_worker().score(*self._key, self.entry, index, answer,
+                                                           task_id=self._task_id, timeout_s=self.score_timeout_s)
+        if not -SCORE_TOLERANCE <= score <= 1.0 + SCORE_TOLERANCE:
             raise RewardError(f"the scorer of reasoning-gym family {self.family!r} returned {score!r} on task "
                               f"{self._task_id!r}; expected a number in [0, 1]")
         return min(1.0, max(0.0, float(score)))
@@ -439,7 +460,8 @@ class ReasoningGymEnv(TextEnv):
 
         Raises:
             EnvError: no episode running, or ``action`` is not a str.
-            RewardError: the family's scorer raised or returned a value outside [0, 1].
+            RewardError: the family's scorer raised or returned a value outside [0, 1], or the
+                scoring worker timed out, exited or replied garbage.
         """
         self._check_step(action)
         assert self._task_id is not None
@@ -475,5 +497,6 @@ class ReasoningGymEnv(TextEnv):
         return self._last if self.render_mode == "ansi" else None
 
     def close(self) -> None:
-        """Nothing to release (the datasets are a per-process cache); idempotent."""
+        """Nothing to release (the datasets and the scoring worker are per process, the worker
+        stopped at exit); idempotent."""
         super().close()

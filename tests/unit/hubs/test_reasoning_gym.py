@@ -142,6 +142,12 @@ def test_bad_env_arguments_and_task_ids():
         ReasoningGymEnv(attempts=0)
     with pytest.raises(ConfigError, match="split='dev'"):
         ReasoningGymEnv(split="dev")
+    for bad in (0, -1.0, float("inf"), True, "10"):
+        with pytest.raises(ConfigError, match="score_timeout_s=.* must be a finite number of seconds > 0"):
+            ReasoningGymEnv(score_timeout_s=bad)
+    assert ReasoningGymEnv(score_timeout_s=2).score_timeout_s == 2.0
+    assert ReasoningGymEnv.task_ids("train", env_kwargs={"families": "gcd", "size": 2, "score_timeout_s": 5}) == [
+        "gcd/s0/0", "gcd/s0/1"]
     with pytest.raises(ConfigError, match="split='dev'"):
         ReasoningGymEnv.task_ids("dev")
     env = ReasoningGymEnv(families="gcd", size=10)
