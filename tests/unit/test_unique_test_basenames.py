@@ -18,3 +18,13 @@ def test_every_test_file_has_a_basename_of_its_own():
     shared = {name: sorted(paths) for name, paths in seen.items() if len(paths) > 1}
     assert not shared, f"test files sharing a basename (pytest cannot collect both; rename one): {shared}"
     assert len(seen) > 100  # the tree was found
+
+
+def test_no_test_calls_asyncio_run_on_the_main_thread():
+    """The viewer tests' session-scoped Playwright browser (its sync API) keeps an event loop
+    running on the main thread for the rest of the session, so a later ``asyncio.run`` there
+    raises "cannot be called from a running event loop" only in a full run. Tests use
+    ``tests.helpers.run_async.run_async`` (a thread of its own) instead."""
+    calls = [str(p.relative_to(TESTS)) for p in TESTS.rglob("*.py")
+             if "__pycache__" not in p.parts and p.name != "run_async.py" and "asyncio.run(" in p.read_text()]
+    assert not calls, f"asyncio.run( in {calls}: use tests.helpers.run_async.run_async"

@@ -25,6 +25,7 @@ from agentrl.hubs import HUB_ENV_IDS
 from agentrl.hubs import verifiers_env as ve
 from agentrl.hubs.verifiers_env import ENV_ID, TASK_ENV_ID, VerifiersEnv, VerifiersTasks
 from agentrl.hubs.verifiers_spec import VerifiersError, VerifiersSpec
+from tests.helpers.run_async import run_async
 from tests.unit.hubs.test_verifiers_spec import OK, fake_python
 
 TASK = SimpleNamespace(task_id="train/2", shared_base_url="http://127.0.0.1:1/v1", session_id="gw0-abc",
@@ -81,7 +82,7 @@ def test_the_agent_runs_one_runner_on_the_episode_session_and_returns_its_reward
     python = fake_python(tmp_path, f"print({json.dumps(json.dumps(OK))})\n")
     env = _env(python, sampling={"max_tokens": 8})
     env.set_rollout(None, SimpleNamespace(temperature=1.0, top_p=1.0, top_k=-1), 24)
-    assert asyncio.run(env._run_rollout(TASK, None)) == 0.75
+    assert run_async(env._run_rollout(TASK, None)) == 0.75
     req = json.loads(Path(python + ".req").read_text())
     assert req["mode"] == "rollout" and req["split"] == "train" and req["index"] == 2 and req["lifeline"]
     assert req["gateway"] == {"base_url": TASK.shared_base_url, "session_id": "gw0-abc", "api_key": "sk-session"}
@@ -92,7 +93,7 @@ def test_the_agent_runs_one_runner_on_the_episode_session_and_returns_its_reward
 def test_the_last_step_carries_verifiers_counters(tmp_path, monkeypatch):
     env = _env(fake_python(tmp_path, f"print({json.dumps(json.dumps(OK))})\n"))
     env.set_rollout(None, SimpleNamespace(temperature=1.0, top_p=1.0, top_k=-1), 16)
-    asyncio.run(env._run_rollout(TASK, None))
+    run_async(env._run_rollout(TASK, None))
     monkeypatch.setattr(AgentEnv, "step", lambda self, a: ("", 0.75, True, False, {"counters": {"gateway/calls": 1.0}}))
     _, reward, terminated, _, info = env.step("x")
     assert reward == 0.75 and terminated and info["verifiers"] == {"stop": "max_turns_reached", "calls": 1,
@@ -113,14 +114,14 @@ def test_the_last_step_carries_verifiers_counters(tmp_path, monkeypatch):
 def test_a_runner_failure_is_an_infrastructure_error_never_a_score(tmp_path, body, says):
     env = _env(fake_python(tmp_path, body))
     with pytest.raises(VerifiersError, match=says) as err:
-        asyncio.run(env._run_rollout(TASK, None))
+        run_async(env._run_rollout(TASK, None))
     assert isinstance(err.value, InfraError) and env.result is None
 
 
 def test_a_missing_python_names_the_script(tmp_path):
     env = _env(str(tmp_path / "nope" / "python"))
     with pytest.raises(VerifiersError, match="scripts/hub_venvs.sh"):
-        asyncio.run(env._run_rollout(TASK, None))
+        run_async(env._run_rollout(TASK, None))
 
 
 async def _cancel_when_started(env: VerifiersEnv, marker: Path) -> None:
@@ -138,7 +139,7 @@ def test_an_episode_that_ends_first_closes_the_runner_stdin(tmp_path):
     done = tmp_path / "saw-eof"
     python = fake_python(tmp_path, f"open({str(marker)!r}, 'w').close()\nsys.stdin.read()\n"
                                    f"open({str(done)!r}, 'w').close()\n")
-    asyncio.run(_cancel_when_started(_env(python), marker))
+    run_async(_cancel_when_started(_env(python), marker))
     assert done.exists()  # the runner saw its stdin end and stopped by itself
 
 
@@ -148,7 +149,7 @@ def test_a_runner_that_ignores_its_stdin_is_killed(tmp_path, monkeypatch):
     python = fake_python(tmp_path, f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
                                    f"open({str(marker)!r}, 'w').close()\ntime.sleep(60)\n")
     t0 = time.monotonic()
-    asyncio.run(_cancel_when_started(_env(python), marker))
+    run_async(_cancel_when_started(_env(python), marker))
     assert time.monotonic() - t0 < 20
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()

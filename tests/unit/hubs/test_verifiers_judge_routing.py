@@ -11,7 +11,6 @@ runner need the verifiers-0.4.0 hub venv (skipped without it, naming scripts/hub
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +24,7 @@ from agentrl.errors import ConfigError
 from agentrl.hubs.verifiers_env import ENV_ID
 from agentrl.hubs.verifiers_runner import GATEWAY_KEY_VAR, JUDGE_KEY_VAR
 from agentrl.hubs.verifiers_spec import RUNNER_ENV_NAMES, VerifiersError, VerifiersSpec, run_runner
+from tests.helpers.run_async import run_async
 from tests.helpers.verifiers_hub import HELPERS, V1_VENV, hub_python
 from tests.unit.hubs.test_verifiers_env import TASK
 from tests.unit.hubs.test_verifiers_runner import server
@@ -102,6 +102,6 @@ def test_a_secret_of_the_parent_is_absent_in_the_runner(tmp_path, monkeypatch):
     python = fake_python(tmp_path, DUMP_ENV + f"print({json.dumps(json.dumps(OK))})\n")
     env = gymnasium.make(ENV_ID, disable_env_checker=True, python=python, environment="x").unwrapped
     env.set_rollout(None, SimpleNamespace(temperature=1.0, top_p=1.0, top_k=-1), 16)
-    asyncio.run(env._run_rollout(TASK, None))  # an episode's runner: the same allowlist
+    run_async(env._run_rollout(TASK, None))  # an episode's runner: the same allowlist
     episode = json.loads(Path(python + ".env").read_text())
     assert not set(SECRETS) & set(episode) and "PASSED_ON" not in episode and "PATH" in episode
