@@ -30,8 +30,14 @@ AGENTRL_INSTALL_TEST_DEPS=1 bash scripts/install.sh >/dev/null \
 export AGENTRL_REQUIRE_BROWSER=1
 # The hub tests' servers run from virtual environments of their own (a hub package may conflict
 # with .venv's pins): made once, cached under ~/.cache/agentrl/hub-venvs (scripts/hub_venvs.sh).
-bash scripts/hub_venvs.sh || { echo "scripts/test.sh: making the hub venvs failed (scripts/hub_venvs.sh)" >&2; exit 1; }
-export AGENTRL_REQUIRE_HUB_VENVS=1
+# Made in the background (about 3 min the first time, mostly downloads) while the suite starts;
+# a hub test waits for it (AGENTRL_HUB_VENVS_PID, tests/helpers/openenv_hub.py) and fails
+# without its venv. A failed making fails this script whatever pytest says.
+hub_log=$(mktemp /tmp/agentrl-hub-venvs.XXXXXX.log)
+bash scripts/hub_venvs.sh >"$hub_log" 2>&1 &
+hub_pid=$!
+cleanup+=("rm -f $hub_log")
+export AGENTRL_HUB_VENVS_PID=$hub_pid AGENTRL_REQUIRE_HUB_VENVS=1
 
 if [ "${AGENTRL_TEST_DOCKER:-1}" = 1 ]; then
   if ! command -v dockerd >/dev/null 2>&1 && [ ! -x /usr/sbin/dockerd ]; then
@@ -62,6 +68,11 @@ fi
 
 $PY -m pytest -q -p no:cacheprovider --durations=25 "${@:-tests}"
 rc=$?
+if ! wait "$hub_pid"; then
+  echo "scripts/test.sh: making the hub venvs failed (scripts/hub_venvs.sh):" >&2
+  tail -20 "$hub_log" >&2
+  [ $rc -eq 0 ] && rc=1
+fi
 if [ $rc -eq 5 ]; then
   echo "scripts/test.sh: pytest collected no tests; that is a failure" >&2
   exit 1

@@ -31,9 +31,31 @@ def hub_venvs_root() -> Path:
     return Path(os.environ.get("AGENTRL_HUB_VENVS") or Path.home() / ".cache" / "agentrl" / "hub-venvs")
 
 
+MAKER_PID_VAR = "AGENTRL_HUB_VENVS_PID"
+"""The pid of a scripts/hub_venvs.sh still making the venvs (scripts/test.sh runs it in the
+background): ``hub_python`` waits for it to end first."""
+MAKER_WAIT_S = 900.0
+
+
+def _wait_for_the_maker() -> None:
+    pid = os.environ.get(MAKER_PID_VAR, "")
+    if not pid.isdigit():
+        return
+    deadline = time.monotonic() + MAKER_WAIT_S
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        try:  # a zombie (exited, not yet reaped by scripts/test.sh) is done
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(1.0)
+
+
 def hub_python(name: str = OPENENV_VENV) -> str:
     """The hub venv's python; skips the test (fails under ``AGENTRL_REQUIRE_HUB_VENVS=1``)
-    when scripts/hub_venvs.sh has not made it."""
+    when scripts/hub_venvs.sh has not made it (waiting first, up to 15 min, for one that is
+    making it: ``AGENTRL_HUB_VENVS_PID``)."""
+    _wait_for_the_maker()
     venv = hub_venvs_root() / name
     py = venv / "bin" / "python"
     if not (py.exists() and (venv / ".agentrl-stamp").exists()):

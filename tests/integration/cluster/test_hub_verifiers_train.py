@@ -30,17 +30,17 @@ def test_one_iteration_through_the_gateway(ray_session, tmp_path, tiny_model_pat
     kwargs = case_kwargs(case)
     cfg = load_config(None, [
         f"run.dir={tmp_path}", "run.iterations=1", f"model.path={tiny_model_path}", f"env.id={ENV_ID}",
-        f"env.kwargs={json.dumps(kwargs)}", "env.tasks_per_iteration=2", "env.group_size=2",
+        f"env.kwargs={json.dumps(kwargs)}", "env.tasks_per_iteration=1", "env.group_size=2",
         "rollout.max_turns=3", f"rollout.max_new_tokens={MAX_NEW_TOKENS}", "rollout.max_context_tokens=1024",
         "trainer.micro_batch_size=2"])
     summary = train(cfg)
     assert summary.policy_version == 1
     m = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
-    assert m["rollout/episodes"] == 4 and m["filter/infra_errors"] == 0 and m["filter/reward_errors"] == 0
+    assert m["rollout/episodes"] == 2 and m["filter/infra_errors"] == 0 and m["filter/reward_errors"] == 0
     assert m["tokens/trained"] > 0
     with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
         eps = [store.get_episode(e.episode_id) for e in store.list_episodes(summary.run_id)]
-    assert len(eps) == 4
+    assert len(eps) == 2
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     for ep in eps:
         assert not ep.is_error, ep.error
