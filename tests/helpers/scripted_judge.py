@@ -14,6 +14,7 @@ content or no choices.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -160,3 +161,15 @@ def _completion(model: str, messages: list[dict], content: str, *, choices: bool
             "model": model, "choices": [choice] if choices else [],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def digit_judgement(messages: list[dict[str, Any]]) -> str:
+    """A scripted judgement for MathAnswer's rubric: the start-up health check answers
+    ``{"ok": true}``; an answer (between ``<answer>`` tags in the last message) is equivalent
+    (1.0) when it holds a digit, else not (0.0)."""
+    text = messages[-1]["content"]
+    if "<answer>" not in text:  # the start-up health check
+        return '{"ok": true}'
+    graded = text.split("<answer>", 1)[1].split("</answer>", 1)[0]
+    score = 1.0 if any(c.isdigit() for c in graded) else 0.0
+    return json.dumps({"scores": {"equivalent": score}, "reason": f"scripted: {score}"})

@@ -11,19 +11,9 @@ import json
 
 import pytest
 
-from tests.helpers.scripted_judge import ScriptedJudge
+from tests.helpers.scripted_judge import ScriptedJudge, digit_judgement
 
 pytestmark = pytest.mark.slow
-
-
-def _judgement(messages):
-    """Equivalent (1.0) when the graded answer holds a digit, else not (0.0)."""
-    text = messages[-1]["content"]
-    if "<answer>" not in text:  # the start-up health check
-        return '{"ok": true}'
-    graded = text.split("<answer>", 1)[1].split("</answer>", 1)[0]
-    score = 1.0 if any(c.isdigit() for c in graded) else 0.0
-    return json.dumps({"scores": {"equivalent": score}, "reason": f"scripted: {score}"})
 
 
 def test_eval_episodes_are_judged_by_the_eval_judge_and_training_ones_by_the_reward_judge(
@@ -32,8 +22,8 @@ def test_eval_episodes_are_judged_by_the_eval_judge_and_training_ones_by_the_rew
     from agentrl.driver.controller import train
     from agentrl.replay import ReplayStore
 
-    reward_judge = ScriptedJudge(_judgement, model="reward-judge")
-    eval_judge = ScriptedJudge(_judgement, model="eval-judge")
+    reward_judge = ScriptedJudge(digit_judgement, model="reward-judge")
+    eval_judge = ScriptedJudge(digit_judgement, model="eval-judge")
     try:
         cfg = load_config(None, [
             f"run.dir={tmp_path}", "run.iterations=1", f"model.path={tiny_model_path}", "env.id=agentrl/MathAnswer-v0",

@@ -12,19 +12,9 @@ import json
 
 import pytest
 
-from tests.helpers.scripted_judge import ScriptedJudge
+from tests.helpers.scripted_judge import ScriptedJudge, digit_judgement
 
 pytestmark = pytest.mark.slow
-
-
-def _judgement(messages):
-    """Equivalent (1.0) when the graded answer holds a digit, else not (0.0)."""
-    text = messages[-1]["content"]
-    if "<answer>" not in text:  # the start-up health check
-        return '{"ok": true}'
-    graded = text.split("<answer>", 1)[1].split("</answer>", 1)[0]
-    score = 1.0 if any(c.isdigit() for c in graded) else 0.0
-    return json.dumps({"scores": {"equivalent": score}, "reason": f"scripted: {score}"})
 
 
 def _cfg(tmp_path, tiny_model_path, base_url, *extra):
@@ -41,7 +31,7 @@ def test_one_iteration_rewarded_by_a_judge_records_every_judgement(ray_session, 
     from agentrl.driver.controller import train
     from agentrl.replay import ReplayStore
 
-    judge = ScriptedJudge(_judgement)
+    judge = ScriptedJudge(digit_judgement)
     cfg = _cfg(tmp_path, tiny_model_path, judge.base_url)
     try:
         summary = train(cfg)
@@ -163,7 +153,7 @@ def test_two_async_iterations_rewarded_by_a_judge(ray_session, tmp_path, tiny_mo
     from agentrl.driver.controller import train
     from agentrl.replay import ReplayStore
 
-    judge = ScriptedJudge(_judgement)
+    judge = ScriptedJudge(digit_judgement)
     try:
         summary = train(_cfg(tmp_path, tiny_model_path, judge.base_url, "run.iterations=2", "controller.mode=async",
                              "controller.max_staleness=1", "eval.after_training=false",
