@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import copy
 import string
-from typing import Any, ClassVar, Mapping, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, Sequence, TypeVar
 
 import gymnasium
 import numpy as np
 
 from agentrl.errors import ConfigError, EnvError
 
-__all__ = ["TextSpace", "TextEnv", "SandboxSharingKwargs", "clip_text", "reset_task_id", "DEFAULT_CHECKER_ACTIONS"]
+__all__ = ["TextSpace", "TextEnv", "SandboxSharingKwargs", "clip_text", "reset_task_id", "invalid_reply_step",
+           "DEFAULT_CHECKER_ACTIONS"]
 
 DEFAULT_CHECKER_ACTIONS = ("Hello.", "I am done.")
 """What ``TextEnv.checker_actions()`` returns unless a subclass overrides it."""
@@ -102,6 +103,27 @@ def reset_task_id(options: Mapping[str, Any] | None) -> Any:
     if rest:
         raise ConfigError(f"unknown reset options {sorted(rest)}; expected only 'task_id'")
     return task_id
+
+
+StepTuple = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+def invalid_reply_step(message: str, invalid_so_far: int, max_invalid: int, finish: Callable[[str], StepTuple],
+                       info: Callable[[], dict[str, Any]]) -> StepTuple:
+    """The step after an invalid reply under a budget of ``max_invalid`` of them: the
+    ``invalid_so_far``-th (counting this one) beyond the budget ends the episode through
+    ``finish(prefix)`` (the env's own end, truncated, with ``message`` and the reason first);
+    otherwise the observation is ``message`` and how many invalid replies are left, reward 0,
+    and ``info()`` (the env's step info with ``invalid_action``). Both carry
+    ``info["error"] = message`` and ``info["invalid_action"] = True``."""
+    if invalid_so_far > max_invalid:
+        obs, reward, term, trunc, end_info = finish(f"{message}\nToo many invalid replies; the task is over.")
+        end_info.update(invalid_action=True, error=message)
+        return obs, reward, term, trunc, end_info
+    step_info = info()
+    step_info.update(invalid_action=True, error=message)
+    left = max_invalid - invalid_so_far
+    return f"{message}\n(Invalid replies left before the task ends: {left}.)", 0.0, False, False, step_info
 
 
 class SandboxSharingKwargs(dict):

@@ -53,7 +53,7 @@ from typing import Any, Hashable
 
 from agentrl.errors import ConfigError, EnvError, RewardError, SandboxError, ToolParseError
 from agentrl.types import ExecResult, StepInfo
-from environments.core import TextEnv, clip_text
+from environments.core import TextEnv, clip_text, invalid_reply_step
 from environments.shell_task_bank import TASKS, ShellTask
 from environments.tools import HermesToolParser, ToolCall
 from sandboxes.base import Sandbox
@@ -380,15 +380,9 @@ class ShellTasksEnv(TextEnv):
 
     def _invalid(self, message: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._num_invalid_actions += 1
-        if self._num_invalid_actions > self.max_invalid_actions:
-            obs, reward, term, trunc, info = self._finish(
-                truncated=True, prefix=f"{message}\nToo many invalid replies; the task is over.")
-            info.update(invalid_action=True, error=message)
-            return obs, reward, term, trunc, info
-        info = self._info(invalid_action=True)
-        info["error"] = message
-        left = self.max_invalid_actions - self._num_invalid_actions
-        return f"{message}\n(Invalid replies left before the task ends: {left}.)", 0.0, False, False, info
+        return invalid_reply_step(message, self._num_invalid_actions, self.max_invalid_actions,
+                                  lambda prefix: self._finish(truncated=True, prefix=prefix),
+                                  lambda: self._info(invalid_action=True))
 
     def _finish(self, *, truncated: bool, prefix: str,
                 tool_calls: int | None = None) -> tuple[str, float, bool, bool, dict[str, Any]]:

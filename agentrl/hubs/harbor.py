@@ -77,7 +77,7 @@ from agentrl.hubs.harbor_runtime import (
 )
 from agentrl.hubs.harbor_task import PATH_ENV, HarborError, HarborTask, TaskSet, container_network, load_task
 from agentrl.types import ExecResult, StepInfo
-from environments.core import TextEnv, clip_text
+from environments.core import TextEnv, clip_text, invalid_reply_step
 from environments.shell_tasks import bash_tool_schema
 from environments.tools import HermesToolParser, ToolCall
 
@@ -402,15 +402,9 @@ class HarborEnv(TextEnv):
 
     def _invalid_step(self, message: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._invalid += 1
-        if self._invalid > self.max_invalid_actions:
-            obs, reward, term, trunc, info = self._finish(
-                truncated=True, prefix=f"{message}\nToo many invalid replies; the task is over.")
-            info.update(invalid_action=True, error=message)
-            return obs, reward, term, trunc, info
-        info = self._info(invalid_action=True)
-        info["error"] = message
-        left = self.max_invalid_actions - self._invalid
-        return f"{message}\n(Invalid replies left before the task ends: {left}.)", 0.0, False, False, info
+        return invalid_reply_step(message, self._invalid, self.max_invalid_actions,
+                                  lambda prefix: self._finish(truncated=True, prefix=prefix),
+                                  lambda: self._info(invalid_action=True))
 
     def _info(self, **step_info: Any) -> dict[str, Any]:
         anchor: Hashable = (self._task_id, self._history.hexdigest()[:16] if self._commands else "")
