@@ -113,3 +113,12 @@ def guess_server(max_sessions: int = 1, action: str = "text") -> Iterator[tuple[
         except ProcessLookupError:
             pass
         proc.wait(10)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (a zombie counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

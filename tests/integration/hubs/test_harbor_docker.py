@@ -11,46 +11,29 @@ from __future__ import annotations
 
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from agentrl.errors import InfraError
 from agentrl.hubs.harbor import ENV_ID, ORACLE_ACTION, HarborEnv
-from agentrl.hubs.harbor_runtime import IMAGES, image_name
-from agentrl.hubs.harbor_task import HarborError, TaskSet, load_task
+from agentrl.hubs.harbor_task import HarborError
 from environments.checker import check_env
-from sandboxes.docker.daemon import docker_client
-from tests.helpers.sandbox_checks import containers_with_label, procs_with_cmdline, require_docker, wait_until
+from tests.helpers.sandbox_checks import containers_with_label, procs_with_cmdline
 
 pytestmark = pytest.mark.docker
 
 TASKS = Path(__file__).resolve().parents[2] / "helpers" / "harbor_tasks"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _images():
-    """The test tasks' images are removed after the module (and forgotten by the process)."""
-    require_docker()
-    yield
-    client = docker_client()
-    try:
-        for task_id in TaskSet.from_path(TASKS).task_ids:
-            try:
-                client.images.remove(image_name(load_task(TASKS / task_id)), force=True)
-            except Exception:  # noqa: BLE001 - never built, or in use: best effort
-                pass
-    finally:
-        client.close()
-        IMAGES.clear()
+@pytest.fixture(autouse=True)
+def _images(harbor_images):
+    """The hubs conftest's image clean-up for this module."""
 
 
 @pytest.fixture
-def run_id():
-    rid = f"test-harbor-{uuid.uuid4().hex[:8]}"
-    yield rid
-    assert wait_until(lambda: containers_with_label(rid) == [], 10.0), containers_with_label(rid)
+def run_id(harbor_run_id):
+    return harbor_run_id
 
 
 def _env(run_id: str, **kwargs) -> HarborEnv:

@@ -8,16 +8,11 @@ place is removed), and ``/tests`` is emptied whatever its modes. The oracle stil
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 
 from agentrl.hubs.harbor import ORACLE_ACTION, HarborEnv
-from agentrl.hubs.harbor_runtime import IMAGES, image_name
-from agentrl.hubs.harbor_task import load_task
-from sandboxes.docker.daemon import docker_client
-from tests.helpers.sandbox_checks import containers_with_label, require_docker, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -40,25 +35,14 @@ ATTACKS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _image():
-    require_docker()
-    yield
-    client = docker_client()
-    try:
-        client.images.remove(image_name(load_task(TASKS / "hello-file")), force=True)
-    except Exception:  # noqa: BLE001 - never built, or in use: best effort
-        pass
-    finally:
-        client.close()
-        IMAGES.clear()
+@pytest.fixture(autouse=True)
+def _images(harbor_images):
+    """The hubs conftest's image clean-up for this module."""
 
 
 @pytest.fixture
-def run_id():
-    rid = f"test-forge-{uuid.uuid4().hex[:8]}"
-    yield rid
-    assert wait_until(lambda: containers_with_label(rid) == [], 10.0), containers_with_label(rid)
+def run_id(harbor_run_id):
+    return harbor_run_id
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS), ids=list(ATTACKS))

@@ -20,7 +20,7 @@ from agentrl.hubs.openenv import ENV_ID, OpenEnvEnv
 from agentrl.hubs.openenv_servers import stop_servers
 from environments.checker import check_env
 from sandboxes import reap_orphans
-from tests.helpers.openenv_hub import guess_command, guess_server, open_sessions, wait_for
+from tests.helpers.openenv_hub import guess_command, guess_server, open_sessions, pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -29,14 +29,6 @@ ROOT = Path(__file__).resolve().parents[3]
 def _stop_all():
     yield
     stop_servers()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_an_episode_over_ws_with_json_actions_and_per_step_rewards():
@@ -80,7 +72,7 @@ def test_a_server_that_refuses_concurrent_sessions_gets_one_server_per_episode()
             _, _, terminated, _, _ = env.step(guess)
             if terminated:
                 break
-        assert not _alive(pid)
+        assert not pid_alive(pid)
     envs[0].reset(options={"task_id": "openenv/5"})  # the next episode: a server of its own again
     assert envs[0].server_pid not in pids
     envs[0].close()
@@ -123,7 +115,7 @@ def test_no_session_or_server_is_left_after_a_sigkill_and_restart(tmp_path):
             assert line, holder.stderr.read()[-3000:]
             held = json.loads(line)
             assert open_sessions(url) == 1 and open_sessions(held["url"]) == 1
-            assert reap_orphans(run_id) == 0 and _alive(held["pid"])  # its owner runs: not an orphan
+            assert reap_orphans(run_id) == 0 and pid_alive(held["pid"])  # its owner runs: not an orphan
         finally:
             holder.send_signal(signal.SIGKILL)
             holder.wait(30)
@@ -131,9 +123,9 @@ def test_no_session_or_server_is_left_after_a_sigkill_and_restart(tmp_path):
         wait_for(lambda: open_sessions(url) == 0, 30, "the named server to close the dead process's session")
         wait_for(lambda: open_sessions(held["url"]) == 0, 30, "the started server to close its session")
         # the restart: what `agentrl train` runs first removes the orphaned server
-        assert _alive(held["pid"])
+        assert pid_alive(held["pid"])
         assert reap_orphans(run_id) >= 1
-        wait_for(lambda: not _alive(held["pid"]) or _zombie(held["pid"]), 10, "the orphaned server to die")
+        wait_for(lambda: not pid_alive(held["pid"]) or _zombie(held["pid"]), 10, "the orphaned server to die")
         # the named server, which serves one session at a time, takes a new one
         env = OpenEnvEnv(server=url, session_wait_s=5)
         env.reset(options={"task_id": "openenv/3"})

@@ -20,6 +20,7 @@ from agentrl.hubs.openenv import OpenEnvEnv
 from agentrl.hubs.openenv_servers import ServerSpec, lease_server, stop_servers
 from agentrl.types import ExecResult
 from sandboxes.labels import OWNER_PID_ENV, RUN_ID_ENV, read_environ
+from tests.helpers.openenv_hub import pid_alive
 
 FAKE = str(Path(__file__).resolve().parents[2] / "helpers" / "openenv_fake.py")
 
@@ -27,14 +28,6 @@ FAKE = str(Path(__file__).resolve().parents[2] / "helpers" / "openenv_fake.py")
 def _server(max_sessions: int, **extra) -> dict:
     return {"command": [sys.executable, FAKE, "--port", "{port}", "--max-sessions", str(max_sessions)],
             "startup_timeout_s": 60, **extra}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(autouse=True)
@@ -71,9 +64,9 @@ def test_a_server_that_refuses_concurrent_sessions_gets_one_server_per_episode()
         assert environ[RUN_ID_ENV] == "oe-unit-single" and environ[OWNER_PID_ENV] == str(os.getpid())
     for _ in range(3):  # the fake's episodes end after 3 steps: the server stops with it
         envs[0].step("go")
-    assert not _alive(pids[0]) and _alive(pids[1]) and envs[0].server_pid is None
+    assert not pid_alive(pids[0]) and pid_alive(pids[1]) and envs[0].server_pid is None
     envs[1].close()  # cancelled mid-episode: stopped too
-    assert not _alive(pids[1])
+    assert not pid_alive(pids[1])
 
 
 def test_a_server_that_serves_concurrent_sessions_is_shared_then_stopped_when_idle():
@@ -81,9 +74,9 @@ def test_a_server_that_serves_concurrent_sessions_is_shared_then_stopped_when_id
     assert envs[0].base_url == envs[1].base_url and envs[0].server_pid == envs[1].server_pid
     pid = envs[0].server_pid
     envs[0].close()
-    assert _alive(pid)  # the other episode still uses it
+    assert pid_alive(pid)  # the other episode still uses it
     envs[1].close()
-    assert not _alive(pid)
+    assert not pid_alive(pid)
 
 
 def test_said_not_concurrent_is_not_asked_and_a_shared_server_lives_on_for_idle_s():
@@ -91,14 +84,14 @@ def test_said_not_concurrent_is_not_asked_and_a_shared_server_lives_on_for_idle_
     a, b = lease_server(spec), lease_server(spec)
     assert a.pid != b.pid and not a.shared
     a.release(), b.release()
-    assert not _alive(a.pid) and not _alive(b.pid)
+    assert not pid_alive(a.pid) and not pid_alive(b.pid)
     shared = ServerSpec.parse(_server(4, concurrent_sessions=True, idle_s=60))
     c = lease_server(shared)
     c.release()
     d = lease_server(shared)  # within idle_s: the same server
-    assert d.pid == c.pid and _alive(c.pid)
+    assert d.pid == c.pid and pid_alive(c.pid)
     d.release()
-    assert stop_servers() == 1 and not _alive(c.pid)
+    assert stop_servers() == 1 and not pid_alive(c.pid)
 
 
 def test_a_server_that_exits_at_start_is_an_infrastructure_error_with_its_output():
