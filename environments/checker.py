@@ -26,8 +26,10 @@ Checks, in order (each failure is one ``CheckProblem`` naming the check and what
 ``independence`` two instances reset with the same seed and stepped alternately give the
                 trajectory one instance gives alone (no shared random state).
 ``close``       ``close()`` works twice, releases the file descriptors, threads and child
-                processes the env opened (measured in this process), and the caller-owned
-                sandbox can be closed afterwards.
+                processes the env opened (measured in this process; what the class's
+                instances share, a server or a worker, after its ``release_shared()``
+                classmethod where it has one), and the caller-owned sandbox can be closed
+                afterwards.
 
 The actions come from ``scripted_actions``, else the env class's ``checker_actions()``
 (a classmethod returning a list of str, or a dict ``task_id -> list``), else a generic
@@ -41,6 +43,7 @@ import inspect
 import math
 import os
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
@@ -54,6 +57,8 @@ __all__ = ["CheckProblem", "CheckReport", "EnvCheckError", "check_env", "format_
            "OBSERVATION_ROLES"]
 
 DEFAULT_ACTIONS = DEFAULT_CHECKER_ACTIONS
+LEAK_WAIT_S = 5.0
+"""Seconds the close check waits for the threads and child processes an env stopped to go."""
 
 
 def task_ids_of(fn: Callable[..., Any], split: str, env_kwargs: Mapping[str, Any] | None = None) -> Any:
@@ -193,6 +198,17 @@ class _Resources:
         return leaks
 
 
+def _leaks_since(before: _Resources, wait_s: float = LEAK_WAIT_S) -> list[str]:
+    """``leaked_since(before)``, measured again until nothing is left or ``wait_s`` passed
+    (a stopped thread or child process takes a moment to go)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        leaks = _Resources.now().leaked_since(before)
+        if not leaks or time.monotonic() >= deadline:
+            return leaks
+        time.sleep(0.1)
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -221,6 +237,7 @@ class _Checker:
         self.env_kwargs = env_kwargs
         self.sandboxes: list[Any] = []
         self.envs: list[Any] = []
+        self.cls: Any = None
         self._failed: set[str] = set()
 
     def fail(self, check: str, message: str) -> None:
@@ -256,6 +273,12 @@ class _Checker:
                 sb.close()
             except Exception:
                 pass
+        release = getattr(self.cls, "release_shared", None)
+        if release is not None:
+            try:
+                release()
+            except Exception:
+                pass  # reported by the close check when it ran
 
     # contract of one call ---------------------------------------------------------------
 
@@ -346,6 +369,7 @@ class _Checker:
         except Exception as exc:
             self.fail("make", _describe(exc))
             return self.report
+        self.cls = cls
         try:
             self._run(cls)
         except _Failed:
@@ -417,6 +441,8 @@ class _Checker:
                 self.fail("done", f"step after the episode ended raised {_describe(exc)}; expected agentrl.errors.EnvError")
             else:
                 self.fail("done", "step after the episode ended (terminated or truncated) was accepted; it must raise agentrl.errors.EnvError")
+        elif not actions:
+            self.report.notes.append("no scripted actions (the class's checker_actions() is empty: an env that is never stepped): step and step-after-done not checked")
         else:
             self.report.notes.append(f"the {len(actions)} scripted action(s) did not end the episode: step-after-done not checked (declare checker_actions() that end it)")
 
@@ -446,7 +472,13 @@ class _Checker:
                 env.close()
             except Exception as exc:
                 self.fail("close", f"close() call {attempt} raised {_describe(exc)}; close must be idempotent")
-        leaks = _Resources.now().leaked_since(before)
+        release = getattr(cls, "release_shared", None)
+        if release is not None:  # what the class's instances share in this process (a server, a worker)
+            try:
+                release()
+            except Exception as exc:
+                self.fail("close", f"{getattr(cls, '__name__', cls)}.release_shared() raised {_describe(exc)}")
+        leaks = _leaks_since(before)
         if leaks:
             self.fail("close", "resources not released after close(): " + "; ".join(leaks))
         if sandbox is not None:

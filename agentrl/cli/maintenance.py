@@ -156,35 +156,54 @@ def hub_need_here(hub: HubEnv, docker_timeout_s: float = 1.0) -> str:
 
 @envs_app.command("check")
 def envs_check(
-    env_id: str = typer.Argument(..., help="Registered id, e.g. agentrl/Sokoban-v0."),
-    backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for the environment: bwrap, docker or auto (none is started for an env class with uses_sandbox = False)."),
+    env_id: Optional[str] = typer.Argument(None, help="Registered id, e.g. agentrl/Sokoban-v0 (default: --config's env.id)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A run config: check its env as the run makes it (env.id, env.kwargs, env.split, env.import_modules, the sandbox section's backend and limits). Needed for an env that takes kwargs, e.g. the hub envs."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Sandbox backend for the environment: bwrap, docker or auto (none is started for an env class with uses_sandbox = False) [default: --config's sandbox.backend, else bwrap]."),
     module: Optional[list[str]] = typer.Option(None, "--module", help="Import this module first (it registers the env); repeatable."),
     debug: bool = typer.Option(False, "--debug", help=DEBUG_HELP),
 ) -> None:
     """Check an environment against the agentrl contract: deterministic reset, types,
-    terminated/truncated, hashable anchors, step after done, close() releasing resources,
-    no shared random state. Exit 0 when it passes, 1 when it does not, 2 when the id is not
-    registered."""
+    terminated/truncated, hashable anchors, step after done, close() releasing resources
+    (and the class's shared ones, release_shared), no shared random state. Exit 0 when it
+    passes, 1 when it does not, 2 when the id is not registered."""
     import environments
     from environments.checker import check_env, format_report
     from sandboxes import SandboxSpec, make_sandbox
 
     try:
-        environments.import_env_modules(list(module or []))
-        cls = environments.env_class(env_id)
+        spec = SandboxSpec(run_id="envs-check")
         env_kwargs = None
+        split = "train"
+        modules = list(module or [])
+        if config is not None:
+            from agentrl.config import load_config
+
+            cfg = load_config(config)
+            if env_id is not None and env_id != cfg.env.id:
+                raise AgentRLError(f"env id {env_id!r} is not {config}'s env.id={cfg.env.id!r}; name one of them")
+            env_id, env_kwargs, split = cfg.env.id, dict(cfg.env.kwargs), cfg.env.split
+            modules = list(cfg.env.import_modules) + modules
+            backend = backend or cfg.sandbox.backend
+            spec = SandboxSpec(memory_mb=cfg.sandbox.memory_mb, cpus=cfg.sandbox.cpus, pids_limit=cfg.sandbox.pids_limit,
+                               default_timeout_s=cfg.sandbox.timeout_s,
+                               output_limit_bytes=cfg.sandbox.output_limit_bytes, run_id="envs-check")
+        if env_id is None:
+            raise AgentRLError("name the env: agentrl envs check ENV_ID, or --config FILE (its env.id)")
+        backend = backend or "bwrap"
+        environments.import_env_modules(modules)
+        cls = environments.env_class(env_id)
         if getattr(cls, "serves_gateway", False):
             # an agent behind the gateway steps only inside a rollout (a model answers its
             # calls); the contract the loop relies on is its task env's, which is checked
-            say("note:", f"{env_id} is an agent behind the gateway over {cls.task_env}: checking {cls.task_env} (its "
-                "tasks, sandbox and verifier) with the agent's task_env_kwargs; the agent itself runs in a rollout "
+            agent_id, (env_id, env_kwargs) = env_id, cls.task_env_of(env_kwargs)
+            say("note:", f"{agent_id} is an agent behind the gateway over {env_id}: checking {env_id} (its "
+                "tasks, sandbox and verifier) with the agent's task env kwargs; the agent itself runs in a rollout "
                 "(agentrl train, agentrl eval; docs/gateway.md)", style="bold")
-            env_id, env_kwargs = cls.task_env, dict(cls.task_env_kwargs)
             cls = environments.env_class(env_id)
         # An env class with uses_sandbox = False is made without one, as a run makes it.
         needs_sandbox = bool(getattr(cls, "uses_sandbox", True))
-        factory = (lambda: make_sandbox(backend, SandboxSpec(run_id="envs-check"))) if needs_sandbox else None
-        report = check_env(env_id, sandbox_factory=factory, env_kwargs=env_kwargs)
+        factory = (lambda: make_sandbox(backend, spec)) if needs_sandbox else None
+        report = check_env(env_id, sandbox_factory=factory, env_kwargs=env_kwargs, split=split)
     except AgentRLError as exc:
         fail(exc, debug)
         return

@@ -220,6 +220,21 @@ class AgentEnv(TextEnv):
                           counters=counters)
 
     @classmethod
+    def task_env_of(cls, env_kwargs: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """The task env id and the keyword arguments an instance made with ``env_kwargs`` (a
+        run's ``env.kwargs``) makes its task env with (the sandbox aside): what
+        ``agentrl envs check`` checks in its place.
+
+        Raises:
+            ConfigError: no task env (neither the class nor ``env_kwargs`` names one).
+        """
+        kw = dict(env_kwargs or {})
+        task_env = kw.get("task_env") or cls.task_env
+        if not task_env:
+            raise ConfigError(f"{cls.__name__} names no task_env; register it with agentrl.gateway.register_agent_env")
+        return str(task_env), dict(cls.task_env_kwargs, **(kw.get("task_env_kwargs") or {}))
+
+    @classmethod
     def sandbox_mounts(cls) -> tuple[tuple[str, str], ...]:
         """The read-only mounts this env's sandboxes need (``SandboxSpec.ro_mounts``): the
         gateway's socket directory for an agent command, none for an agent function. The

@@ -55,7 +55,7 @@ from typing import Any, Hashable, Mapping, Sequence
 
 from agentrl.errors import ConfigError
 from agentrl.hubs.openenv_actions import ACTION_FORMATS, ActionSchema, SchemaError, observation_text, parse_action
-from agentrl.hubs.openenv_servers import ServerLease, ServerSpec, lease_server
+from agentrl.hubs.openenv_servers import ServerLease, ServerSpec, lease_server, stop_servers
 from agentrl.hubs.openenv_wire import CapacityError, OpenEnvError, Rejected, Session, read_schema, require_websockets
 from agentrl.types import StepInfo
 from environments.core import TextEnv, clip_text
@@ -227,6 +227,13 @@ class OpenEnvEnv(TextEnv):
         """Close the session and release the server. Idempotent."""
         self._end_episode()
         super().close()
+
+    @classmethod
+    def release_shared(cls) -> None:
+        """Stop every server this process started (a shared one outlives its episodes by
+        ``idle_s``); the next ``reset`` starts one again. Run at exit, and by ``check_env``
+        before it counts what was left."""
+        stop_servers()
 
     # --- internals ----------------------------------------------------------------------
 

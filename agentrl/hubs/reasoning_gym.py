@@ -396,12 +396,15 @@ class ReasoningGymEnv(TextEnv):
         reasoning_gym_scorer.shared_worker().start()
 
     @classmethod
+    def release_shared(cls) -> None:
+        """Stop this process's scoring worker (the next answer starts it again). Run at exit,
+        and by ``check_env`` before it counts what was left."""
+        reasoning_gym_scorer.stop_shared_worker()
+
+    @classmethod
     def checker_actions(cls) -> list[str]:
         """For ``check_env``: tagged answers, one without tags and an empty one; enough to end
-        an episode of up to 8 attempts. Starts the process-wide scoring worker (``warm_up``)
-        first, so that the checker, which counts the processes an env leaves after ``close``,
-        finds it running before the env is made, as it finds the dataset cache."""
-        cls.warm_up()
+        an episode of up to 8 attempts."""
         return ["<answer>0</answer>", "I am not sure.", "<answer></answer>", "<answer>1</answer>",
                 "<ANSWER>2</ANSWER>", "<answer>yes</answer>", "<answer>-1</answer>", "<answer>3</answer>"]
 

@@ -78,30 +78,49 @@ _PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
 
 # --------------------------------------------------------------------------- the client side
 
-_LAUNCH_JOBS: queue.Queue = queue.Queue()
-_LAUNCHER: dict[str, Any] = {"thread": None}
+_LAUNCHER: dict[str, Any] = {"thread": None, "jobs": None, "procs": []}
 
 
 def _launch(argv: list[str], **kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen(argv, **kwargs)`` run by one thread that lives as long as the process:
-    the parent whose death kills the worker (``--die-with-parent``, ``PR_SET_PDEATHSIG``) is the
-    *thread* that started it, and rollout threads come and go."""
+    """``subprocess.Popen(argv, **kwargs)`` run by one launcher thread, which lives while a
+    process it started does: the parent whose death kills the worker (``--die-with-parent``,
+    ``PR_SET_PDEATHSIG``) is the *thread* that started it, and rollout threads come and go."""
+    job: concurrent.futures.Future = concurrent.futures.Future()
     with _BWRAP_LOCK:
         if _LAUNCHER["thread"] is None or not _LAUNCHER["thread"].is_alive():  # none yet, or a forked process
-            _LAUNCHER["thread"] = threading.Thread(target=_launcher, name="rg-scorer-launcher", daemon=True)
+            _LAUNCHER["jobs"], _LAUNCHER["procs"] = queue.Queue(), []
+            _LAUNCHER["thread"] = threading.Thread(target=_launcher, args=(_LAUNCHER["jobs"],),
+                                                   name="rg-scorer-launcher", daemon=True)
             _LAUNCHER["thread"].start()
-    job: concurrent.futures.Future = concurrent.futures.Future()
-    _LAUNCH_JOBS.put((argv, kwargs, job))
-    return job.result()
+        _LAUNCHER["jobs"].put((argv, kwargs, job))
+    proc = job.result()
+    with _BWRAP_LOCK:
+        _LAUNCHER["procs"].append(proc)
+    return proc
 
 
-def _launcher() -> None:
+def _launcher(jobs: queue.Queue) -> None:
     while True:
-        argv, kwargs, job = _LAUNCH_JOBS.get()
+        item = jobs.get()
+        if item is None:
+            return
+        argv, kwargs, job = item
         try:
             job.set_result(subprocess.Popen(argv, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             job.set_exception(exc)
+
+
+def _stop_launcher_if_idle() -> None:
+    """End the launcher thread when every process it started has ended (the next ``_launch``
+    starts one again)."""
+    with _BWRAP_LOCK:
+        thread = _LAUNCHER["thread"]
+        if thread is None or any(p.poll() is None for p in _LAUNCHER["procs"]):
+            return
+        _LAUNCHER["jobs"].put(None)
+        _LAUNCHER["thread"], _LAUNCHER["jobs"], _LAUNCHER["procs"] = None, None, []
+    thread.join(timeout=_KILL_WAIT_S)
 
 
 _BWRAP_LOCK = threading.Lock()
@@ -358,6 +377,7 @@ def stop_shared_worker() -> None:
         _SHARED["worker"] = None
     if worker is not None:
         worker.close()
+    _stop_launcher_if_idle()
 
 
 atexit.register(stop_shared_worker)

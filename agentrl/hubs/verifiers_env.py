@@ -102,7 +102,15 @@ class VerifiersTasks(TextEnv):
 
     @classmethod
     def task_ids(cls, split: str = "train", *, env_kwargs: Mapping[str, Any] | None = None) -> list[str]:
-        return list_task_ids(VerifiersSpec.from_kwargs(env_kwargs), split)
+        """The task ids of ``split``; ``env_kwargs`` are this class's (``hub_kwargs``, ``split``)
+        or ``hub/Verifiers-v0``'s own.
+
+        Raises:
+            ConfigError, VerifiersError: as ``VerifiersEnv.task_ids``.
+        """
+        kw = dict(env_kwargs or {})
+        hub = kw["hub_kwargs"] if "hub_kwargs" in kw else {k: v for k, v in kw.items() if k not in ("split", "tool_parser")}
+        return list_task_ids(VerifiersSpec.from_kwargs(hub), split)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         task_id = self._start_reset(seed, options)
@@ -114,6 +122,11 @@ class VerifiersTasks(TextEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         raise EnvError(f"{TASK_ENV_ID} is never stepped: the verifiers runner drives {ENV_ID}'s episodes")
+
+    @classmethod
+    def checker_actions(cls) -> list[str]:
+        """None: this env is never stepped (``check_env`` checks its tasks, resets and close)."""
+        return []
 
 
 class VerifiersEnv(AgentEnv):
@@ -152,6 +165,15 @@ class VerifiersEnv(AgentEnv):
         """
         kw = {k: v for k, v in (env_kwargs or {}).items() if k not in ("split", "tool_parser")}
         return list_task_ids(VerifiersSpec.from_kwargs(kw), split)
+
+    @classmethod
+    def task_env_of(cls, env_kwargs: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """``hub/VerifiersTasks-v0`` with the kwargs an instance made with ``env_kwargs``
+        gives it (``AgentEnv.task_env_of``)."""
+        kw = dict(env_kwargs or {})
+        split = kw.pop("split", "train")
+        kw.pop("tool_parser", None)
+        return TASK_ENV_ID, {"hub_kwargs": kw, "split": split}
 
     @property
     def result(self) -> RolloutResult | None:

@@ -113,6 +113,23 @@ def test_envs_check_of_an_agent_behind_the_gateway_checks_its_task_env_and_says_
     assert "is an agent behind the gateway over agentrl/ShellLookup-v1" in " ".join(r.stderr.split())
 
 
+def test_envs_check_with_a_config_makes_the_env_as_the_run_does(tmp_path):
+    """--config: the env id, env.kwargs and split of the run config (a bad kwarg there is the
+    env's make problem, so the kwargs did reach it); an id that is not the config's is refused."""
+    cfg = tmp_path / "guess.yaml"
+    cfg.write_text("env:\n  id: agentrl/GuessNumber-v0\n  split: test\n  kwargs: {low: 1, high: 4, max_guesses: 2}\n")
+    ok = _agentrl("envs", "check", "--config", str(cfg))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "agentrl/GuessNumber-v0: PASS" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  id: agentrl/GuessNumber-v0\n  kwargs: {low: 1, high: 4, max_guesses: 0}\n")
+    r = _agentrl("envs", "check", "--config", str(bad))
+    assert r.returncode == 1 and "max_guesses" in r.stdout, r.stdout + r.stderr
+    other = _agentrl("envs", "check", "agentrl/Sokoban-v0", "--config", str(cfg))
+    assert other.returncode != 0
+    assert "is not" in other.stderr and "env.id='agentrl/GuessNumber-v0'" in " ".join(other.stderr.split())
+
+
 def _long_path(tmp_path: Path) -> Path:
     """A missing path of about 300 characters whose names hold rich markup look-alikes."""
     return tmp_path / ("a" * 90) / ("b[bold]" * 12) / ("c" * 90) / "run[/y]"

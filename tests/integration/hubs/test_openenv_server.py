@@ -55,6 +55,17 @@ def test_the_env_checker_passes_on_a_real_server():
         wait_for(lambda: open_sessions(url) == 0, 10, "every session to close")
 
 
+def test_the_env_checker_passes_on_a_shared_server_it_started():
+    """A started server that takes concurrent sessions is shared and outlives its episodes by
+    idle_s; the checker's close check counts it released after OpenEnvEnv.release_shared (the
+    server is this process's child: a live one would be a leak)."""
+    server = {"command": guess_command(max_sessions=4), "idle_s": 600}
+    report = check_env(ENV_ID, env_kwargs={"server": server}, task_id="openenv/3",
+                       scripted_actions=["1", "2", "8", "3", "4"])
+    report.raise_if_failed()
+    assert "close" in report.checks_passed
+
+
 def test_a_server_that_refuses_concurrent_sessions_gets_one_server_per_episode():
     server = {"command": guess_command(max_sessions=1), "idle_s": 0}
     envs = [OpenEnvEnv(server=server), OpenEnvEnv(server=server)]

@@ -207,3 +207,61 @@ def test_the_demo_package_env_passes(monkeypatch):
         gymnasium.registry.pop("demo/Echo-v0", None)
         registry._loaded_entry_points.discard(("agentrl-demo-envs", "demo"))
     assert isinstance(report, CheckReport)
+
+
+class _SharedWorkerEnv(GoodEnv):
+    """Its instances share one thread of the process, started by the first reset and kept
+    after close (as a scoring worker or a shared server is)."""
+
+    shared: dict = {"thread": None, "stop": None}
+
+    def reset(self, *, seed=None, options=None):
+        if self.shared["thread"] is None:
+            stop = threading.Event()
+            self.shared["stop"] = stop
+            self.shared["thread"] = threading.Thread(target=stop.wait, name="shared-worker", daemon=True)
+            self.shared["thread"].start()
+        return super().reset(seed=seed, options=options)
+
+    @classmethod
+    def stop_shared(cls):
+        if cls.shared["thread"] is not None:
+            cls.shared["stop"].set()
+            cls.shared["thread"].join()
+            cls.shared["thread"] = None
+
+
+class _ReleasesShared(_SharedWorkerEnv):
+    shared = {"thread": None, "stop": None}
+    released = 0
+
+    @classmethod
+    def release_shared(cls):
+        cls.released += 1
+        cls.stop_shared()
+
+
+class _KeepsShared(_SharedWorkerEnv):
+    shared = {"thread": None, "stop": None}
+
+
+def test_what_instances_share_counts_as_released_after_release_shared_and_leaked_without_it():
+    for cls in (_ReleasesShared, _KeepsShared):
+        gymnasium.register(id=f"checkertest/{cls.__name__}-v0", entry_point=cls)
+    try:
+        report = check_env("checkertest/_ReleasesShared-v0")
+        assert report.ok, format_report(report)
+        assert _ReleasesShared.shared["thread"] is None and _ReleasesShared.released >= 1
+        kept = check_env("checkertest/_KeepsShared-v0")
+        assert [p.check for p in kept.problems] == ["close"], format_report(kept)
+        assert "1 thread(s) still running: shared-worker" in kept.problems[0].message
+    finally:
+        _KeepsShared.stop_shared()
+        for cls in (_ReleasesShared, _KeepsShared):
+            gymnasium.registry.pop(f"checkertest/{cls.__name__}-v0", None)
+
+
+def test_an_env_that_is_never_stepped_says_so():
+    report = check_env("checkertest/Good-v0", scripted_actions=[])
+    assert report.ok and report.steps == 0
+    assert any("never stepped" in n for n in report.notes), report.notes

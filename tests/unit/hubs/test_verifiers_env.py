@@ -78,6 +78,25 @@ def test_the_task_env_names_tasks_and_is_never_stepped(tmp_path):
         tasks.step("x")
 
 
+def test_envs_check_checks_the_task_env_made_as_the_agent_makes_it(tmp_path):
+    """``task_env_of`` (what ``agentrl envs check`` checks in the agent's place) gives the task
+    env the kwargs an instance gives it, and the task env lists tasks with them; the checker
+    passes on it without stepping it."""
+    from environments.checker import check_env, format_report
+
+    python = fake_python(tmp_path, "print(json.dumps({'ok': True, 'count': 2}))\n")
+    kwargs = {"python": python, "environment": "checked", "split": "test", "tool_parser": "hermes"}
+    task_env, task_kwargs = VerifiersEnv.task_env_of(kwargs)
+    assert (task_env, task_kwargs) == (TASK_ENV_ID, {"hub_kwargs": {"python": python, "environment": "checked"},
+                                                     "split": "test"})
+    inner = gymnasium.make(ENV_ID, disable_env_checker=True, **kwargs).unwrapped.inner.unwrapped
+    made = VerifiersTasks(**task_kwargs)
+    assert (inner.split, inner.verifiers_spec) == (made.split, made.verifiers_spec) == ("test", made.verifiers_spec)
+    assert VerifiersTasks.task_ids("test", env_kwargs=task_kwargs) == ["test/0", "test/1"]
+    report = check_env(task_env, env_kwargs=task_kwargs, split="test")
+    assert report.ok and report.task_id == "test/0" and report.steps == 0, format_report(report)
+
+
 def test_the_agent_runs_one_runner_on_the_episode_session_and_returns_its_reward(tmp_path):
     python = fake_python(tmp_path, f"print({json.dumps(json.dumps(OK))})\n")
     env = _env(python, sampling={"max_tokens": 8})
