@@ -17,10 +17,15 @@ alone (logged at debug level), however dead their owner pid looks there.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import signal
+import threading
+import time
 from pathlib import Path
+from typing import Iterator
 
 from agentrl.errors import ConfigError
 from sandboxes.docker.daemon import docker_daemon_answers
@@ -49,6 +54,67 @@ def labelled_processes(run_id: str | None = None) -> dict[int, SandboxLabel]:
         if label is not None and (run_id is None or label.run_id == run_id):
             out[int(entry)] = label
     return out
+
+
+REAPER_LOCK_WAIT_S = 60.0
+"""Seconds a reaper waits for another process's reaper (or an inspection) to finish before it
+goes on without the lock (logged)."""
+_LOCK = threading.RLock()
+_HELD = {"depth": 0, "fd": None}
+
+
+@contextlib.contextmanager
+def reaper_lock(root: Path | None = None, wait_s: float = REAPER_LOCK_WAIT_S) -> Iterator[bool]:
+    """Hold the reaper lock of the sandboxes under ``root`` (an ``flock`` on
+    ``<root>/.reaper.lock``; default root ``sandbox_root()``): the reapers of concurrent
+    processes (every process's first bubblewrap sandbox, a run's start, ``agentrl sandbox
+    gc``) take turns, and what a crash left can be looked at before any reaper removes it
+    (tests of the reaper do). Re-entrant within a process. Yields whether the lock was taken:
+    False when the lock file cannot be made, or after ``wait_s`` seconds of waiting (logged
+    as a WARNING; the caller goes on without it).
+    """
+    base = root if root is not None else sandbox_root()
+    with _LOCK:
+        if _HELD["depth"]:
+            _HELD["depth"] += 1
+            try:
+                yield True
+            finally:
+                _HELD["depth"] -= 1
+            return
+        fd = _take_lock(base, wait_s)
+        _HELD["depth"], _HELD["fd"] = 1, fd
+        try:
+            yield fd is not None
+        finally:
+            _HELD["depth"], _HELD["fd"] = 0, None
+            if fd is not None:
+                os.close(fd)  # releases the flock
+
+
+def _take_lock(base: Path, wait_s: float) -> int | None:
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(base / ".reaper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        logger.debug("no reaper lock under %s (%s): reaping without it", base, exc)
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                logger.warning("the reaper lock %s was held for %.0f s by another process; reaping without it",
+                               base / ".reaper.lock", wait_s)
+                return None
+            time.sleep(0.05)
+        except OSError as exc:
+            os.close(fd)
+            logger.debug("cannot lock %s (%s): reaping without it", base / ".reaper.lock", exc)
+            return None
 
 
 def reap_orphans(
@@ -86,7 +152,11 @@ def reap_orphans(
         validate_run_id(run_id)
     if include_live_owners and run_id is None:
         raise ConfigError("include_live_owners=True needs a run_id (it removes live sandboxes)")
+    with reaper_lock(root):
+        return _reap(run_id, include_live_owners, root, docker_host)
 
+
+def _reap(run_id: str | None, include_live_owners: bool, root: Path | None, docker_host: str | None) -> int:
     foreign: set[tuple[str, str, int | None]] = set()
     judge = OwnerJudge()
 

@@ -20,6 +20,7 @@ from agentrl.hubs.openenv import ENV_ID, OpenEnvEnv
 from agentrl.hubs.openenv_servers import stop_servers
 from environments.checker import check_env
 from sandboxes import reap_orphans
+from sandboxes.reaper import reaper_lock
 from tests.helpers.openenv_hub import guess_command, guess_server, open_sessions, pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -128,14 +129,15 @@ def test_no_session_or_server_is_left_after_a_sigkill_and_restart(tmp_path):
             assert open_sessions(url) == 1 and open_sessions(held["url"]) == 1
             assert reap_orphans(run_id) == 0 and pid_alive(held["pid"])  # its owner runs: not an orphan
         finally:
-            holder.send_signal(signal.SIGKILL)
-            holder.wait(30)
-        # the sockets died with their process: both servers closed the sessions
-        wait_for(lambda: open_sessions(url) == 0, 30, "the named server to close the dead process's session")
-        wait_for(lambda: open_sessions(held["url"]) == 0, 30, "the started server to close its session")
-        # the restart: what `agentrl train` runs first removes the orphaned server
-        assert pid_alive(held["pid"])
-        assert reap_orphans(run_id) >= 1
+            with reaper_lock():  # no other process's reaper takes the orphan before this test looks
+                holder.send_signal(signal.SIGKILL)
+                holder.wait(30)
+                # the sockets died with their process: both servers closed the sessions
+                wait_for(lambda: open_sessions(url) == 0, 30, "the named server to close the dead process's session")
+                wait_for(lambda: open_sessions(held["url"]) == 0, 30, "the started server to close its session")
+                # the restart: what `agentrl train` runs first removes the orphaned server
+                assert pid_alive(held["pid"])
+                assert reap_orphans(run_id) >= 1
         wait_for(lambda: not pid_alive(held["pid"]) or _zombie(held["pid"]), 10, "the orphaned server to die")
         # the named server, which serves one session at a time, takes a new one
         env = OpenEnvEnv(server=url, session_wait_s=5)

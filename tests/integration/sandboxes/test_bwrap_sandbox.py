@@ -25,6 +25,7 @@ from tests.helpers.sandbox_checks import cgroup_run_dirs, procs_with_label, wait
 from agentrl.errors import ConfigError, SandboxError
 from sandboxes import BwrapSandbox, SandboxSpec, make_sandbox, reap_orphans
 from sandboxes.labels import RUN_ID_ENV, process_start_ticks, sandbox_root
+from sandboxes.reaper import reaper_lock
 
 
 @pytest.fixture
@@ -182,8 +183,6 @@ def test_C10_reaper_kills_labelled_orphans_but_spares_live_owners(run_id):
     root = sandbox_root() / run_id
     dead_dir = root / "999999999-1-0123456789ab"  # pid above pid_max: never alive
     live_dir = root / f"{os.getpid()}-{_start_ticks()}-abcdef012345"
-    for d in (dead_dir, live_dir):
-        (d / "work").mkdir(parents=True)
 
     def labelled_sleep(seconds: str, owner_pid: int, owner_start: int) -> subprocess.Popen:
         env = {
@@ -192,22 +191,26 @@ def test_C10_reaper_kills_labelled_orphans_but_spares_live_owners(run_id):
         }
         return subprocess.Popen(["sleep", seconds], env=env, start_new_session=True)
 
-    orphan = labelled_sleep("987656", 999_999_999, 1)
-    live = labelled_sleep("987657", os.getpid(), _start_ticks())
-    try:
-        assert wait_until(lambda: len(procs_with_label(run_id)) == 2)
-        assert reap_orphans(run_id) == 1
-        assert orphan.wait(timeout=5) == -signal.SIGKILL
-        assert live.poll() is None and live_dir.exists() and not dead_dir.exists()
-        with pytest.raises(ConfigError, match="needs a run_id"):
-            reap_orphans(include_live_owners=True)
-        assert reap_orphans(run_id, include_live_owners=True) == 1
-        assert live.wait(timeout=5) == -signal.SIGKILL
-        assert not root.exists()
-    finally:
-        for p in (orphan, live):
-            if p.poll() is None:
-                p.kill()
+    # the orphans are so from their start: no other process's reaper may take them before the test looks
+    with reaper_lock():
+        for d in (dead_dir, live_dir):
+            (d / "work").mkdir(parents=True)
+        orphan = labelled_sleep("987656", 999_999_999, 1)
+        live = labelled_sleep("987657", os.getpid(), _start_ticks())
+        try:
+            assert wait_until(lambda: len(procs_with_label(run_id)) == 2)
+            assert reap_orphans(run_id) == 1
+            assert orphan.wait(timeout=5) == -signal.SIGKILL
+            assert live.poll() is None and live_dir.exists() and not dead_dir.exists()
+            with pytest.raises(ConfigError, match="needs a run_id"):
+                reap_orphans(include_live_owners=True)
+            assert reap_orphans(run_id, include_live_owners=True) == 1
+            assert live.wait(timeout=5) == -signal.SIGKILL
+            assert not root.exists()
+        finally:
+            for p in (orphan, live):
+                if p.poll() is None:
+                    p.kill()
                 p.wait()
 
 

@@ -32,6 +32,7 @@ from agentrl.types import ExecResult
 from sandboxes import Sandbox
 from sandboxes.labels import RUN_ID_ENV
 from sandboxes.output import truncation_marker
+from sandboxes.reaper import reaper_lock
 from tests.helpers.sandbox_checks import (
     containers_with_label,
     procs_with_cmdline,
@@ -246,15 +247,16 @@ def _start_owner(backend: str, run_id: str, sigterm: str = "-") -> tuple[subproc
 
 def test_C10_owner_killed_with_SIGKILL_leaves_what_agentrl_sandbox_gc_removes(backend, run_id):
     owner, made = _start_owner(backend, run_id)
-    owner.kill()
-    owner.wait()
-    if backend == "bwrap":
-        # bubblewrap dies with its parent, so the process tree is gone by itself ...
-        assert wait_until(lambda: procs_with_label(run_id) == [])
-        assert procs_with_cmdline("sleep 987655") == []
-        assert Path(made["workdir"]).exists()  # ... but the crash left the working directory
-    else:
-        assert containers_with_label(run_id) == [made["container"]]  # the crash left it
+    with reaper_lock():  # no other process's reaper (another test run's start) takes the orphan first
+        owner.kill()
+        owner.wait()
+        if backend == "bwrap":
+            # bubblewrap dies with its parent, so the process tree is gone by itself ...
+            assert wait_until(lambda: procs_with_label(run_id) == [])
+            assert procs_with_cmdline("sleep 987655") == []
+            assert Path(made["workdir"]).exists()  # ... but the crash left the working directory
+        else:
+            assert containers_with_label(run_id) == [made["container"]]  # the crash left it
     # The reaper removes it (here through the CLI, as after a crashed run).
     gc = subprocess.run(
         [sys.executable, "-m", "agentrl.cli", "sandbox", "gc", "--run-id", run_id],
