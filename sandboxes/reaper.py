@@ -59,8 +59,8 @@ def labelled_processes(run_id: str | None = None) -> dict[int, SandboxLabel]:
 REAPER_LOCK_WAIT_S = 60.0
 """Seconds a reaper waits for another process's reaper (or an inspection) to finish before it
 goes on without the lock (logged)."""
-_LOCK = threading.RLock()
-_HELD = {"depth": 0, "fd": None}
+_LOCK = threading.Lock()
+_HELD: dict = {"pid": None, "depth": 0, "fd": None, "taken": False}
 
 
 @contextlib.contextmanager
@@ -69,27 +69,30 @@ def reaper_lock(root: Path | None = None, wait_s: float = REAPER_LOCK_WAIT_S) ->
     ``<root>/.reaper.lock``; default root ``sandbox_root()``): the reapers of concurrent
     processes (every process's first bubblewrap sandbox, a run's start, ``agentrl sandbox
     gc``) take turns, and what a crash left can be looked at before any reaper removes it
-    (tests of the reaper do). Re-entrant within a process. Yields whether the lock was taken:
-    False when the lock file cannot be made, or after ``wait_s`` seconds of waiting (logged
-    as a WARNING; the caller goes on without it).
+    (tests of the reaper do). Held by the process: re-entrant, from any of its threads, and
+    released when the last holder lets go. Yields whether the lock is held: False when the
+    lock file cannot be made, or after ``wait_s`` seconds of waiting (logged as a WARNING;
+    the caller goes on without it).
     """
     base = root if root is not None else sandbox_root()
     with _LOCK:
-        if _HELD["depth"]:
-            _HELD["depth"] += 1
-            try:
-                yield True
-            finally:
-                _HELD["depth"] -= 1
-            return
-        fd = _take_lock(base, wait_s)
-        _HELD["depth"], _HELD["fd"] = 1, fd
-        try:
-            yield fd is not None
-        finally:
-            _HELD["depth"], _HELD["fd"] = 0, None
-            if fd is not None:
-                os.close(fd)  # releases the flock
+        if _HELD["pid"] != os.getpid():  # none yet, or a forked child: its parent's hold is not its own
+            if _HELD["fd"] is not None:
+                os.close(_HELD["fd"])  # the child's copy (the lock stays the parent's until it lets go)
+            _HELD.update(pid=os.getpid(), depth=0, fd=None, taken=False)
+        if _HELD["depth"] == 0:
+            fd = _take_lock(base, wait_s)  # the process's other threads wait here meanwhile
+            _HELD.update(fd=fd, taken=fd is not None)
+        _HELD["depth"] += 1
+        taken = _HELD["taken"]
+    try:
+        yield taken
+    finally:
+        with _LOCK:
+            _HELD["depth"] -= 1
+            if _HELD["depth"] == 0 and _HELD["fd"] is not None:
+                os.close(_HELD["fd"])  # releases the flock
+                _HELD["fd"] = None
 
 
 def _take_lock(base: Path, wait_s: float) -> int | None:

@@ -27,6 +27,7 @@ from tests.helpers.sandbox_checks import (
 
 from sandboxes import BwrapSandbox, SandboxSpec, reap_orphans
 from sandboxes.labels import namespaced_pids, sandbox_root
+from sandboxes.reaper import reaper_lock
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -94,24 +95,26 @@ def test_host_reaper_leaves_live_sandboxes_of_a_child_pid_namespace_alone(run_id
     namespace is gone, its leftovers are reaped from where that can be seen (root in the
     initial pid namespace), else left until ``include_live_owners`` (the run is over)."""
     inner = _in_new_pid_namespace(_INNER_OWNER, run_id, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    workdir = None
-    try:
-        workdir = Path(inner.stdout.readline().strip())
-        assert workdir.is_dir(), "the inner sandbox did not start"
-        assert wait_until(lambda: len(procs_with_label(run_id)) >= 2, timeout_s=10)  # bwrap and sleep
-        sleepers = procs_with_label(run_id)
-        assert reap_orphans(run_id) == 0
-        assert set(sleepers) <= set(procs_with_label(run_id))
-        assert inner.poll() is None and workdir.is_dir()
-    finally:
-        inner.kill()  # --kill-child: the namespace's pid 1 dies, and with it all in the namespace
-        inner.wait()
-    assert wait_until(lambda: procs_with_label(run_id) == [], timeout_s=10)
-    assert workdir is not None and workdir.is_dir()  # what the killed owner left
-    reap_orphans(run_id)
-    if namespaced_pids() is None:  # this process cannot look into lower namespaces: left alone
-        assert workdir.is_dir()
-        reap_orphans(run_id, include_live_owners=True)  # the run is over
+    workdir = Path(inner.stdout.readline().strip())  # its sandbox (whose making reaps first) is up
+    # the reaper lock: no other process's reaper takes what the killed owner leaves before this
+    # test looks at it
+    with reaper_lock():
+        try:
+            assert workdir.is_dir(), "the inner sandbox did not start"
+            assert wait_until(lambda: len(procs_with_label(run_id)) >= 2, timeout_s=10)  # bwrap and sleep
+            sleepers = procs_with_label(run_id)
+            assert reap_orphans(run_id) == 0
+            assert set(sleepers) <= set(procs_with_label(run_id))
+            assert inner.poll() is None and workdir.is_dir()
+        finally:
+            inner.kill()  # --kill-child: the namespace's pid 1 dies, and with it all in the namespace
+            inner.wait()
+        assert wait_until(lambda: procs_with_label(run_id) == [], timeout_s=10)
+        assert workdir is not None and workdir.is_dir()  # what the killed owner left
+        reap_orphans(run_id)
+        if namespaced_pids() is None:  # this process cannot look into lower namespaces: left alone
+            assert workdir.is_dir()
+            reap_orphans(run_id, include_live_owners=True)  # the run is over
     assert not (sandbox_root() / run_id).exists() and cgroup_run_dirs(run_id) == []
 
 
@@ -129,11 +132,12 @@ def test_orphan_of_a_killed_owner_in_the_same_pid_namespace_is_reaped(run_id):
     owner = subprocess.Popen([sys.executable, "-c", _DOOMED_OWNER, run_id], cwd=REPO, text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     workdir = Path(owner.stdout.readline().strip())
-    owner.stdin.write("\n")
-    owner.stdin.flush()
-    assert owner.wait(timeout=30) == -signal.SIGKILL
-    assert workdir.is_dir()  # SIGKILL: no finalizer ran
-    reap_orphans(run_id)
+    with reaper_lock():  # no other process's reaper takes the orphan before this test looks
+        owner.stdin.write("\n")
+        owner.stdin.flush()
+        assert owner.wait(timeout=30) == -signal.SIGKILL
+        assert workdir.is_dir()  # SIGKILL: no finalizer ran
+        reap_orphans(run_id)
     assert not workdir.exists() and not (sandbox_root() / run_id).exists()
     assert cgroup_run_dirs(run_id) == [] and procs_with_label(run_id) == []
 
