@@ -97,8 +97,12 @@ def reaper_lock(root: Path | None = None, wait_s: float = REAPER_LOCK_WAIT_S) ->
 
 def _take_lock(base: Path, wait_s: float) -> int | None:
     try:
-        base.mkdir(parents=True, exist_ok=True)
-        fd = os.open(base / ".reaper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        base.mkdir(mode=0o711, parents=True, exist_ok=True)  # as BwrapSandbox makes the sandbox root
+        st = base.lstat()
+        if base.is_symlink() or not base.is_dir() or st.st_uid != os.getuid():
+            logger.debug("no reaper lock: %s is not a directory owned by uid %d; reaping without it", base, os.getuid())
+            return None
+        fd = os.open(base / ".reaper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
         logger.debug("no reaper lock under %s (%s): reaping without it", base, exc)
         return None
