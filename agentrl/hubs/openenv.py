@@ -21,6 +21,12 @@ Episode
     stopped with its episode (or, shared, when idle and at exit) and is reaped by its run label
     after a crash (``sandboxes.reap_orphans``).
 
+MCP environments
+    With ``action_format="mcp"`` (or ``auto`` on openenv's ``CallToolAction`` schema) the
+    tools the server lists at ``reset`` are the episode's tools, each Hermes tool call of a
+    reply is one ``call_tool`` action, and the results are the next turn's tool messages
+    (``agentrl.hubs.openenv_mcp``; docs/hubs/openenv.md).
+
 Tasks
     ``openenv/<seed>``: ``train`` seeds 0..9999, ``test`` 1,000,000..1,000,499, ``all`` both
     (``environments.seeded.SeededTasks``). The seed is sent as the reset's ``seed_key``
@@ -53,13 +59,15 @@ import json
 import time
 from typing import Any, Hashable, Mapping, Sequence
 
-from agentrl.errors import ConfigError
+from agentrl.errors import ConfigError, ToolParseError
 from agentrl.hubs.openenv_actions import ACTION_FORMATS, ActionSchema, SchemaError, observation_text, parse_action
+from agentrl.hubs.openenv_mcp import LIST_TOOLS, call_tool_action, is_mcp_schema, mcp_tools, tool_result_text
 from agentrl.hubs.openenv_servers import ServerLease, ServerSpec, lease_server, stop_servers
 from agentrl.hubs.openenv_wire import CapacityError, OpenEnvError, Rejected, Session, read_schema, require_websockets
 from agentrl.types import StepInfo
 from environments.core import TextEnv, clip_text
 from environments.seeded import SeededTasks
+from environments.tools import HermesToolParser
 
 __all__ = ["ENV_ID", "TASKS", "OpenEnvEnv", "OpenEnvError", "INVALID_ACTIONS_COUNTER"]
 
@@ -76,7 +84,8 @@ class OpenEnvEnv(TextEnv):
     Args:
         sandbox: ignored (the env starts what it needs itself).
         server: the server (``ServerSpec.parse``): an address or a dict.
-        action_format: ``"auto"``, ``"json"`` or ``"text"`` (``agentrl.hubs.openenv_actions``).
+        action_format: ``"auto"``, ``"json"``, ``"text"`` (``agentrl.hubs.openenv_actions``) or
+            ``"mcp"`` (``agentrl.hubs.openenv_mcp``).
         observation_field: show this observation field alone (None: see the module docstring).
         anchor_fields: the observation fields that make GiGPO's anchor (None: all of them).
         system_prompt: the episode's system message; ``{action_schema}`` in it is replaced by
@@ -144,6 +153,9 @@ class OpenEnvEnv(TextEnv):
         self._schemas: dict[str, ActionSchema] = {}  # base_url -> its action schema
         self._schema: ActionSchema | None = None
         self._validator: Any = None
+        self._mcp = False  # the episode's server is an MCP environment: replies are tool calls
+        self._tools: list[dict[str, Any]] = []
+        self._parser: HermesToolParser | None = None
         self._lease: ServerLease | None = None
         self._session: Session | None = None
         self._invalid = 0
@@ -180,18 +192,23 @@ class OpenEnvEnv(TextEnv):
             base_url = self._lease.base_url
             self._schema = self._action_schema(base_url)
             self._validator = self._schema.validator()
+            self._mcp = self.action_format == "mcp" or (self.action_format == "auto" and is_mcp_schema(self._schema))
             self._session = self._open_session(base_url)
             data = {**self.reset_kwargs, self.seed_key: TASKS.seed_of(task_id)}
             result = self._session.reset(data)
             if result.done:
                 raise OpenEnvError(f"{base_url} ended the episode at reset (done: true)", base_url=base_url)
             text = self._text(result.observation)
+            if self._mcp:
+                self._list_tools(base_url)
+                if not result.observation:  # an MCP environment may show nothing until a tool is called
+                    text = "The environment is ready. " + self._how_to_reply()
         except BaseException:
             self._done = True
             self._end_episode()
             raise
         info = self._info(result.observation, result.metadata, invalid=False,
-                          system_prompt=self._system_prompt(), tools=())
+                          system_prompt=self._system_prompt(), tools=tuple(self._tools) if self._mcp else ())
         info["split"] = TASKS.split_of(task_id)
         return text, info
 
@@ -204,6 +221,8 @@ class OpenEnvEnv(TextEnv):
         """
         self._check_step(action)
         assert self._schema is not None and self._session is not None
+        if self._mcp:
+            return self._mcp_step(action)
         parsed = parse_action(action, self._schema, self.action_format, self._validator)
         if not parsed.valid:
             return self._invalid_step(parsed.error or "not an action")
@@ -257,6 +276,58 @@ class OpenEnvEnv(TextEnv):
             self._schemas = {base_url: schema}  # a server of its own per episode: keep the last only
         return self._schemas[base_url]
 
+    def _list_tools(self, base_url: str) -> None:
+        assert self._session is not None
+        listed = self._session.step(LIST_TOOLS)
+        if isinstance(listed, Rejected):
+            raise OpenEnvError(f"{base_url} refused list_tools ({listed.message}); an MCP environment answers it "
+                               "(else set action_format to json or text)", base_url=base_url)
+        self._tools = mcp_tools(listed.observation, base_url)
+        self._parser = HermesToolParser(self._tools)
+
+    def _mcp_step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The reply's tool calls, one ``call_tool`` action each, in order, until the server
+        says ``done``; their rewards summed. A reply without a tool call, or with one that does
+        not parse or fit its tool's input schema, is an invalid action."""
+        assert self._parser is not None and self._session is not None
+        try:
+            calls = self._parser.parse(action)
+        except ToolParseError as exc:
+            return self._invalid_step(f"a tool call could not be used ({exc})")
+        if not calls:
+            return self._invalid_step("it calls no tool")
+        outputs: list[str] = []
+        reward, done, last, meta = 0.0, False, None, {}
+        try:
+            for call in calls:
+                result = self._session.step(call_tool_action(call.name, call.arguments))
+                if isinstance(result, Rejected):
+                    outputs.append(f"error: the environment refused the call: {result.message}")
+                    continue
+                outputs.append(clip_text(tool_result_text(result.observation), self.max_observation_chars))
+                reward += 0.0 if result.reward is None else float(result.reward)
+                last, meta = result.observation, result.metadata
+                if result.done:
+                    done = True
+                    break
+        except BaseException:
+            self._done = True
+            self._end_episode()
+            raise
+        if len(calls) > 1:
+            outputs = [f"Result of tool call {i + 1} of {len(calls)} ({c.name}):\n{o}"
+                       for i, (c, o) in enumerate(zip(calls, outputs))]
+        if last is None:  # every call refused: nothing on the server changed
+            return self._invalid_step("; ".join(outputs))
+        # GiGPO's state after an MCP step: the calls made and what they showed (the tool messages)
+        shown = {"calls": [[c.name, c.arguments] for c in calls[:len(outputs)]], "outputs": outputs}
+        info = self._info(shown, meta, invalid=False, observation_role="tool", tool_outputs=tuple(outputs),
+                          tool_calls=len(outputs), anchor_fields=("calls", "outputs"))
+        if done:
+            self._done = True
+            self._end_episode()
+        return "\n\n".join(outputs), reward, done, False, info
+
     def _open_session(self, base_url: str) -> Session:
         deadline = time.monotonic() + self.session_wait_s
         while True:
@@ -278,14 +349,19 @@ class OpenEnvEnv(TextEnv):
                                f"(fields: {sorted(observation)})", base_url=self.base_url or "") from None
         return clip_text(text, self.max_observation_chars)
 
-    def _anchor(self, observation: Mapping[str, Any]) -> Hashable:
-        fields = self.anchor_fields
+    def _anchor(self, observation: Mapping[str, Any], fields: Sequence[str] | None = None) -> Hashable:
+        fields = fields if fields is not None else self.anchor_fields
         shown = {k: observation.get(k) for k in fields} if fields is not None else observation
         return (self._task_id, json.dumps(shown, sort_keys=True, ensure_ascii=False, default=str))
 
     def _how_to_reply(self) -> str:
         schema = self._schema
         assert schema is not None
+        if self._mcp:
+            names = ", ".join(t["function"]["name"] for t in self._tools)
+            return ("Act by calling the environment's tools (" + names + "), one or more per reply, each exactly "
+                    'like this: <tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>. Their results come '
+                    "back in the next message.")
         if schema.text_field is not None and self.action_format != "json":
             desc = schema.schema["properties"][schema.text_field].get("description")
             return (f"Your whole reply is sent to the environment as the action's {schema.text_field!r} field"
@@ -313,8 +389,8 @@ class OpenEnvEnv(TextEnv):
         return clip_text(text, self.max_observation_chars), self.invalid_action_reward, False, truncated, info
 
     def _info(self, observation: Mapping[str, Any], metadata: Mapping[str, Any], *, invalid: bool,
-              **step_info: Any) -> dict[str, Any]:
-        self._last_anchor = self._anchor(observation)
+              anchor_fields: Sequence[str] | None = None, **step_info: Any) -> dict[str, Any]:
+        self._last_anchor = self._anchor(observation, anchor_fields)
         return StepInfo(anchor=self._last_anchor, invalid_action=invalid, **step_info).to_info(
             task_id=self._task_id, metadata=dict(metadata), server=self.base_url)
 

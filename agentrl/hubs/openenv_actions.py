@@ -34,8 +34,10 @@ from agentrl.errors import ConfigError
 __all__ = ["ACTION_FORMATS", "ActionFormat", "ActionSchema", "ParsedAction", "parse_action", "observation_text",
            "SchemaError"]
 
-ActionFormat = Literal["auto", "json", "text"]
-ACTION_FORMATS: tuple[str, ...] = ("auto", "json", "text")
+ActionFormat = Literal["auto", "json", "text", "mcp"]
+ACTION_FORMATS: tuple[str, ...] = ("auto", "json", "text", "mcp")
+"""``mcp``: the reply's tool calls, for an MCP environment (``agentrl.hubs.openenv_mcp``), never
+parsed here."""
 OPTIONAL_FIELDS = ("metadata",)
 """Fields every OpenEnv action and observation has that the model never fills."""
 OBSERVATION_CONTROL_FIELDS = ("done", "reward", "metadata")
@@ -180,8 +182,9 @@ def parse_action(reply: str, schema: ActionSchema, action_format: str = "auto",
         ConfigError: an unknown ``action_format``, or ``"text"`` for a schema without one
             text field.
     """
-    if action_format not in ACTION_FORMATS:
-        raise ConfigError(f"action_format={action_format!r} is not one of {ACTION_FORMATS}")
+    if action_format not in ACTION_FORMATS or action_format == "mcp":
+        raise ConfigError(f"action_format={action_format!r} is not one of {ACTION_FORMATS[:3]} (mcp replies are "
+                          "tool calls: agentrl.hubs.openenv_mcp)")
     if action_format == "text" and schema.text_field is None:
         raise ConfigError(f"action_format='text' needs an action schema with one text field; this one has fields "
                           f"{list(schema.fields)}: use 'json' or 'auto'")

@@ -2,6 +2,8 @@
 ``scripts/hub_venvs.sh`` makes (openenv 0.10.0, apart from .venv), and the game of
 ``tests/helpers/openenv_guess_server.py`` served from it on a free port of 127.0.0.1.
 
+``tests/helpers/openenv_mcp_server.py``'s MCP environment (``mcp_server``).
+
 ``hub_python()`` is the venv's python; without the venv the tests skip, naming the script,
 or fail under ``AGENTRL_REQUIRE_HUB_VENVS=1`` (what scripts/test.sh sets after running it).
 """
@@ -24,6 +26,7 @@ import pytest
 OPENENV_VENV = "openenv-0.10.0"
 REQUIRE_VAR = "AGENTRL_REQUIRE_HUB_VENVS"
 GUESS_SERVER = str(Path(__file__).resolve().parent / "openenv_guess_server.py")
+MCP_SERVER = str(Path(__file__).resolve().parent / "openenv_mcp_server.py")
 
 
 def hub_venvs_root() -> Path:
@@ -88,16 +91,34 @@ def wait_for(check, timeout_s: float = 30.0, what: str = "condition") -> None:
 @contextmanager
 def guess_server(max_sessions: int = 1, action: str = "text") -> Iterator[tuple[str, subprocess.Popen]]:
     """Serve the guess game on a free port: ``(base_url, process)``, stopped after."""
+    with _serve(guess_command(max_sessions, action), "the guess server") as served:
+        yield served
+
+
+def mcp_command(max_sessions: int = 8) -> list[str]:
+    """The argv of the MCP vault server, with ``{port}`` for the adapter to fill."""
+    return [hub_python(), MCP_SERVER, "--port", "{port}", "--max-sessions", str(max_sessions)]
+
+
+@contextmanager
+def mcp_server(max_sessions: int = 8) -> Iterator[tuple[str, subprocess.Popen]]:
+    """Serve the MCP vault environment on a free port: ``(base_url, process)``, stopped after."""
+    with _serve(mcp_command(max_sessions), "the MCP vault server") as served:
+        yield served
+
+
+@contextmanager
+def _serve(command: list[str], what: str) -> Iterator[tuple[str, subprocess.Popen]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = [a.replace("{port}", str(port)) for a in guess_command(max_sessions, action)]
+    argv = [a.replace("{port}", str(port)) for a in command]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     base_url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
         if proc.poll() is not None:
-            raise AssertionError(f"the guess server exited: {proc.stderr.read().decode()[-2000:]}")
+            raise AssertionError(f"{what} exited: {proc.stderr.read().decode()[-2000:]}")
         try:
             with urllib.request.urlopen(base_url + "/health", timeout=1):
                 return True
@@ -105,7 +126,7 @@ def guess_server(max_sessions: int = 1, action: str = "text") -> Iterator[tuple[
             return False
 
     try:
-        wait_for(up, 90, "the guess server's /health")
+        wait_for(up, 90, f"{what}'s /health")
         yield base_url, proc
     finally:
         try:
