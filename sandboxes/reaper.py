@@ -17,21 +17,19 @@ alone (logged at debug level), however dead their owner pid looks there.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import signal
-import threading
-import time
 from pathlib import Path
-from typing import Iterator
 
 from agentrl.errors import ConfigError
 from sandboxes.docker.daemon import docker_daemon_answers
 from sandboxes.hostfs import force_rmtree
 from sandboxes.labels import OwnerJudge, SandboxLabel, pid_namespace, read_environ, sandbox_root, validate_run_id
 from sandboxes.limits import iter_cgroup_v1_sandboxes
+from sandboxes.reaper_lock import reaper_lock
+
+__all__ = ["labelled_processes", "reap_orphans", "reaper_lock"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,74 +52,6 @@ def labelled_processes(run_id: str | None = None) -> dict[int, SandboxLabel]:
         if label is not None and (run_id is None or label.run_id == run_id):
             out[int(entry)] = label
     return out
-
-
-REAPER_LOCK_WAIT_S = 60.0
-"""Seconds a reaper waits for another process's reaper (or an inspection) to finish before it
-goes on without the lock (logged)."""
-_LOCK = threading.Lock()
-_HELD: dict = {"pid": None, "depth": 0, "fd": None, "taken": False}
-
-
-@contextlib.contextmanager
-def reaper_lock(root: Path | None = None, wait_s: float = REAPER_LOCK_WAIT_S) -> Iterator[bool]:
-    """Hold the reaper lock of the sandboxes under ``root`` (an ``flock`` on
-    ``<root>/.reaper.lock``; default root ``sandbox_root()``): the reapers of concurrent
-    processes (every process's first bubblewrap sandbox, a run's start, ``agentrl sandbox
-    gc``) take turns, and what a crash left can be looked at before any reaper removes it
-    (tests of the reaper do). Held by the process: re-entrant, from any of its threads, and
-    released when the last holder lets go. Yields whether the lock is held: False when the
-    lock file cannot be made, or after ``wait_s`` seconds of waiting (logged as a WARNING;
-    the caller goes on without it).
-    """
-    base = root if root is not None else sandbox_root()
-    with _LOCK:
-        if _HELD["pid"] != os.getpid():  # none yet, or a forked child: its parent's hold is not its own
-            if _HELD["fd"] is not None:
-                os.close(_HELD["fd"])  # the child's copy (the lock stays the parent's until it lets go)
-            _HELD.update(pid=os.getpid(), depth=0, fd=None, taken=False)
-        if _HELD["depth"] == 0:
-            fd = _take_lock(base, wait_s)  # the process's other threads wait here meanwhile
-            _HELD.update(fd=fd, taken=fd is not None)
-        _HELD["depth"] += 1
-        taken = _HELD["taken"]
-    try:
-        yield taken
-    finally:
-        with _LOCK:
-            _HELD["depth"] -= 1
-            if _HELD["depth"] == 0 and _HELD["fd"] is not None:
-                os.close(_HELD["fd"])  # releases the flock
-                _HELD["fd"] = None
-
-
-def _take_lock(base: Path, wait_s: float) -> int | None:
-    try:
-        base.mkdir(mode=0o711, parents=True, exist_ok=True)  # as BwrapSandbox makes the sandbox root
-        st = base.lstat()
-        if base.is_symlink() or not base.is_dir() or st.st_uid != os.getuid():
-            logger.debug("no reaper lock: %s is not a directory owned by uid %d; reaping without it", base, os.getuid())
-            return None
-        fd = os.open(base / ".reaper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    except OSError as exc:
-        logger.debug("no reaper lock under %s (%s): reaping without it", base, exc)
-        return None
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                logger.warning("the reaper lock %s was held for %.0f s by another process; reaping without it",
-                               base / ".reaper.lock", wait_s)
-                return None
-            time.sleep(0.05)
-        except OSError as exc:
-            os.close(fd)
-            logger.debug("cannot lock %s (%s): reaping without it", base / ".reaper.lock", exc)
-            return None
 
 
 def reap_orphans(

@@ -81,14 +81,23 @@ else
   # other process does not reap it first. The rest's output follows the cluster tests' own.
   rest_log=$(mktemp /tmp/agentrl-test-rest.XXXXXX.log)
   cleanup+=("rm -f $rest_log")
-  "${PYTEST[@]}" tests --ignore=tests/integration/cluster >"$rest_log" 2>&1 &
+  # The rest runs in a session of its own (a Ctrl-C at the terminal reaches the cluster part
+  # only), and gets one SIGINT from the trap: both parts stop as pytest stops, with teardown.
+  setsid "${PYTEST[@]}" tests --ignore=tests/integration/cluster >"$rest_log" 2>&1 &
   rest_pid=$!
   cleanup+=("kill $rest_pid")
+  trap 'kill -INT "$rest_pid" 2>/dev/null' INT
   echo "== tests/integration/cluster (the rest of the suite runs beside it; its output follows) =="
   "${PYTEST[@]}" tests/integration/cluster
   rc_cluster=$?
-  wait "$rest_pid"
-  rc_rest=$?
+  while :; do
+    wait "$rest_pid"
+    rc_rest=$?
+    [ $rc_rest -le 128 ] && break             # it ended with a status
+    kill -0 "$rest_pid" 2>/dev/null || break  # it was killed by a signal (else: the trap ran; wait again)
+  done
+  trap - INT
+  unset 'cleanup[${#cleanup[@]}-1]'  # its kill: the pid is reaped now
   echo "== tests, less tests/integration/cluster =="
   cat "$rest_log"
   rc=0

@@ -172,6 +172,7 @@ def envs_check(
 
     try:
         spec = SandboxSpec(run_id="envs-check")
+        docker_host = None
         env_kwargs = None
         split = "train"
         modules = list(module or [])
@@ -183,7 +184,7 @@ def envs_check(
                 raise AgentRLError(f"env id {env_id!r} is not {config}'s env.id={cfg.env.id!r}; name one of them")
             env_id, env_kwargs, split = cfg.env.id, dict(cfg.env.kwargs), cfg.env.split
             modules = list(cfg.env.import_modules) + modules
-            backend = backend or cfg.sandbox.backend
+            backend, docker_host = backend or cfg.sandbox.backend, cfg.sandbox.docker_host
             spec = SandboxSpec(memory_mb=cfg.sandbox.memory_mb, cpus=cfg.sandbox.cpus, pids_limit=cfg.sandbox.pids_limit,
                                default_timeout_s=cfg.sandbox.timeout_s,
                                output_limit_bytes=cfg.sandbox.output_limit_bytes, run_id="envs-check")
@@ -202,7 +203,7 @@ def envs_check(
             cls = environments.env_class(env_id)
         # An env class with uses_sandbox = False is made without one, as a run makes it.
         needs_sandbox = bool(getattr(cls, "uses_sandbox", True))
-        factory = (lambda: make_sandbox(backend, spec)) if needs_sandbox else None
+        factory = (lambda: make_sandbox(backend, spec, docker_host=docker_host)) if needs_sandbox else None
         report = check_env(env_id, sandbox_factory=factory, env_kwargs=env_kwargs, split=split)
     except AgentRLError as exc:
         fail(exc, debug)

@@ -61,7 +61,14 @@ from typing import Any, Hashable, Mapping, Sequence
 
 from agentrl.errors import ConfigError, ToolParseError
 from agentrl.hubs.openenv_actions import ACTION_FORMATS, ActionSchema, SchemaError, observation_text, parse_action
-from agentrl.hubs.openenv_mcp import LIST_TOOLS, call_tool_action, is_mcp_schema, mcp_tools, tool_result_text
+from agentrl.hubs.openenv_mcp import (
+    LIST_TOOLS,
+    call_tool_action,
+    is_mcp_schema,
+    mcp_tools,
+    tool_result_text,
+    transport_fault,
+)
 from agentrl.hubs.openenv_servers import ServerLease, ServerSpec, lease_server, stop_servers
 from agentrl.hubs.openenv_wire import CapacityError, OpenEnvError, Rejected, Session, read_schema, require_websockets
 from agentrl.types import StepInfo
@@ -294,6 +301,12 @@ class OpenEnvEnv(TextEnv):
             calls = self._parser.parse(action)
         except ToolParseError as exc:
             return self._invalid_step(f"a tool call could not be used ({exc})")
+        except Exception as exc:  # a tool's input schema that cannot check arguments: the server's
+            url = self.base_url or ""
+            self._done = True
+            self._end_episode()
+            raise OpenEnvError(f"checking a tool call against the tools of {url} failed: {type(exc).__name__}: {exc}",
+                               base_url=url) from exc
         if not calls:
             return self._invalid_step("it calls no tool")
         outputs: list[str] = []
@@ -304,6 +317,10 @@ class OpenEnvEnv(TextEnv):
                 if isinstance(result, Rejected):
                     outputs.append(f"error: the environment refused the call: {result.message}")
                     continue
+                fault = transport_fault(result.observation)
+                if fault is not None:
+                    raise OpenEnvError(f"{self.base_url} could not run tool {call.name!r}: {fault}",
+                                       base_url=self.base_url or "")
                 outputs.append(clip_text(tool_result_text(result.observation), self.max_observation_chars))
                 reward += 0.0 if result.reward is None else float(result.reward)
                 last, meta = result.observation, result.metadata

@@ -29,7 +29,8 @@ from agentrl.hubs.openenv_actions import ActionSchema
 from agentrl.hubs.openenv_wire import OpenEnvError
 from environments.tools import HermesToolParser
 
-__all__ = ["LIST_TOOLS", "call_tool_action", "is_mcp_schema", "mcp_tools", "tool_result_text"]
+__all__ = ["INFRA_TOOL_ERRORS", "LIST_TOOLS", "call_tool_action", "is_mcp_schema", "mcp_tools", "tool_result_text",
+           "transport_fault"]
 
 LIST_TOOLS: dict[str, str] = {"type": "list_tools"}
 """The action that asks an MCP environment for its tools."""
@@ -71,6 +72,12 @@ def mcp_tools(observation: Mapping[str, Any], base_url: str) -> list[dict[str, A
                                "JSON schema of type object", base_url=base_url)
         out.append({"type": "function", "function": {"name": name, "description": str(tool.get("description") or ""),
                                                       "parameters": params}})
+    for tool in out:
+        fn = tool["function"]
+        bad = _unresolvable_ref(fn["parameters"])
+        if bad is not None:
+            raise OpenEnvError(f"{base_url} listed tool {fn['name']!r} whose input_schema has $ref {bad!r}, which "
+                               "does not resolve within the schema", base_url=base_url)
     try:
         HermesToolParser(out)  # every input schema must be a valid JSON schema
     except ConfigError as exc:
@@ -79,9 +86,56 @@ def mcp_tools(observation: Mapping[str, Any], base_url: str) -> list[dict[str, A
     return out
 
 
+def _unresolvable_ref(schema: Mapping[str, Any]) -> str | None:
+    """The first ``$ref`` of ``schema`` that is not a JSON pointer into ``schema`` itself that
+    resolves (nothing is fetched), or None."""
+    def points(ref: str) -> bool:
+        if ref == "#":
+            return True
+        if not ref.startswith("#/"):
+            return False
+        node: Any = schema
+        for part in ref[2:].split("/"):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return False
+        return True
+
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if ref is not None and not (isinstance(ref, str) and points(ref)):
+                return str(ref)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
 def call_tool_action(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The ``call_tool`` action of one parsed tool call."""
     return {"type": "call_tool", "tool_name": name, "arguments": dict(arguments)}
+
+
+INFRA_TOOL_ERRORS = ("transport_error",)
+"""openenv's framework error types that are the server's fault (its MCP transport failed), never
+the tool's answer. The others (``execution_error``: the tool raised; ``timeout``; ``invalid_args``;
+``tool_not_found``) are shown to the model, as a sandbox shows a failed or timed-out command."""
+
+
+def transport_fault(observation: Mapping[str, Any]) -> str | None:
+    """The message of a ``call_tool`` observation's framework error whose type is in
+    ``INFRA_TOOL_ERRORS``, else None."""
+    error = observation.get("error")
+    if isinstance(error, dict) and error.get("error_type") in INFRA_TOOL_ERRORS:
+        return f"{error.get('error_type')}: {error.get('message', '')}"
+    return None
 
 
 def tool_result_text(observation: Mapping[str, Any]) -> str:

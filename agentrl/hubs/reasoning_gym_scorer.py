@@ -78,25 +78,24 @@ _PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
 
 # --------------------------------------------------------------------------- the client side
 
-_LAUNCHER: dict[str, Any] = {"thread": None, "jobs": None, "procs": []}
+_LAUNCHER: dict[str, Any] = {"thread": None, "jobs": None, "procs": [], "pending": 0}
 
 
 def _launch(argv: list[str], **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen(argv, **kwargs)`` run by one launcher thread, which lives while a
-    process it started does: the parent whose death kills the worker (``--die-with-parent``,
-    ``PR_SET_PDEATHSIG``) is the *thread* that started it, and rollout threads come and go."""
+    process it started does or a launch is in flight: the parent whose death kills the worker
+    (``--die-with-parent``, ``PR_SET_PDEATHSIG``) is the *thread* that started it, and rollout
+    threads come and go."""
     job: concurrent.futures.Future = concurrent.futures.Future()
     with _BWRAP_LOCK:
         if _LAUNCHER["thread"] is None or not _LAUNCHER["thread"].is_alive():  # none yet, or a forked process
-            _LAUNCHER["jobs"], _LAUNCHER["procs"] = queue.Queue(), []
+            _LAUNCHER.update(jobs=queue.Queue(), procs=[], pending=0)
             _LAUNCHER["thread"] = threading.Thread(target=_launcher, args=(_LAUNCHER["jobs"],),
                                                    name="rg-scorer-launcher", daemon=True)
             _LAUNCHER["thread"].start()
+        _LAUNCHER["pending"] += 1
         _LAUNCHER["jobs"].put((argv, kwargs, job))
-    proc = job.result()
-    with _BWRAP_LOCK:
-        _LAUNCHER["procs"].append(proc)
-    return proc
+    return job.result()
 
 
 def _launcher(jobs: queue.Queue) -> None:
@@ -106,20 +105,27 @@ def _launcher(jobs: queue.Queue) -> None:
             return
         argv, kwargs, job = item
         try:
-            job.set_result(subprocess.Popen(argv, **kwargs))
+            proc = subprocess.Popen(argv, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            with _BWRAP_LOCK:
+                _LAUNCHER["pending"] -= 1
             job.set_exception(exc)
+            continue
+        with _BWRAP_LOCK:  # recorded before the launch counts as done: a stop sees it either way
+            _LAUNCHER["procs"].append(proc)
+            _LAUNCHER["pending"] -= 1
+        job.set_result(proc)
 
 
 def _stop_launcher_if_idle() -> None:
-    """End the launcher thread when every process it started has ended (the next ``_launch``
-    starts one again)."""
+    """End the launcher thread when no launch is in flight and every process it started has
+    ended (the next ``_launch`` starts one again)."""
     with _BWRAP_LOCK:
         thread = _LAUNCHER["thread"]
-        if thread is None or any(p.poll() is None for p in _LAUNCHER["procs"]):
+        if thread is None or _LAUNCHER["pending"] or any(p.poll() is None for p in _LAUNCHER["procs"]):
             return
         _LAUNCHER["jobs"].put(None)
-        _LAUNCHER["thread"], _LAUNCHER["jobs"], _LAUNCHER["procs"] = None, None, []
+        _LAUNCHER.update(thread=None, jobs=None, procs=[], pending=0)
     thread.join(timeout=_KILL_WAIT_S)
 
 

@@ -73,6 +73,7 @@ from sandboxes.front import HOSTNAME, TIMEOUT_EXIT_CODE, SandboxFront
 from sandboxes.hostfs import workdir_components
 from sandboxes.labels import process_start_ticks
 from sandboxes.output import BoundedOutput
+from sandboxes.reaper_lock import reaper_lock
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,12 @@ def _finalize(owner_pid: int, client: docker.DockerClient, container_id: str) ->
     forked child, whose copy of the finalizer is not the owner's."""
     if os.getpid() == owner_pid:
         remove_container(client, container_id)
+
+
+def _reap_containers_locked(**kwargs: object) -> int:
+    """``reap_containers(**kwargs)`` under the reaper lock (``sandboxes.reaper_lock``)."""
+    with reaper_lock():
+        return reap_containers(**kwargs)
 
 
 class DockerSandbox:
@@ -137,7 +144,7 @@ class DockerSandbox:
         if spec.ro_mounts and self._remote:
             raise ConfigError(f"ro_mounts={spec.ro_mounts!r} bind paths of this machine, but the Docker daemon "
                               f"{self._client.api.base_url!r} is remote; run it on this machine's daemon")
-        reap_containers_once(reap_containers, client=self._client)
+        reap_containers_once(_reap_containers_locked, client=self._client)
         t0 = time.monotonic()
         labels = container_labels(self.label)
         tmpfs_mb = max(16, spec.memory_mb)

@@ -9,7 +9,7 @@ import pytest
 
 from agentrl.errors import InfraError
 from agentrl.hubs.openenv_actions import ActionSchema
-from agentrl.hubs.openenv_mcp import call_tool_action, is_mcp_schema, mcp_tools, tool_result_text
+from agentrl.hubs.openenv_mcp import call_tool_action, is_mcp_schema, mcp_tools, tool_result_text, transport_fault
 from agentrl.hubs.openenv_wire import OpenEnvError
 
 CALL_TOOL_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["tool_name"],
@@ -47,6 +47,10 @@ def test_listed_tools_become_tool_schemas_in_order():
     ({"tools": [{"name": "a", "input_schema": {"type": "array"}}]}, "JSON schema of type object"),
     ({"tools": [{"name": "a", "input_schema": {"type": "object", "properties": {"x": {"type": 5}}}}]},
      "cannot check calls against"),
+    ({"tools": [{"name": "a", "input_schema": {"type": "object", "properties": {"d": {"$ref": "#/$defs/Gone"}}}}]},
+     r"\$ref '#/\$defs/Gone', which does not resolve"),
+    ({"tools": [{"name": "a", "input_schema": {"type": "object", "properties": {"d": {"$ref": "https://x/s.json"}}}}]},
+     "does not resolve within the schema"),
 ])
 def test_a_tool_list_off_the_protocol_is_the_servers_fault(listed, says):
     with pytest.raises(OpenEnvError, match=says) as info:
@@ -70,3 +74,24 @@ def test_a_tool_list_off_the_protocol_is_the_servers_fault(listed, says):
 ])
 def test_a_call_tool_observation_becomes_one_tool_message(observation, text):
     assert tool_result_text(observation) == text
+
+
+def test_refs_into_the_schema_itself_are_kept_and_checked():
+    from agentrl.errors import ToolParseError
+    from environments.tools import HermesToolParser
+
+    listed = {"tools": [{"name": "move", "input_schema": {
+        "type": "object", "$defs": {"Dir": {"type": "string", "enum": ["n", "s"]}},
+        "properties": {"d": {"$ref": "#/$defs/Dir"}}, "required": ["d"]}}]}
+    parser = HermesToolParser(mcp_tools(listed, "http://h:1"))
+    assert parser.parse('<tool_call>{"name": "move", "arguments": {"d": "n"}}</tool_call>')[0].arguments == {"d": "n"}
+    with pytest.raises(ToolParseError):
+        parser.parse('<tool_call>{"name": "move", "arguments": {"d": "x"}}</tool_call>')
+
+
+def test_only_a_transport_error_is_the_servers_fault():
+    assert transport_fault({"error": {"error_type": "transport_error", "message": "MCP down"}}) == \
+        "transport_error: MCP down"
+    for kind in ("execution_error", "timeout", "invalid_args", "tool_not_found"):
+        assert transport_fault({"error": {"error_type": kind, "message": "m"}}) is None
+    assert transport_fault({"result": "fine", "error": None}) is None

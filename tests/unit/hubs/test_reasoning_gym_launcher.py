@@ -1,0 +1,46 @@
+"""The scorer's launcher thread (``agentrl.hubs.reasoning_gym_scorer._launch``): the processes it
+starts die with it (``PR_SET_PDEATHSIG``), so a stop (``release_shared``, the checker) must
+never end it while a launch is in flight or a process of it runs."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import subprocess
+import threading
+import time
+
+from agentrl.hubs import reasoning_gym_scorer as rs
+
+
+def _die_with_parent_thread() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, as the worker's launch does
+
+
+def test_a_stop_during_a_launch_leaves_the_launcher_and_the_new_process_alone(monkeypatch):
+    real_popen = subprocess.Popen
+
+    class SlowPopen(real_popen):  # the launcher is inside Popen when the stop comes
+        def __init__(self, *args, **kwargs):
+            time.sleep(0.3)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(rs.subprocess, "Popen", SlowPopen)
+    out: dict = {}
+    launching = threading.Thread(target=lambda: out.setdefault("proc", rs._launch(
+        ["sleep", "30"], preexec_fn=_die_with_parent_thread)))
+    launching.start()
+    time.sleep(0.1)
+    rs._stop_launcher_if_idle()  # a launch is in flight: nothing stops
+    launching.join()
+    proc = out["proc"]
+    try:
+        rs._stop_launcher_if_idle()  # its process runs: nothing stops
+        time.sleep(0.5)
+        assert proc.poll() is None and rs._LAUNCHER["thread"] is not None and rs._LAUNCHER["thread"].is_alive()
+    finally:
+        proc.kill()
+        proc.wait()
+    thread = rs._LAUNCHER["thread"]
+    rs._stop_launcher_if_idle()  # idle now: the thread ends
+    assert rs._LAUNCHER["thread"] is None and not thread.is_alive()
