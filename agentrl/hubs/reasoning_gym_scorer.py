@@ -245,7 +245,7 @@ class ScorerWorker:
             raise RewardError(f"cannot score {what}: sandbox=True, but bubblewrap does not work here")
         boot = (f"import sys; sys.path.insert(0, {_ROOT!r}); import importlib.util as u; "
                 f"s = u.spec_from_file_location('_rg_scorer_worker', {__file__!r}); m = u.module_from_spec(s); "
-                f"s.loader.exec_module(m); m.serve({self._prelude!r})")
+                f"s.loader.exec_module(m); m.serve({self._prelude!r}, parent_pid={os.getpid()})")
         argv = [*(prefix or []), sys.executable, "-I", "-c", boot]
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -396,12 +396,20 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def serve(prelude: str = "") -> None:
+def serve(prelude: str = "", parent_pid: int | None = None) -> None:
     """The worker's loop (run as ``python -I -c``, see ``ScorerWorker``): read requests on
     stdin, reply on stdout, until stdin ends. One scoring child is kept forked ahead (a spare
-    that holds every dataset made so far), so an answer does not wait for a fork."""
+    that holds every dataset made so far), so an answer does not wait for a fork.
+
+    ``parent_pid``: the process that launched it. The death signal is armed here, after the
+    interpreter started: a worker whose parent is already gone by then (its parent is no
+    longer ``parent_pid``) exits at once instead of living on orphaned. Under bubblewrap the
+    parent is outside the worker's pid namespace (``getppid()`` is 0) and ``--die-with-parent``
+    covers it."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(_PR_SET_DUMPABLE, 0)
+    if parent_pid is not None and os.getppid() not in (0, parent_pid):
+        os._exit(1)  # the launcher died before the death signal was armed: nobody reads our replies
     requests, replies = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)

@@ -25,6 +25,7 @@ def test_a_stop_during_a_launch_leaves_the_launcher_and_the_new_process_alone(mo
             time.sleep(0.3)
             super().__init__(*args, **kwargs)
 
+    rs.stop_shared_worker()  # the workers of earlier tests: this one starts with none
     monkeypatch.setattr(rs.subprocess, "Popen", SlowPopen)
     out: dict = {}
     launching = threading.Thread(target=lambda: out.setdefault("proc", rs._launch(
