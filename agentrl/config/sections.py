@@ -66,7 +66,7 @@ class RolloutConfig(Section):
     top_k: int = Field(-1, description="Top-k sampling (-1 = off). The trainer refuses top_k > 0.")
     kv_cache_gb: float = Field(1.0, gt=0.0, description="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), GiB.")
     max_num_seqs: int = Field(64, ge=1, description="vLLM's concurrent sequence cap.")
-    env_workers: int = Field(8, ge=1, description="Threads running environment steps (sandbox execs) while the engine keeps generating.")
+    env_workers: int = Field(8, ge=1, description="Threads running environment steps and closes (sandbox execs) while the engine keeps generating; as many more run resets, so a reset that waits for what running episodes hold (a server's sessions) never holds up their steps.")
     env_timeout_s: float | None = Field(
         600.0, gt=0.0, le=86_400.0,
         description="Seconds one environment call may run (a reset, with making the env and its sandbox, or a step, "

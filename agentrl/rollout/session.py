@@ -116,7 +116,7 @@ class RolloutSession:
         self._restart_pending: set[str] = set()  # episode ids restarted once their env call returns
         self._load: WeightLoad | None = None
         self._all: list[ActiveEpisode] = []  # every state of this session (run's error path closes them all)
-        self._pool = ThreadPoolExecutor(max_workers=worker.env_workers, thread_name_prefix="agentrl-env")
+        self._pools = self._new_pools()
         self._done_early: list[ActiveEpisode] = []  # turns a load ended (their budget was used up), returned by step_once
         self.restarted_episodes = 0
         self.timed_out_env_calls = 0
@@ -126,9 +126,22 @@ class RolloutSession:
         self._group_done: dict[str, list[ActiveEpisode]] = {}
         self._judge_sent: dict[Future, float] = {}  # a judge future -> time.time() its episode(s) went to the judge
 
+    def _new_pools(self) -> dict[str, ThreadPoolExecutor]:
+        """Two thread pools of ``env_workers`` threads each: one runs resets, the other steps
+        and closes. A reset may wait for what running episodes hold (a server's session slots,
+        a sandbox pool): in one pool such waiting resets could take every thread while the
+        steps that would end those episodes, and free what they hold, queue behind them."""
+        n = self.worker.env_workers
+        return {"reset": ThreadPoolExecutor(max_workers=n, thread_name_prefix="agentrl-env-reset"),
+                "step": ThreadPoolExecutor(max_workers=n, thread_name_prefix="agentrl-env")}
+
+    def _pool_for(self, kind: str) -> ThreadPoolExecutor:
+        return self._pools["reset" if kind == "reset" else "step"]
+
     def _submit(self, kind: str, st: Any, fn: Callable[[], Any]) -> None:
         """Run ``fn`` (an env call of episode ``st``: ``reset``, ``step`` or ``close``) in the
-        pool; the time it starts running is kept on ``st`` for ``env_timeout_s``."""
+        pool of its kind (``_new_pools``); the time it starts running is kept on ``st`` for
+        ``env_timeout_s``."""
         def timed() -> Any:
             st.env_call_started = time.monotonic()
             try:
@@ -136,7 +149,7 @@ class RolloutSession:
             finally:
                 st.env_call_started = None
 
-        fut = self._pool.submit(timed)
+        fut = self._pool_for(kind).submit(timed)
         self._futures[fut] = (kind, st)
         self._calls[fut] = timed
 
@@ -178,15 +191,15 @@ class RolloutSession:
             st.previous.abandoned = True
 
     def _swap_pool(self) -> None:
-        """A fresh pool for every call not yet started: the old pool's threads may all be
+        """Fresh pools for every call not yet started: the old pools' threads may all be
         stuck, and what is queued behind them would never start (nor time out)."""
-        old, self._pool = self._pool, ThreadPoolExecutor(max_workers=self.worker.env_workers,
-                                                          thread_name_prefix="agentrl-env")
-        old.shutdown(wait=False, cancel_futures=True)
+        old, self._pools = self._pools, self._new_pools()
+        for pool in old.values():
+            pool.shutdown(wait=False, cancel_futures=True)
         for fut in [f for f in self._futures if f.cancelled()]:
             kind, st = self._futures.pop(fut)
             fn = self._calls.pop(fut)
-            new = self._pool.submit(fn)
+            new = self._pool_for(kind).submit(fn)
             self._futures[new] = (kind, st)
             self._calls[new] = fn
 
@@ -492,5 +505,6 @@ class RolloutSession:
         self._calls.clear()
 
     def shutdown(self) -> None:
-        """Stop the env thread pool (waits for running env calls)."""
-        self._pool.shutdown(wait=True)
+        """Stop the env thread pools (waits for running env calls)."""
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
