@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import base64
-import concurrent.futures
 import contextlib
 import ctypes
 import fcntl
@@ -41,7 +40,6 @@ import json
 import logging
 import os
 import pickle
-import queue
 import resource
 import select
 import signal
@@ -55,6 +53,7 @@ from typing import Any
 
 from agentrl.errors import RewardError, SandboxError
 from sandboxes.bwrap_process import LAUNCH_PATH, find_bwrap
+from sandboxes.launcher import launch, stop_launcher_if_idle
 
 __all__ = ["DEFAULT_SCORE_TIMEOUT_S", "ScorerWorker", "shared_worker", "stop_shared_worker", "serve"]
 
@@ -77,57 +76,6 @@ _PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")
 
 
 # --------------------------------------------------------------------------- the client side
-
-_LAUNCHER: dict[str, Any] = {"thread": None, "jobs": None, "procs": [], "pending": 0}
-
-
-def _launch(argv: list[str], **kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen(argv, **kwargs)`` run by one launcher thread, which lives while a
-    process it started does or a launch is in flight: the parent whose death kills the worker
-    (``--die-with-parent``, ``PR_SET_PDEATHSIG``) is the *thread* that started it, and rollout
-    threads come and go."""
-    job: concurrent.futures.Future = concurrent.futures.Future()
-    with _BWRAP_LOCK:
-        if _LAUNCHER["thread"] is None or not _LAUNCHER["thread"].is_alive():  # none yet, or a forked process
-            _LAUNCHER.update(jobs=queue.Queue(), procs=[], pending=0)
-            _LAUNCHER["thread"] = threading.Thread(target=_launcher, args=(_LAUNCHER["jobs"],),
-                                                   name="rg-scorer-launcher", daemon=True)
-            _LAUNCHER["thread"].start()
-        _LAUNCHER["pending"] += 1
-        _LAUNCHER["jobs"].put((argv, kwargs, job))
-    return job.result()
-
-
-def _launcher(jobs: queue.Queue) -> None:
-    while True:
-        item = jobs.get()
-        if item is None:
-            return
-        argv, kwargs, job = item
-        try:
-            proc = subprocess.Popen(argv, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            with _BWRAP_LOCK:
-                _LAUNCHER["pending"] -= 1
-            job.set_exception(exc)
-            continue
-        with _BWRAP_LOCK:  # recorded before the launch counts as done: a stop sees it either way
-            _LAUNCHER["procs"].append(proc)
-            _LAUNCHER["pending"] -= 1
-        job.set_result(proc)
-
-
-def _stop_launcher_if_idle() -> None:
-    """End the launcher thread when no launch is in flight and every process it started has
-    ended (the next ``_launch`` starts one again)."""
-    with _BWRAP_LOCK:
-        thread = _LAUNCHER["thread"]
-        if thread is None or _LAUNCHER["pending"] or any(p.poll() is None for p in _LAUNCHER["procs"]):
-            return
-        _LAUNCHER["jobs"].put(None)
-        _LAUNCHER.update(thread=None, jobs=None, procs=[], pending=0)
-    thread.join(timeout=_KILL_WAIT_S)
-
 
 _BWRAP_LOCK = threading.Lock()
 _BWRAP: dict[str, list[str] | None] = {}
@@ -249,7 +197,7 @@ class ScorerWorker:
         argv = [*(prefix or []), sys.executable, "-I", "-c", boot]
         self._stderr = tempfile.TemporaryFile()
         try:
-            self._proc = _launch(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            self._proc = launch(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                  cwd="/", start_new_session=True, env={"PATH": LAUNCH_PATH, "HOME": "/tmp"})
         except OSError as exc:
             raise RewardError(f"cannot score {what}: the scoring worker did not start ({argv[0]}: {exc})") from exc
@@ -383,7 +331,7 @@ def stop_shared_worker() -> None:
         _SHARED["worker"] = None
     if worker is not None:
         worker.close()
-    _stop_launcher_if_idle()
+    stop_launcher_if_idle()
 
 
 atexit.register(stop_shared_worker)

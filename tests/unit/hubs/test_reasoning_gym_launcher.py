@@ -1,6 +1,6 @@
-"""The scorer's launcher thread (``agentrl.hubs.reasoning_gym_scorer._launch``): the processes it
-starts die with it (``PR_SET_PDEATHSIG``), so a stop (``release_shared``, the checker) must
-never end it while a launch is in flight or a process of it runs."""
+"""The launcher thread of the scorer's workers (``sandboxes.launcher``): the processes it starts
+die with it (``PR_SET_PDEATHSIG``), so a stop (``release_shared``, the checker) must never end
+it while a launch is in flight or a process of it runs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 import time
 
 from agentrl.hubs import reasoning_gym_scorer as rs
+from sandboxes import launcher
 
 
 def _die_with_parent_thread() -> None:
@@ -26,22 +27,22 @@ def test_a_stop_during_a_launch_leaves_the_launcher_and_the_new_process_alone(mo
             super().__init__(*args, **kwargs)
 
     rs.stop_shared_worker()  # the workers of earlier tests: this one starts with none
-    monkeypatch.setattr(rs.subprocess, "Popen", SlowPopen)
+    monkeypatch.setattr(launcher.subprocess, "Popen", SlowPopen)
     out: dict = {}
-    launching = threading.Thread(target=lambda: out.setdefault("proc", rs._launch(
+    launching = threading.Thread(target=lambda: out.setdefault("proc", launcher.launch(
         ["sleep", "30"], preexec_fn=_die_with_parent_thread)))
     launching.start()
     time.sleep(0.1)
-    rs._stop_launcher_if_idle()  # a launch is in flight: nothing stops
+    launcher.stop_launcher_if_idle()  # a launch is in flight: nothing stops
     launching.join()
     proc = out["proc"]
     try:
-        rs._stop_launcher_if_idle()  # its process runs: nothing stops
+        launcher.stop_launcher_if_idle()  # its process runs: nothing stops
         time.sleep(0.5)
-        assert proc.poll() is None and rs._LAUNCHER["thread"] is not None and rs._LAUNCHER["thread"].is_alive()
+        assert proc.poll() is None and launcher.launcher_thread() is not None and launcher.launcher_thread().is_alive()
     finally:
         proc.kill()
         proc.wait()
-    thread = rs._LAUNCHER["thread"]
-    rs._stop_launcher_if_idle()  # idle now: the thread ends
-    assert rs._LAUNCHER["thread"] is None and not thread.is_alive()
+    thread = launcher.launcher_thread()
+    launcher.stop_launcher_if_idle()  # idle now: the thread ends
+    assert launcher.launcher_thread() is None and not thread.is_alive()
