@@ -429,7 +429,8 @@ class _Checker:
         self.report.steps = len(records) - 1
         if records[0] != ("reset",) + first:
             self.fail("determinism", f"reset(seed={self.seed}) differs from the first reset: {records[0][1:]!r:.120} vs {first!r:.120}")
-        self.passed("step")
+        if actions:  # none: an env that is never stepped (noted below), not a step check passed
+            self.passed("step")
 
         # step after done
         if done:
