@@ -68,7 +68,7 @@ if [ "${AGENTRL_TEST_POSTGRES:-1}" = 1 ]; then
   export AGENTRL_TEST_POSTGRES_URL AGENTRL_REQUIRE_POSTGRES=1
 fi
 
-PYTEST=($PY -m pytest -q -p no:cacheprovider --durations=20)
+PYTEST=($PY -m pytest -q -p no:cacheprovider --durations=40)
 if [ $# -gt 0 ]; then
   "${PYTEST[@]}" "$@"
   rc=$?
@@ -81,6 +81,11 @@ else
   # other process does not reap it first. The rest's output follows the cluster tests' own.
   rest_log=$(mktemp /tmp/agentrl-test-rest.XXXXXX.log)
   cleanup+=("rm -f $rest_log")
+  # Session fixtures both parts use (the viewer's real training runs) are built once, by the
+  # part that asks first, in this folder (tests/helpers/built_once.py).
+  AGENTRL_TEST_SHARED_DIR=$(mktemp -d /tmp/agentrl-test-shared.XXXXXX)
+  export AGENTRL_TEST_SHARED_DIR
+  cleanup+=("rm -rf $AGENTRL_TEST_SHARED_DIR")
   # The rest runs in a session of its own (a Ctrl-C at the terminal reaches the cluster part
   # only), and gets one SIGINT from the trap: both parts stop as pytest stops, with teardown.
   setsid "${PYTEST[@]}" tests --ignore=tests/integration/cluster >"$rest_log" 2>&1 &

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import postgres_ctl
+from tests.helpers.built_once import built_once
 from tests.integration.viewer.real_runs import RealRuns, add_xss_episode, train_runs
 
 POSTGRES_ENV = "AGENTRL_TEST_POSTGRES_URL"
@@ -21,9 +23,13 @@ def real_runs(tmp_path_factory, tiny_model_path) -> RealRuns:
     replay database, plus the run holding the XSS episode (viewer/real_runs.py): what the
     viewer's browser tests serve, and ShellTasks' one training iteration of
     cluster/test_builtin_envs_train.py (one run less than a run of its own; when that test
-    asks first, the runs use the cluster tests' Ray instance instead of starting one)."""
-    runs = train_runs(tmp_path_factory.mktemp("viewer_runs"), tiny_model_path)
-    return add_xss_episode(runs, tiny_model_path)
+    asks first, the runs use the cluster tests' Ray instance instead of starting one). Under
+    scripts/test.sh the two pytest processes share one build (tests/helpers/built_once.py):
+    the cluster part asks early, and the viewer's tests in the other part read its runs."""
+    def build(folder: Path) -> dict:
+        return add_xss_episode(train_runs(folder, tiny_model_path), tiny_model_path).to_json()
+
+    return RealRuns.from_json(built_once("real_runs", build, lambda: tmp_path_factory.mktemp("viewer_runs")))
 
 
 @pytest.fixture

@@ -45,6 +45,13 @@ class RealRuns:
     xss_run_id: str | None = None
     xss_episode_id: str | None = None
 
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "run_dirs": [str(d) for d in self.run_dirs]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> RealRuns:
+        return cls(**{**d, "run_ids": tuple(d["run_ids"]), "run_dirs": tuple(Path(p) for p in d["run_dirs"])})
+
 
 def run_overrides(run_dir: Path, model_path: str, db_url: str, name: str) -> list[str]:
     """The ``agentrl train`` overrides of one small real run (1 iteration, 2 tasks x 2
@@ -65,9 +72,9 @@ def train_runs(workdir: Path, model_path: str, names: tuple[str, ...] = ("viewer
     initialised in this process, and shut down afterwards if started here."""
     import ray
 
-    from agentrl.driver.controller import train
     from agentrl.cluster.actors.ray_connect import LOCAL_SYSTEM_CONFIG
     from agentrl.config import load_config
+    from agentrl.driver.controller import train
 
     db_url = f"sqlite:///{workdir / 'replay.db'}"
     started = False
