@@ -154,17 +154,24 @@ def paired_difference(a: Mapping[str, Sequence[float]], b: Mapping[str, Sequence
         a, b: ``task_id -> [1 or 0 per scored sample]``.
 
     Returns:
-        ``{"diff", "low", "high", "tasks"}``, or ``None`` when no task was scored by both.
+        ``{"diff", "low", "high", "tasks", "differ", "both_solved", "both_failed"}``: the mean
+        difference, its interval, the tasks compared, those whose pass rates differ, and those
+        both runs solved in every sample or in none (a difference of exactly 0 with ``differ`` 0
+        means the two policies behave alike task by task, not that the runs are the same);
+        ``None`` when no task was scored by both.
     """
     tasks = sorted(t for t in a if t in b and len(a[t]) and len(b[t]))
     if not tasks:
         return None
     d = np.asarray([np.mean(a[t]) - np.mean(b[t]) for t in tasks], dtype=np.float64)  # [T]
+    solved = sum(1 for t in tasks if min(a[t]) > 0 and min(b[t]) > 0)
+    failed = sum(1 for t in tasks if max(a[t]) <= 0 and max(b[t]) <= 0)
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)  # [B]
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(means, [alpha, 1.0 - alpha])
-    return {"diff": float(d.mean()), "low": float(low), "high": float(high), "tasks": float(d.size)}
+    return {"diff": float(d.mean()), "low": float(low), "high": float(high), "tasks": float(d.size),
+            "differ": float(np.count_nonzero(d)), "both_solved": float(solved), "both_failed": float(failed)}
 
 
 def mean_interval(values: Sequence[float]) -> dict[str, float]:
@@ -298,7 +305,13 @@ def _pct(p: Mapping[str, float] | None) -> str:
 
 
 def _diff(d: Mapping[str, float] | None) -> str:
-    return "-" if not d else f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    if not d:
+        return "-"
+    out = f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+    if "differ" in d:  # result files of the first format lack the counts
+        out += (f"; differ on {d['differ']:.0f} of {d['tasks']:.0f} tasks (both: {d['both_solved']:.0f} solved in "
+                f"every sample, {d['both_failed']:.0f} in none)")
+    return out
 
 
 def _frac(v: float | None) -> str:

@@ -55,6 +55,10 @@ def test_paired_difference_hand_computed():
     d = rep.paired_difference(a, b)
     assert d["diff"] == pytest.approx(0.5 / 3) and d["tasks"] == 3
     assert 0.0 <= d["low"] <= d["diff"] <= d["high"] <= 0.5  # every per-task difference is 0 or 0.5
+    assert (d["differ"], d["both_solved"], d["both_failed"]) == (1, 0, 1)  # t1 differs; t3 failed by both
+    alike = rep.paired_difference({"t": [1.0, 1.0], "u": [0.0], "v": [1.0, 0.0]}, {"t": [1.0], "u": [0.0], "v": [0.0, 1.0]})
+    assert (alike["diff"], alike["differ"], alike["both_solved"], alike["both_failed"]) == (0.0, 0, 1, 1)
+    assert "differ on 0 of 3 tasks (both: 1 solved in every sample, 1 in none)" in rep._diff(alike)
     same = rep.paired_difference({"t": [1.0], "u": [0.0]}, {"t": [0.0], "u": [-1.0]})
     assert (same["diff"], same["low"], same["high"]) == (1.0, 1.0, 1.0)
     assert rep.paired_difference({"t": [1.0]}, {"u": [1.0]}) is None
