@@ -27,8 +27,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 __all__ = ["RESULT_NAME", "load_results", "tokens_of", "at_budget", "binomial_se", "eval_point", "held_out_curve",
-           "paired_difference", "mean_interval", "diagnostics", "gigpo_diagnosis", "build_report", "format_report",
-           "training_curve"]
+           "paired_difference", "mean_interval", "diagnostics", "gigpo_diagnosis", "critic_diagnosis", "build_report",
+           "format_report", "training_curve"]
 
 RESULT_NAME = "result.json"
 BASELINE = "grpo"
@@ -213,6 +213,13 @@ def diagnostics(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]
         "multi_turn_frac": _mean_of(history, "credit/multi_turn_frac"),
         "critic_ev_mean": float(np.mean(ev)) if ev else None,
         "critic_ev_last": ev[-1] if ev else None,
+        "critic_values_mean": _mean_of(history, "critic/values_mean"),
+        "critic_returns_mean": _mean_of(history, "critic/returns_mean"),
+        "adv_mean": _mean_of(history, "advantages/mean"),
+        "entropy_first": _num(history[0], "actor/entropy") if history else None,
+        "entropy_last": _num(history[-1], "actor/entropy") if history else None,
+        "turns_first": _num(history[0], "rollout/turns_mean") if history else None,
+        "turns_last": _num(history[-1], "rollout/turns_mean") if history else None,
     }
     for k in ("step_group_size_mean", "steps_in_groups_ge2_frac", "later_steps_in_groups_ge2_frac",
               "step_adv_abs_mean", "episode_adv_abs_mean", "step_adv_nonzero_frac"):
@@ -327,15 +334,45 @@ def _over_seeds(m: Mapping[str, float], fmt: str) -> str:
     return f"{m['mean']:{fmt}} [{m['low']:{fmt}}, {m['high']:{fmt}}] (95% t interval over seeds)"
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: its own ``|`` (``|omega A_S|``) would end the cell."""
+    return text.replace("|", "\\|")
+
+
 def _estimator_note(row: Mapping[str, Any]) -> str:
     d = row["diag"]
     if row["estimator"] == "gigpo":
-        return row.get("gigpo_diagnosis", "")
+        return "; ".join(x for x in (row.get("gigpo_diagnosis", ""), _drift(d)) if x)
     if row["estimator"] == "turn_critic":
-        if d["critic_ev_mean"] is None:
-            return "no critic/explained_variance"
-        return f"critic explained variance mean {d['critic_ev_mean']:.3f}, last {d['critic_ev_last']:.3f}"
-    return ""
+        return critic_diagnosis(d)
+    return _drift(d)
+
+
+def _drift(d: Mapping[str, float | None]) -> str:
+    """How the policy moved over the run: its entropy and turns per episode, first update to last."""
+    parts = []
+    if d.get("entropy_first") is not None and d.get("entropy_last") is not None:
+        parts.append(f"entropy {d['entropy_first']:.3f} -> {d['entropy_last']:.3f}")
+    if d.get("turns_first") is not None and d.get("turns_last") is not None:
+        parts.append(f"turns per episode {d['turns_first']:.2f} -> {d['turns_last']:.2f}")
+    return "; ".join(parts)
+
+
+def critic_diagnosis(d: Mapping[str, float | None]) -> str:
+    """The turn critic's run, from its ``diagnostics``: the explained variance of its values, and
+    whether they stayed far below the returns (a critic that has not learned gives no baseline:
+    the advantages are the returns themselves, all >= 0 with rewards in [0, 1], so every sampled
+    step of a rewarded episode is pushed up)."""
+    if d.get("critic_ev_mean") is None:
+        return "no critic/explained_variance"
+    out = f"critic explained variance mean {d['critic_ev_mean']:.3f}, last {d['critic_ev_last']:.3f}"
+    v, g, a = d.get("critic_values_mean"), d.get("critic_returns_mean"), d.get("adv_mean")
+    if v is not None and g is not None and abs(v) < 0.25 * abs(g):
+        out += (f"; values {v:+.3f} against returns {g:+.3f}: no baseline yet, the advantages are about the "
+                f"returns (mean {a:+.3f})" if a is not None else
+                f"; values {v:+.3f} against returns {g:+.3f}: no baseline yet")
+    drift = _drift(d)
+    return f"{out}; {drift}" if drift else out
 
 
 def format_report(report: Mapping[str, Any]) -> str:
@@ -359,7 +396,7 @@ def format_report(report: Mapping[str, Any]) -> str:
                        f"{_pct(r['before'])} | {_pct(r['after'])} | {_diff(r['diff_after'])} | "
                        f"{r['train_at_budget']:.3f} +- {r['train_at_budget_se']:.3f} | {dt} | "
                        f"{_frac(r['diag']['turn_adv_differs_frac'])} of {_frac(r['diag']['multi_turn_frac'])} | "
-                       f"{_frac(r['diag']['zero_grad_updates'])} | {_estimator_note(r)} |")
+                       f"{_frac(r['diag']['zero_grad_updates'])} | {_cell(_estimator_note(r))} |")
         out.append("")
         for est, p in sorted(rep["pooled"].items(), key=lambda kv: (kv[0] != BASELINE, kv[0])):
             a, d, t = p["after"], p["diff_after"], p["diff_train"]

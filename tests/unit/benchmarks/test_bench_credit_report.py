@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -92,6 +93,22 @@ def test_diagnostics_and_zero_gradient_share():
     assert rep.diagnostics([{}])["zero_grad_updates"] is None
 
 
+def test_critic_diagnosis_says_when_the_values_give_no_baseline():
+    h = [{"critic/explained_variance": 0.0, "critic/values_mean": 0.0, "critic/returns_mean": 0.5,
+          "advantages/mean": 0.5, "actor/entropy": 0.05, "rollout/turns_mean": 3.0},
+         {"critic/explained_variance": 0.002, "critic/values_mean": 0.02, "critic/returns_mean": 0.9,
+          "advantages/mean": 0.9, "actor/entropy": 0.005, "rollout/turns_mean": 4.0}]
+    d = rep.diagnostics(h)
+    assert (d["critic_values_mean"], d["critic_returns_mean"], d["adv_mean"]) == pytest.approx((0.01, 0.7, 0.7))
+    text = rep.critic_diagnosis(d)
+    assert "explained variance mean 0.001, last 0.002" in text
+    assert "values +0.010 against returns +0.700: no baseline yet, the advantages are about the returns (mean +0.700)" in text
+    assert text.endswith("entropy 0.050 -> 0.005; turns per episode 3.00 -> 4.00")
+    fitted = rep.critic_diagnosis({**d, "critic_values_mean": 0.6})  # values near the returns: a baseline
+    assert "no baseline" not in fitted
+    assert rep.critic_diagnosis({}) == "no critic/explained_variance"
+
+
 def test_gigpo_diagnosis_names_empty_groups_or_small_step_advantages():
     base = {"gigpo_steps_in_groups_ge2_frac": 0.3, "gigpo_step_group_size_mean": 1.4}
     empty = rep.gigpo_diagnosis({**base, "gigpo_later_steps_in_groups_ge2_frac": 0.0,
@@ -137,6 +154,9 @@ def test_report_from_result_files(tmp_path):
     text = rep.format_report(rep.build_report(by_suite))
     assert "separated from GRPO (better) in every seed" in text and "not separated from GRPO" in text
     assert "400 (+100%) (200)" in text and "over 10% more rollout tokens" in text
+    rows_md = [line for line in text.splitlines() if line.startswith("| 0 | gigpo")]
+    assert rows_md and "\\|omega A_S\\|" in rows_md[0]  # a cell's own bars are escaped
+    assert len(re.findall(r"(?<!\\)\|", rows_md[0])) == 12  # 11 columns
 
 
 def test_plot_writes_a_png(tmp_path):
