@@ -11,6 +11,7 @@ so every finished seed is a paired comparison.
     .venv/bin/python tests/benchmarks/bench_credit.py --suites shell --max-runs 3  # one seed, ~1 h
     .venv/bin/python tests/benchmarks/bench_credit.py                             # all of it, resumes
     .venv/bin/python tests/benchmarks/bench_credit.py --report                    # table + PNG only
+    .venv/bin/python tests/benchmarks/bench_credit.py --report --publish docs/credit  # and the README's copy
     .venv/bin/python tests/benchmarks/bench_credit.py --smoke                     # tiny model, minutes
     .venv/bin/python tests/benchmarks/bench_credit.py --gpu --out runs/bench-credit-gpu   # a GPU machine
 
@@ -46,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run from a checkout
 sys.path.insert(0, str(HERE))  # the helper modules beside it
 
-from credit_report import RESULT_NAME, build_report, format_report, load_results  # noqa: E402
+from credit_report import RESULT_NAME, build_report, format_report, format_summary, load_results  # noqa: E402
 from credit_suites import DEFAULT_GPU_SUITES, DEFAULT_SUITES, ESTIMATORS, SMOKE, Suite, suites_for  # noqa: E402
 
 from agentrl.config import load_config  # noqa: E402
@@ -134,18 +135,26 @@ def plan(args: argparse.Namespace) -> list[tuple[Suite, str, str, int]]:
     return [(table[n], n + ("-smoke" if args.smoke else ""), e, s) for n in names for s in seeds for e in ests]
 
 
-def report(out: Path) -> None:
-    """Print the table, write ``report.md`` and ``curves.png`` under ``out``."""
+def report(out: Path, publish: Path | None = None) -> None:
+    """Print the tables, write ``report.md`` (the short table, then the full one with the
+    diagnostics) and ``curves.png`` under ``out``; with ``publish``, copy both there too (the
+    README shows ``docs/credit/``'s)."""
     from credit_plot import plot_curves  # matplotlib: the report path only
 
     by_suite = load_results(out)
     if not by_suite:
         raise SystemExit(f"no complete {RESULT_NAME} under {out}/<suite>/<run>/; run the comparison first")
-    text = format_report(build_report(by_suite))
-    (out / "report.md").write_text(text + "\n")
+    rep = build_report(by_suite)
+    text = (f"## Summary\n\n{format_summary(rep)}\n\n## Every run, with its diagnostics\n\n{format_report(rep)}\n")
+    (out / "report.md").write_text(text)
     png = plot_curves(by_suite, out / "curves.png")
     print(text)
-    print(f"\nwrote {out / 'report.md'} and {png}")
+    print(f"wrote {out / 'report.md'} and {png}")
+    if publish is not None:
+        publish.mkdir(parents=True, exist_ok=True)
+        for f in (out / "report.md", Path(png)):
+            shutil.copyfile(f, publish / f.name)
+        print(f"copied both into {publish}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,12 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's final checkpoint")
     p.add_argument("--list", action="store_true", help="print the suites, their settings and sizes, train nothing")
     p.add_argument("--report", action="store_true", help="only build the table and the PNG from the results so far")
+    p.add_argument("--publish", type=Path, default=None, metavar="DIR",
+                   help="with --report: copy report.md and curves.png into DIR too (docs/credit for the README)")
     args = p.parse_args(argv)
     args.out = args.out or ("runs/bench-credit" + ("-gpu" if args.gpu else "") + ("-smoke" if args.smoke else ""))
     args.seeds = args.seeds or ("0" if args.smoke else "0,1,2")
     out = Path(args.out)
     if args.report:
-        report(out)
+        report(out, args.publish)
         return 0
     extra = (*(SMOKE if args.smoke else ()), *args.extra)
     todo = plan(args)

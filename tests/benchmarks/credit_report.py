@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["RESULT_NAME", "load_results", "tokens_of", "at_budget", "binomial_se", "eval_point", "held_out_curve",
            "paired_difference", "mean_interval", "diagnostics", "gigpo_diagnosis", "critic_diagnosis", "build_report",
-           "format_report", "training_curve"]
+           "format_summary", "format_report", "training_curve"]
 
 RESULT_NAME = "result.json"
 BASELINE = "grpo"
@@ -373,6 +373,20 @@ def critic_diagnosis(d: Mapping[str, float | None]) -> str:
                 f"; values {v:+.3f} against returns {g:+.3f}: no baseline yet")
     drift = _drift(d)
     return f"{out}; {drift}" if drift else out
+
+
+def format_summary(report: Mapping[str, Any]) -> str:
+    """The short table (the README's): per suite, seed and estimator the held-out pass@1 before and
+    after with their intervals, the paired difference to GRPO, and training success within ``B``."""
+    out = ["| suite | seed | estimator | held-out pass@1 before | after | after - GRPO (paired) "
+           "| train success within B |", "|---|---|---|---|---|---|---|"]
+    for suite, rep in report.items():
+        for r in rep["rows"]:
+            d = r["diff_after"]
+            diff = "-" if not d else f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+            out.append(f"| {suite} | {r['seed']} | {r['estimator']} | {_pct(r['before'])} | {_pct(r['after'])} | "
+                       f"{diff} | {r['train_at_budget']:.3f} +- {r['train_at_budget_se']:.3f} |")
+    return "\n".join(out)
 
 
 def format_report(report: Mapping[str, Any]) -> str:

@@ -154,6 +154,10 @@ def test_report_from_result_files(tmp_path):
     text = rep.format_report(rep.build_report(by_suite))
     assert "separated from GRPO (better) in every seed" in text and "not separated from GRPO" in text
     assert "400 (+100%) (200)" in text and "over 10% more rollout tokens" in text
+    summary = rep.format_summary(rep.build_report(by_suite)).splitlines()
+    assert len(summary) == 2 + 6  # header, rule, 2 seeds x 3 estimators
+    assert summary[2].startswith("| s | 0 | grpo | ") and summary[3].startswith("| s | 0 | gigpo | ")
+    assert "| +1.000 [+1.000, +1.000] |" in summary[3]
     rows_md = [line for line in text.splitlines() if line.startswith("| 0 | gigpo")]
     assert rows_md and "\\|omega A_S\\|" in rows_md[0]  # a cell's own bars are escaped
     assert len(re.findall(r"(?<!\\)\|", rows_md[0])) == 12  # 11 columns
@@ -188,6 +192,18 @@ def test_every_suite_loads_and_holds_the_shared_settings_equal():
             smoke = load_config(root / s.config if s.config else None, s.run_overrides("grpo", 0, "/tmp/r",
                                                                                     extra=suites.SMOKE))
             assert smoke.run.iterations == 1 and smoke.model.path == "tiny-random-smollm2"
+
+
+def test_report_publishes_the_tables_and_the_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    bench = _load("bench_credit")
+    for e in ("grpo", "gigpo"):
+        _write(tmp_path, _result("s", e, 0))
+    assert bench.main(["--report", "--out", str(tmp_path), "--publish", str(tmp_path / "docs")]) == 0
+    text = (tmp_path / "docs" / "report.md").read_text()
+    assert text == (tmp_path / "report.md").read_text() and text.startswith("## Summary\n\n| suite | seed |")
+    assert "## Every run, with its diagnostics" in text
+    assert (tmp_path / "docs" / "curves.png").read_bytes() == (tmp_path / "curves.png").read_bytes()
 
 
 def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
