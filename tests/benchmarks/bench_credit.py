@@ -11,7 +11,7 @@ so every finished seed is a paired comparison.
     .venv/bin/python tests/benchmarks/bench_credit.py --suites shell --max-runs 3  # one seed, ~1 h
     .venv/bin/python tests/benchmarks/bench_credit.py                             # all of it, resumes
     .venv/bin/python tests/benchmarks/bench_credit.py --report                    # table + PNG only
-    .venv/bin/python tests/benchmarks/bench_credit.py --report --publish docs/credit  # and the README's copy
+    .venv/bin/python tests/benchmarks/bench_credit.py --report --publish docs/credit --readme README.md  # the README's copies
     .venv/bin/python tests/benchmarks/bench_credit.py --smoke                     # tiny model, minutes
     .venv/bin/python tests/benchmarks/bench_credit.py --gpu --out runs/bench-credit-gpu   # a GPU machine
 
@@ -135,17 +135,38 @@ def plan(args: argparse.Namespace) -> list[tuple[Suite, str, str, int]]:
     return [(table[n], n + ("-smoke" if args.smoke else ""), e, s) for n in names for s in seeds for e in ests]
 
 
-def report(out: Path, publish: Path | None = None) -> None:
+README_TABLE = ("<!-- credit-table -->", "<!-- /credit-table -->")
+"""The markers around the README's copy of the summary table (``--publish`` refreshes it)."""
+
+
+def refresh_readme(readme: Path, summary: str) -> bool:
+    """Put ``summary`` between the ``README_TABLE`` markers of ``readme``; False when it has none."""
+    text = readme.read_text() if readme.is_file() else ""
+    start, end = README_TABLE
+    if start not in text or end not in text.split(start, 1)[1]:
+        return False
+    head, rest = text.split(start, 1)
+    readme.write_text(f"{head}{start}\n{summary}\n{end}{rest.split(end, 1)[1]}")
+    return True
+
+
+def report(out: Path, publish: Path | None = None, readme: Path | None = None) -> None:
     """Print the tables, write ``report.md`` (the short table, then the full one with the
-    diagnostics) and ``curves.png`` under ``out``; with ``publish``, copy both there too (the
-    README shows ``docs/credit/``'s)."""
+    diagnostics) and ``curves.png`` under ``out``; with ``publish``, copy both there too; with
+    ``readme``, refresh its copy of the short table (``README_TABLE``; the README shows
+    ``docs/credit/``'s picture).
+
+    Raises:
+        SystemExit: no complete result yet, or ``readme`` lacks the markers.
+    """
     from credit_plot import plot_curves  # matplotlib: the report path only
 
     by_suite = load_results(out)
     if not by_suite:
         raise SystemExit(f"no complete {RESULT_NAME} under {out}/<suite>/<run>/; run the comparison first")
     rep = build_report(by_suite)
-    text = (f"## Summary\n\n{format_summary(rep)}\n\n## Every run, with its diagnostics\n\n{format_report(rep)}\n")
+    summary = format_summary(rep)
+    text = f"## Summary\n\n{summary}\n\n## Every run, with its diagnostics\n\n{format_report(rep)}\n"
     (out / "report.md").write_text(text)
     png = plot_curves(by_suite, out / "curves.png")
     print(text)
@@ -155,6 +176,10 @@ def report(out: Path, publish: Path | None = None) -> None:
         for f in (out / "report.md", Path(png)):
             shutil.copyfile(f, publish / f.name)
         print(f"copied both into {publish}")
+    if readme is not None:
+        if not refresh_readme(readme, summary):
+            raise SystemExit(f"--readme {readme}: no lines {' and '.join(README_TABLE)} to put the table between")
+        print(f"refreshed the summary table in {readme}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", action="store_true", help="only build the table and the PNG from the results so far")
     p.add_argument("--publish", type=Path, default=None, metavar="DIR",
                    help="with --report: copy report.md and curves.png into DIR too (docs/credit for the README)")
+    p.add_argument("--readme", type=Path, default=None, metavar="FILE",
+                   help="with --report: put the summary table between FILE's <!-- credit-table --> markers")
     args = p.parse_args(argv)
     args.out = args.out or ("runs/bench-credit" + ("-gpu" if args.gpu else "") + ("-smoke" if args.smoke else ""))
     args.seeds = args.seeds or ("0" if args.smoke else "0,1,2")
     out = Path(args.out)
     if args.report:
-        report(out, args.publish)
+        report(out, args.publish, args.readme)
         return 0
     extra = (*(SMOKE if args.smoke else ()), *args.extra)
     todo = plan(args)

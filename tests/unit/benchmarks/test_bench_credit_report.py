@@ -204,6 +204,14 @@ def test_report_publishes_the_tables_and_the_png(tmp_path):
     assert text == (tmp_path / "report.md").read_text() and text.startswith("## Summary\n\n| suite | seed |")
     assert "## Every run, with its diagnostics" in text
     assert (tmp_path / "docs" / "curves.png").read_bytes() == (tmp_path / "curves.png").read_bytes()
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- credit-table -->\nold table\n<!-- /credit-table -->\n\nafter\n")
+    assert bench.main(["--report", "--out", str(tmp_path), "--readme", str(readme)]) == 0
+    summary = text.split("## Summary\n\n", 1)[1].split("\n\n", 1)[0]
+    assert readme.read_text() == f"# x\n\n<!-- credit-table -->\n{summary}\n<!-- /credit-table -->\n\nafter\n"
+    assert not bench.refresh_readme(tmp_path / "none.md", summary)
+    with pytest.raises(SystemExit, match="no lines <!-- credit-table -->"):
+        bench.main(["--report", "--out", str(tmp_path), "--readme", str(tmp_path / "none.md")])
 
 
 def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
