@@ -139,12 +139,15 @@ README_TABLE = ("<!-- credit-table -->", "<!-- /credit-table -->")
 """The markers around the README's copy of the summary table (``--publish`` refreshes it)."""
 
 
-def refresh_readme(readme: Path, summary: str) -> bool:
-    """Put ``summary`` between the ``README_TABLE`` markers of ``readme``; False when it has none."""
+def refresh_readme(readme: Path, summary: str | None) -> bool:
+    """Put ``summary`` between the ``README_TABLE`` markers of ``readme`` (``None``: only check
+    that it has them); False when it has none."""
     text = readme.read_text() if readme.is_file() else ""
     start, end = README_TABLE
     if start not in text or end not in text.split(start, 1)[1]:
         return False
+    if summary is None:
+        return True
     head, rest = text.split(start, 1)
     readme.write_text(f"{head}{start}\n{summary}\n{end}{rest.split(end, 1)[1]}")
     return True
@@ -164,6 +167,8 @@ def report(out: Path, publish: Path | None = None, readme: Path | None = None) -
     by_suite = load_results(out)
     if not by_suite:
         raise SystemExit(f"no complete {RESULT_NAME} under {out}/<suite>/<run>/; run the comparison first")
+    if readme is not None and not refresh_readme(readme, None):
+        raise SystemExit(f"--readme {readme}: no lines {' and '.join(README_TABLE)} to put the table between")
     rep = build_report(by_suite)
     summary = format_summary(rep)
     text = f"## Summary\n\n{summary}\n\n## Every run, with its diagnostics\n\n{format_report(rep)}\n"
@@ -177,8 +182,7 @@ def report(out: Path, publish: Path | None = None, readme: Path | None = None) -
             shutil.copyfile(f, publish / f.name)
         print(f"copied both into {publish}")
     if readme is not None:
-        if not refresh_readme(readme, summary):
-            raise SystemExit(f"--readme {readme}: no lines {' and '.join(README_TABLE)} to put the table between")
+        refresh_readme(readme, summary)
         print(f"refreshed the summary table in {readme}")
 
 
@@ -204,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--readme", type=Path, default=None, metavar="FILE",
                    help="with --report: put the summary table between FILE's <!-- credit-table --> markers")
     args = p.parse_args(argv)
+    if (args.publish or args.readme) and not args.report:
+        p.error("--publish and --readme go with --report (they copy a report; they train nothing)")
     args.out = args.out or ("runs/bench-credit" + ("-gpu" if args.gpu else "") + ("-smoke" if args.smoke else ""))
     args.seeds = args.seeds or ("0" if args.smoke else "0,1,2")
     out = Path(args.out)

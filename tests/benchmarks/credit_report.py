@@ -31,6 +31,9 @@ __all__ = ["RESULT_NAME", "load_results", "tokens_of", "at_budget", "binomial_se
            "format_summary", "format_report", "training_curve"]
 
 RESULT_NAME = "result.json"
+NO_BASELINE_FRAC = 0.75
+"""``critic_diagnosis``: values off the returns by more than this share of the returns' size
+give no baseline."""
 BASELINE = "grpo"
 COLORS = {"grpo": "#4e79a7", "gigpo": "#e15759", "turn_critic": "#59a14f"}
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -213,8 +216,8 @@ def diagnostics(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]
         "multi_turn_frac": _mean_of(history, "credit/multi_turn_frac"),
         "critic_ev_mean": float(np.mean(ev)) if ev else None,
         "critic_ev_last": ev[-1] if ev else None,
-        "critic_values_mean": _mean_of(history, "critic/values_mean"),
-        "critic_returns_mean": _mean_of(history, "critic/returns_mean"),
+        "critic_values_last": _num(history[-1], "critic/values_mean") if history else None,
+        "critic_returns_last": _num(history[-1], "critic/returns_mean") if history else None,
         "adv_mean": _mean_of(history, "advantages/mean"),
         "entropy_first": _num(history[0], "actor/entropy") if history else None,
         "entropy_last": _num(history[-1], "actor/entropy") if history else None,
@@ -360,17 +363,18 @@ def _drift(d: Mapping[str, float | None]) -> str:
 
 def critic_diagnosis(d: Mapping[str, float | None]) -> str:
     """The turn critic's run, from its ``diagnostics``: the explained variance of its values, and
-    whether they stayed far below the returns (a critic that has not learned gives no baseline:
-    the advantages are the returns themselves, all >= 0 with rewards in [0, 1], so every sampled
-    step of a rewarded episode is pushed up)."""
+    whether at the last update its values were still far from the returns (off by more than
+    ``NO_BASELINE_FRAC`` of the returns' size): such a critic gives no baseline, the advantages
+    are about the returns, nearly all >= 0 with rewards in [0, 1], so every sampled step of a
+    rewarded episode is pushed up."""
     if d.get("critic_ev_mean") is None:
         return "no critic/explained_variance"
     out = f"critic explained variance mean {d['critic_ev_mean']:.3f}, last {d['critic_ev_last']:.3f}"
-    v, g, a = d.get("critic_values_mean"), d.get("critic_returns_mean"), d.get("adv_mean")
-    if v is not None and g is not None and abs(v) < 0.25 * abs(g):
-        out += (f"; values {v:+.3f} against returns {g:+.3f}: no baseline yet, the advantages are about the "
-                f"returns (mean {a:+.3f})" if a is not None else
-                f"; values {v:+.3f} against returns {g:+.3f}: no baseline yet")
+    v, g, a = d.get("critic_values_last"), d.get("critic_returns_last"), d.get("adv_mean")
+    if v is not None and g is not None and abs(g - v) > NO_BASELINE_FRAC * abs(g):
+        out += f"; last values {v:+.3f} against returns {g:+.3f}: no baseline yet"
+        if a is not None:
+            out += f", the advantages are about the returns (mean {a:+.3f})"
     drift = _drift(d)
     return f"{out}; {drift}" if drift else out
 

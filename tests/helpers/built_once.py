@@ -9,6 +9,8 @@ Without the variable (one pytest process) each build goes into the caller's own 
 before.
 
 A build that raises leaves no record: the next caller builds again (into an emptied folder).
+A caller waits at most ``WAIT_S`` for the other process's build (a hung build fails the waiting
+test with a message naming the lock, instead of stalling its part for good).
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ import fcntl
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SHARED_DIR_ENV = "AGENTRL_TEST_SHARED_DIR"
+WAIT_S = 900.0  # the longest wait for the other process's build (real_runs: about 1 min)
 
 
-def built_once(name: str, build: Callable[[Path], dict[str, Any]], own_dir: Callable[[], Path]) -> dict[str, Any]:
+def built_once(name: str, build: Callable[[Path], dict[str, Any]], own_dir: Callable[[], Path], *,
+               wait_s: float = WAIT_S) -> dict[str, Any]:
     """What ``build(folder)`` returned (a JSON-able dict), built once per ``scripts/test.sh``
     run when ``$AGENTRL_TEST_SHARED_DIR`` is set (module docstring), else built now into
     ``own_dir()``.
@@ -38,6 +43,7 @@ def built_once(name: str, build: Callable[[Path], dict[str, Any]], own_dir: Call
         own_dir: the folder to build in without a shared folder (e.g. ``tmp_path_factory.mktemp``).
 
     Raises:
+        TimeoutError: the other process held the build's lock for over ``wait_s``.
         Whatever ``build`` raises.
     """
     shared = os.environ.get(SHARED_DIR_ENV)
@@ -46,7 +52,16 @@ def built_once(name: str, build: Callable[[Path], dict[str, Any]], own_dir: Call
     root = Path(shared)
     record = root / f"{name}.json"
     with open(root / f"{name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the other process may be building: wait for it
+        deadline = time.monotonic() + wait_s
+        while True:  # the other process may be building: wait for it, not for ever
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{root / name}: the other pytest process has been building it for over "
+                                       f"{wait_s:.0f} s (it holds {lock.name})") from None
+                time.sleep(0.5)
         if record.is_file():
             return json.loads(record.read_text())
         folder = root / name

@@ -56,3 +56,29 @@ def test_a_failed_build_is_built_again_and_no_shared_folder_builds_in_its_own(tm
     own = tmp_path / "own"
     own.mkdir()
     assert built_once("thing", lambda d: {"in": str(d)}, lambda: own) == {"in": str(own)}
+
+
+def test_a_build_held_too_long_by_another_process_is_a_timeout_naming_the_lock(tmp_path, monkeypatch):
+    import fcntl
+
+    monkeypatch.setenv(SHARED_DIR_ENV, str(tmp_path))
+    ctx = multiprocessing.get_context("fork")
+    held, done = ctx.Event(), ctx.Event()
+
+    def hold():
+        with open(tmp_path / "thing.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held.set()
+            done.wait(30)
+
+    p = ctx.Process(target=hold)
+    p.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(TimeoutError, match="thing.lock"):
+            built_once("thing", lambda d: pytest.fail("built while the other holds the lock"), lambda: tmp_path,
+                       wait_s=1.0)
+    finally:
+        done.set()
+        p.join(30)
+    assert built_once("thing", lambda d: {"ok": 1}, lambda: tmp_path, wait_s=1.0) == {"ok": 1}

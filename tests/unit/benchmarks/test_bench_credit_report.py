@@ -99,13 +99,14 @@ def test_critic_diagnosis_says_when_the_values_give_no_baseline():
          {"critic/explained_variance": 0.002, "critic/values_mean": 0.02, "critic/returns_mean": 0.9,
           "advantages/mean": 0.9, "actor/entropy": 0.005, "rollout/turns_mean": 4.0}]
     d = rep.diagnostics(h)
-    assert (d["critic_values_mean"], d["critic_returns_mean"], d["adv_mean"]) == pytest.approx((0.01, 0.7, 0.7))
+    assert (d["critic_values_last"], d["critic_returns_last"], d["adv_mean"]) == pytest.approx((0.02, 0.9, 0.7))
     text = rep.critic_diagnosis(d)
     assert "explained variance mean 0.001, last 0.002" in text
-    assert "values +0.010 against returns +0.700: no baseline yet, the advantages are about the returns (mean +0.700)" in text
+    assert "last values +0.020 against returns +0.900: no baseline yet, the advantages are about the returns (mean +0.700)" in text
     assert text.endswith("entropy 0.050 -> 0.005; turns per episode 3.00 -> 4.00")
-    fitted = rep.critic_diagnosis({**d, "critic_values_mean": 0.6})  # values near the returns: a baseline
-    assert "no baseline" not in fitted
+    assert "no baseline" not in rep.critic_diagnosis({**d, "critic_values_last": 0.6})  # near the returns: a baseline
+    wrong_sign = rep.critic_diagnosis({**d, "critic_values_last": -0.6, "adv_mean": None})  # far off the other way
+    assert "last values -0.600 against returns +0.900: no baseline yet;" in wrong_sign
     assert rep.critic_diagnosis({}) == "no critic/explained_variance"
 
 
@@ -210,8 +211,12 @@ def test_report_publishes_the_tables_and_the_png(tmp_path):
     summary = text.split("## Summary\n\n", 1)[1].split("\n\n", 1)[0]
     assert readme.read_text() == f"# x\n\n<!-- credit-table -->\n{summary}\n<!-- /credit-table -->\n\nafter\n"
     assert not bench.refresh_readme(tmp_path / "none.md", summary)
+    (tmp_path / "report.md").unlink()
     with pytest.raises(SystemExit, match="no lines <!-- credit-table -->"):
         bench.main(["--report", "--out", str(tmp_path), "--readme", str(tmp_path / "none.md")])
+    assert not (tmp_path / "report.md").exists()  # checked before anything is written
+    with pytest.raises(SystemExit):  # argparse's error: a copy without a report would start the training
+        bench.main(["--publish", str(tmp_path / "docs")])
 
 
 def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
