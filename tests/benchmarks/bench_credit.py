@@ -12,6 +12,7 @@ so every finished seed is a paired comparison.
     .venv/bin/python tests/benchmarks/bench_credit.py                             # all of it, resumes
     .venv/bin/python tests/benchmarks/bench_credit.py --report                    # table + PNG only
     .venv/bin/python tests/benchmarks/bench_credit.py --report --publish docs/credit --readme README.md  # the README's copies
+    .venv/bin/python tests/benchmarks/bench_credit.py --resume-from docs/credit/results  # a fresh checkout goes on
     .venv/bin/python tests/benchmarks/bench_credit.py --smoke                     # tiny model, minutes
     .venv/bin/python tests/benchmarks/bench_credit.py --gpu --out runs/bench-credit-gpu   # a GPU machine
 
@@ -29,6 +30,11 @@ and item-2 diagnostics: turns with their own credit, updates without gradient, G
 and step term with a diagnosis, the critic's explained variance) and ``<out>/curves.png``.
 The run directories (metrics, replay store) stay under each run's folder as ``run/``; its final
 checkpoint is deleted unless ``--keep-checkpoints`` (about 1.7 GB each with the 135M model).
+
+``<out>`` is git-ignored, so a fresh checkout starts with none of it. ``--publish DIR`` also copies
+every finished run's ``result.json`` into ``DIR/results/<suite>/<run>/`` (the repository keeps them
+under ``docs/credit/results``), and ``--resume-from DIR/results`` copies those into ``<out>`` first,
+so a new sitting on a new checkout skips the runs already published and the report covers them all.
 """
 
 from __future__ import annotations
@@ -68,6 +74,26 @@ def is_done(path: Path) -> bool:
         return bool(json.loads(path.read_text()).get("complete"))
     except (OSError, json.JSONDecodeError):
         return False
+
+
+def copy_results(src: Path, dest: Path, *, overwrite: bool) -> list[Path]:
+    """Copy every complete ``<src>/<suite>/<run>/result.json`` to the same place under ``dest``
+    (``overwrite=False``: only where ``dest`` has no complete one); returns the files written.
+
+    Raises:
+        SystemExit: ``src`` is not a folder.
+    """
+    if not src.is_dir():
+        raise SystemExit(f"{src}: no such folder of result files (expected <suite>/<run>/{RESULT_NAME} under it)")
+    written = []
+    for path in sorted(src.glob(f"*/*/{RESULT_NAME}")):
+        target = dest / path.relative_to(src)
+        if not is_done(path) or (not overwrite and is_done(target)):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        written.append(target)
+    return written
 
 
 def eval_outcomes(run_dir: Path, run_id: str) -> dict[str, dict[str, list[float]]]:
@@ -155,7 +181,8 @@ def refresh_readme(readme: Path, summary: str | None) -> bool:
 
 def report(out: Path, publish: Path | None = None, readme: Path | None = None) -> None:
     """Print the tables, write ``report.md`` (the short table, then the full one with the
-    diagnostics) and ``curves.png`` under ``out``; with ``publish``, copy both there too; with
+    diagnostics) and ``curves.png`` under ``out``; with ``publish``, copy both there too, and every
+    finished run's result file into ``publish/results/<suite>/<run>/``; with
     ``readme``, refresh its copy of the short table (``README_TABLE``; the README shows
     ``docs/credit/``'s picture).
 
@@ -180,7 +207,8 @@ def report(out: Path, publish: Path | None = None, readme: Path | None = None) -
         publish.mkdir(parents=True, exist_ok=True)
         for f in (out / "report.md", Path(png)):
             shutil.copyfile(f, publish / f.name)
-        print(f"copied both into {publish}")
+        copied = copy_results(out, publish / "results", overwrite=True)
+        print(f"copied both and {len(copied)} result file(s) into {publish}")
     if readme is not None:
         refresh_readme(readme, summary)
         print(f"refreshed the summary table in {readme}")
@@ -205,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", action="store_true", help="only build the table and the PNG from the results so far")
     p.add_argument("--publish", type=Path, default=None, metavar="DIR",
                    help="with --report: copy report.md and curves.png into DIR too (docs/credit for the README)")
+    p.add_argument("--resume-from", type=Path, default=None, metavar="DIR",
+                   help="first copy DIR's finished result files (a --publish DIR/results) into --out, "
+                        "so those runs are skipped")
     p.add_argument("--readme", type=Path, default=None, metavar="FILE",
                    help="with --report: put the summary table between FILE's <!-- credit-table --> markers")
     args = p.parse_args(argv)
@@ -218,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     extra = (*(SMOKE if args.smoke else ()), *args.extra)
     todo = plan(args)
+    if args.resume_from is not None and not args.list:
+        got = copy_results(args.resume_from, out, overwrite=False)
+        print(f"{len(got)} finished run(s) copied from {args.resume_from} into {out}", flush=True)
     if args.list:
         for s in dict.fromkeys(t[0] for t in todo):
             print(f"{s.name}: {s.iterations} updates, about {s.minutes_per_run:.0f} min per run; config "

@@ -217,6 +217,31 @@ def test_report_publishes_the_tables_and_the_png(tmp_path):
     assert not (tmp_path / "report.md").exists()  # checked before anything is written
     with pytest.raises(SystemExit):  # argparse's error: a copy without a report would start the training
         bench.main(["--publish", str(tmp_path / "docs")])
+    published = sorted(p.relative_to(tmp_path / "docs") for p in (tmp_path / "docs").rglob("result.json"))
+    assert [str(p) for p in published] == ["results/s/gigpo-s0/result.json", "results/s/grpo-s0/result.json"]
+
+
+def test_resume_from_a_published_copy_skips_its_runs(tmp_path):
+    bench = _load("bench_credit")
+    pub = tmp_path / "docs" / "results"
+    _write(pub, _result("shell", "grpo", 0))
+    _write(pub, _result("shell", "gigpo", 0))
+    broken = bench.result_path(pub, "shell", "turn_critic", 0)
+    broken.parent.mkdir(parents=True)
+    broken.write_text(json.dumps({"complete": False}))  # an unfinished file is never copied
+    out = tmp_path / "runs"
+    mine = bench.result_path(out, "shell", "gigpo", 0)
+    mine.parent.mkdir(parents=True)
+    mine.write_text(json.dumps({"complete": True, "mine": 1}))  # a local finished run is kept
+    got = bench.copy_results(pub, out, overwrite=False)
+    assert got == [bench.result_path(out, "shell", "grpo", 0)]
+    assert json.loads(mine.read_text()) == {"complete": True, "mine": 1}
+    assert not bench.result_path(out, "shell", "turn_critic", 0).exists()
+    # a sitting copies first, then skips what is done (--max-runs 0: trains nothing)
+    assert bench.main(["--out", str(out), "--resume-from", str(pub), "--suites", "shell", "--seeds", "0",
+                       "--max-runs", "0"]) == 0
+    with pytest.raises(SystemExit, match="no such folder of result files"):
+        bench.copy_results(tmp_path / "nowhere", out, overwrite=False)
 
 
 def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
