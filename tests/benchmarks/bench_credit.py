@@ -48,12 +48,20 @@ import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run from a checkout
 sys.path.insert(0, str(HERE))  # the helper modules beside it
 
-from credit_report import RESULT_NAME, build_report, format_report, format_summary, load_results  # noqa: E402
+from credit_report import (  # noqa: E402
+    RESULT_NAME,
+    build_report,
+    format_behaviours,
+    format_report,
+    format_summary,
+    load_results,
+)
 from credit_suites import DEFAULT_GPU_SUITES, DEFAULT_SUITES, ESTIMATORS, SMOKE, Suite, suites_for  # noqa: E402
 
 from agentrl.config import load_config  # noqa: E402
@@ -96,12 +104,38 @@ def copy_results(src: Path, dest: Path, *, overwrite: bool) -> list[Path]:
     return written
 
 
-def eval_outcomes(run_dir: Path, run_id: str) -> dict[str, dict[str, list[float]]]:
-    """``{"before"|"after": {task_id: [1.0 or 0.0 per scored sample]}}`` from the run's replay store:
-    the eval episodes before training (ids under ``<run_id>/eval-before``) and those of the last
-    evaluated iteration. Errored samples are left out (never failures)."""
+def turn_action(turn: Any) -> str:
+    """One turn's action as short text: the commands its tool calls ran in the sandbox (``bash -c X``
+    as X; the env's own checks after them are left out), else the first non-empty line of its reply;
+    at most ``ACTION_CHARS`` characters."""
+    cmds = []
+    for r in (turn.exec_results or ())[:turn.tool_calls]:
+        c = r.command
+        cmds.append(c if isinstance(c, str) else c[-1] if list(c[:2]) == ["bash", "-c"] else " ".join(map(str, c)))
+    text = "; ".join(cmds) if cmds else next((x.strip() for x in (turn.action_text or "").splitlines() if x.strip()), "")
+    return text if len(text) <= ACTION_CHARS else text[:ACTION_CHARS - 3] + "..."
+
+
+ACTION_CHARS = 40
+TOP_BEHAVIOURS = 5
+"""``eval_outcomes`` keeps the ``TOP_BEHAVIOURS`` most common action sequences of each eval."""
+
+
+def eval_outcomes(run_dir: Path, run_id: str) -> tuple[dict[str, dict[str, list[float]]], dict[str, list]]:
+    """From the run's replay store, the eval episodes before training (ids under
+    ``<run_id>/eval-before``) and those of the last evaluated iteration. Errored samples are left
+    out (never failures).
+
+    Returns:
+        ``({"before"|"after": {task_id: [1.0 or 0.0 per scored sample]}},
+        {"before"|"after": [[actions, episodes, successes], ...]})``: the second holds the
+        ``TOP_BEHAVIOURS`` most common action sequences (``turn_action`` per turn, joined by
+        `` -> ``), most common first, with how many episodes took each and how many of those
+        succeeded: what the policy does, for the report.
+    """
     store = ReplayStore(f"sqlite:///{(run_dir / 'replay.db').resolve()}", read_only=True)
     out: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    seqs: dict[str, dict[str, list[int]]] = {"before": {}, "after": {}}
     summaries = store.list_episodes(run_id, limit=1_000_000, kind="eval")
     later = [s.iteration for s in summaries if "/eval-before/" not in s.episode_id]
     last = max(later) if later else None
@@ -109,9 +143,15 @@ def eval_outcomes(run_dir: Path, run_id: str) -> dict[str, dict[str, list[float]
         when = "before" if "/eval-before/" in s.episode_id else "after" if s.iteration == last else None
         if when is None or s.is_error:
             continue
-        ok = episode_success(store.get_episode(s.episode_id))
+        episode = store.get_episode(s.episode_id)
+        ok = episode_success(episode)
         out[when].setdefault(s.task_id, []).append(1.0 if ok else 0.0)
-    return out
+        count = seqs[when].setdefault(" -> ".join(turn_action(t) for t in episode.turns), [0, 0])
+        count[0] += 1
+        count[1] += int(ok)
+    top = {w: [[k, *v] for k, v in sorted(d.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_BEHAVIOURS]]
+           for w, d in seqs.items()}
+    return out, top
 
 
 def run_one(suite: Suite, suite_dir: str, estimator: str, seed: int, args: argparse.Namespace,
@@ -129,11 +169,13 @@ def run_one(suite: Suite, suite_dir: str, estimator: str, seed: int, args: argpa
     summary = train(cfg)
     wall_s = time.perf_counter() - t0
     history = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    tasks, behaviours = eval_outcomes(run_dir, summary.run_id)
     result = {
         "format": 1, "complete": True, "suite": suite_dir, "estimator": estimator, "seed": seed,
         "fingerprint": suite.fingerprint(extra, args.model), "config": suite.config, "overrides": overrides,
         "wall_s": wall_s, "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "run_id": summary.run_id, "history": history, "eval_tasks": eval_outcomes(run_dir, summary.run_id),
+        "run_id": summary.run_id, "history": history, "eval_tasks": tasks,
+        "eval_behaviours": behaviours,
     }
     if not args.keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
@@ -199,6 +241,11 @@ def report(out: Path, publish: Path | None = None, readme: Path | None = None) -
     rep = build_report(by_suite)
     summary = format_summary(rep)
     text = f"## Summary\n\n{summary}\n\n## Every run, with its diagnostics\n\n{format_report(rep)}\n"
+    behaviours = format_behaviours(by_suite)
+    if behaviours:
+        text += ("\n## What the policies do on the held-out tasks\n\nThe most common action sequences of "
+                 f"the held-out episodes (actions joined by ->; xN: episodes, then how many of them solved "
+                 f"the task).\n\n{behaviours}\n")
     (out / "report.md").write_text(text)
     png = plot_curves(by_suite, out / "curves.png")
     print(text)

@@ -7,7 +7,8 @@ A result file (``<out>/<suite>/<estimator>-s<seed>/result.json``, written by the
 finishes) holds ``suite``, ``estimator``, ``seed``, ``fingerprint``, ``complete`` (true),
 ``wall_s``, ``history`` (the run's ``metrics.jsonl`` rows, one per iteration) and
 ``eval_tasks`` (``{"before"|"after": {task_id: [1 or 0 per scored sample]}}``, from the replay
-store's eval episodes).
+store's eval episodes) and, in files written since 7 December 2026, ``eval_behaviours``
+(``{"before"|"after": [[action sequence, episodes, successes], ...]}``, the most common first).
 
 Metric names read: ``tokens/generated`` (rollout tokens of the update; ``rollout/generated_tokens``
 where absent), ``rollout/successes``, ``rollout/scored_episodes``, ``eval_before/pass@1`` and
@@ -28,6 +29,7 @@ import numpy as np
 
 __all__ = ["RESULT_NAME", "load_results", "tokens_of", "at_budget", "binomial_se", "eval_point", "held_out_curve",
            "paired_difference", "mean_interval", "diagnostics", "gigpo_diagnosis", "critic_diagnosis", "build_report",
+           "format_behaviours",
            "format_summary", "format_report", "training_curve"]
 
 RESULT_NAME = "result.json"
@@ -450,3 +452,41 @@ def training_curve(history: Sequence[Mapping[str, Any]]) -> list[tuple[float, fl
         if e > 0:
             out.append((cum, s / e))
     return out
+
+
+def _behaviour_line(top: Sequence[Sequence[Any]], shown: int) -> str:
+    """``top``'s first ``shown`` sequences as ``\`a -> b\` xN (K solved)``; a backquote in an action
+    becomes ``'`` so the code span holds."""
+    parts = []
+    for seq, n, ok in top[:shown]:
+        text = _cell(str(seq).replace("`", "'")) or "(no action)"
+        parts.append(f"`{text}` x{int(n)} ({int(ok)} solved)")
+    return "; ".join(parts) or "-"
+
+
+def format_behaviours(by_suite: Mapping[str, Sequence[Mapping[str, Any]]], shown: int = 3) -> str:
+    """What each policy does on the held-out tasks: per suite and seed, the most common action
+    sequences of the eval before training (once: every estimator starts from the same weights and
+    sampling seeds) and after, per estimator, with how many episodes took each and how many of
+    those succeeded (``eval_behaviours``; runs without it are left out). The mechanism behind a
+    number, e.g. a policy that learned a fixed guess order instead of reading the feedback."""
+    out = []
+    for suite, runs in by_suite.items():
+        by_seed: dict[int, list[Mapping[str, Any]]] = {}
+        for r in runs:
+            if r.get("eval_behaviours"):
+                by_seed.setdefault(int(r["seed"]), []).append(r)
+        if not by_seed:
+            continue
+        out.append(f"### {suite}\n")
+        for seed, mine in sorted(by_seed.items()):
+            mine = sorted(mine, key=lambda r: (r["estimator"] != BASELINE, r["estimator"]))
+            n_before = sum(sum(len(v) for v in r["eval_tasks"].get("before", {}).values()) for r in mine[:1])
+            out.append(f"- seed {seed}, before training ({n_before} episodes): "
+                       f"{_behaviour_line(mine[0]['eval_behaviours'].get('before', []), shown)}")
+            for r in mine:
+                n = sum(len(v) for v in r["eval_tasks"].get("after", {}).values())
+                out.append(f"- seed {seed}, **{r['estimator']}** after ({n} episodes): "
+                           f"{_behaviour_line(r['eval_behaviours'].get('after', []), shown)}")
+        out.append("")
+    return "\n".join(out)

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,39 @@ def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
     assert bench.is_done(path)
     with pytest.raises(SystemExit, match="not a suite"):
         bench.plan(bench.argparse.Namespace(gpu=True, suites="guess", estimators="grpo", seeds="0", smoke=False))
+
+
+def test_turn_action_keeps_the_agents_commands_and_the_first_line():
+    from agentrl.types.turn import ExecResult
+
+    bench = _load("bench_credit")
+
+    def turn(text, results=(), calls=0):
+        return types.SimpleNamespace(action_text=text, exec_results=list(results), tool_calls=calls)
+
+    ran = ExecResult(command=("bash", "-c", "cat note.txt"), exit_code=0, stdout="", stderr="", duration_s=0.1)
+    check = ExecResult(command=("bash", "-c", "test -d x"), exit_code=1, stdout="", stderr="", duration_s=0.1)
+    assert bench.turn_action(turn("<tool_call>...", [ran, check], calls=1)) == "cat note.txt"  # not the check
+    assert bench.turn_action(turn("\n  7\nFFF")) == "7"
+    assert bench.turn_action(turn("")) == ""
+    long = bench.turn_action(turn("x" * 100))
+    assert len(long) == bench.ACTION_CHARS and long.endswith("...")
+    argv = ExecResult(command=["ls", "-l"], exit_code=0, stdout="", stderr="", duration_s=0.1)
+    assert bench.turn_action(turn("", [argv], calls=1)) == "ls -l"
+
+
+def test_behaviours_show_what_each_policy_does():
+    by_suite = {"g": []}
+    for est, after in (("grpo", [["1 -> 2 -> 3", 6, 3], ["1", 2, 2]]), ("gigpo", [["2 -> 1", 5, 5], ["a`b|c", 1, 0]])):
+        r = _result("g", est, 0)
+        r["eval_behaviours"] = {"before": [["hello", 3, 0]], "after": after}
+        by_suite["g"].append(r)
+    by_suite["g"].append(_result("g", "turn_critic", 0))  # a file from before the field: left out
+    text = rep.format_behaviours(by_suite, shown=2)
+    lines = [x for x in text.splitlines() if x]
+    assert lines[0] == "### g"
+    assert lines[1] == "- seed 0, before training (4 episodes): `hello` x3 (0 solved)"
+    assert lines[2] == "- seed 0, **grpo** after (4 episodes): `1 -> 2 -> 3` x6 (3 solved); `1` x2 (2 solved)"
+    assert lines[3] == "- seed 0, **gigpo** after (4 episodes): `2 -> 1` x5 (5 solved); `a'b\\|c` x1 (0 solved)"
+    assert "turn_critic" not in text
+    assert rep.format_behaviours({"g": [_result("g", "grpo", 0)]}) == ""
