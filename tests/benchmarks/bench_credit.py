@@ -84,35 +84,59 @@ def is_done(path: Path) -> bool:
         return False
 
 
-def copy_results(src: Path, dest: Path, *, overwrite: bool) -> list[Path]:
+def copy_results(src: Path, dest: Path, *, overwrite: bool,
+                 only: dict[str, str] | None = None) -> tuple[list[Path], list[Path]]:
     """Copy every complete ``<src>/<suite>/<run>/result.json`` to the same place under ``dest``
-    (``overwrite=False``: only where ``dest`` has no complete one); returns the files written.
+    (``overwrite=False``: only where ``dest`` has no complete one).
+
+    Args:
+        only: ``{"<suite>/<run>": fingerprint}``: copy just these runs, and only a file whose
+            ``fingerprint`` is the one given (a result of other settings, e.g. the ``--gpu``
+            preset's ``shell`` or another ``--model``, must not pass for a finished run).
+
+    Returns:
+        ``(written, mismatched)``: the files written, and the source files left out because their
+        fingerprint differs from ``only``'s.
 
     Raises:
-        SystemExit: ``src`` is not a folder.
+        SystemExit: ``src`` is not a folder, or holds no result file two levels down (naming
+            ``src/results`` when that is where they are: ``--publish`` puts them there).
     """
     if not src.is_dir():
         raise SystemExit(f"{src}: no such folder of result files (expected <suite>/<run>/{RESULT_NAME} under it)")
-    written = []
-    for path in sorted(src.glob(f"*/*/{RESULT_NAME}")):
-        target = dest / path.relative_to(src)
+    found = sorted(src.glob(f"*/*/{RESULT_NAME}"))
+    if not found:
+        hint = f"; --publish puts them in {src / 'results'}" if (src / "results").is_dir() else ""
+        raise SystemExit(f"{src}: no <suite>/<run>/{RESULT_NAME} under it{hint}")
+    written, mismatched = [], []
+    for path in found:
+        rel = path.relative_to(src)
+        target = dest / rel
+        if only is not None and rel.parent.as_posix() not in only:
+            continue
         if not is_done(path) or (not overwrite and is_done(target)):
+            continue
+        if only is not None and json.loads(path.read_text()).get("fingerprint") != only[rel.parent.as_posix()]:
+            mismatched.append(path)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
         written.append(target)
-    return written
+    return written, mismatched
 
 
 def turn_action(turn: Any) -> str:
-    """One turn's action as short text: the commands its tool calls ran in the sandbox (``bash -c X``
-    as X; the env's own checks after them are left out), else the first non-empty line of its reply;
-    at most ``ACTION_CHARS`` characters."""
+    """One turn's action as short text, whitespace runs as one space: the first ``tool_calls``
+    commands of its ``exec_results`` (``bash -c X`` as X), which for the suites here are the agent's
+    (ShellLookup runs no setup command; the env's checks come after them and are left out; an env
+    whose task setup runs in the sandbox would show its setup on the first turn), else the first
+    non-empty line of its reply; at most ``ACTION_CHARS`` characters."""
     cmds = []
     for r in (turn.exec_results or ())[:turn.tool_calls]:
         c = r.command
         cmds.append(c if isinstance(c, str) else c[-1] if list(c[:2]) == ["bash", "-c"] else " ".join(map(str, c)))
-    text = "; ".join(cmds) if cmds else next((x.strip() for x in (turn.action_text or "").splitlines() if x.strip()), "")
+    text = "; ".join(cmds) if cmds else next((x for x in (turn.action_text or "").splitlines() if x.strip()), "")
+    text = " ".join(text.split())
     return text if len(text) <= ACTION_CHARS else text[:ACTION_CHARS - 3] + "..."
 
 
@@ -254,7 +278,7 @@ def report(out: Path, publish: Path | None = None, readme: Path | None = None) -
         publish.mkdir(parents=True, exist_ok=True)
         for f in (out / "report.md", Path(png)):
             shutil.copyfile(f, publish / f.name)
-        copied = copy_results(out, publish / "results", overwrite=True)
+        copied, _ = copy_results(out, publish / "results", overwrite=True)
         print(f"copied both and {len(copied)} result file(s) into {publish}")
     if readme is not None:
         refresh_readme(readme, summary)
@@ -279,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the suites, their settings and sizes, train nothing")
     p.add_argument("--report", action="store_true", help="only build the table and the PNG from the results so far")
     p.add_argument("--publish", type=Path, default=None, metavar="DIR",
-                   help="with --report: copy report.md and curves.png into DIR too (docs/credit for the README)")
+                   help="with --report: copy report.md and curves.png into DIR too (docs/credit for the README), "
+                        "and every finished run's result file into DIR/results (replacing those there)")
     p.add_argument("--resume-from", type=Path, default=None, metavar="DIR",
                    help="first copy DIR's finished result files (a --publish DIR/results) into --out, "
                         "so those runs are skipped")
@@ -288,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.publish or args.readme) and not args.report:
         p.error("--publish and --readme go with --report (they copy a report; they train nothing)")
+    if args.resume_from and args.report:
+        p.error("--resume-from goes with a sitting that trains; for a report of published runs alone, "
+                "copy them into --out first (or give --out a copy of DIR/results)")
     args.out = args.out or ("runs/bench-credit" + ("-gpu" if args.gpu else "") + ("-smoke" if args.smoke else ""))
     args.seeds = args.seeds or ("0" if args.smoke else "0,1,2")
     out = Path(args.out)
@@ -297,8 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = (*(SMOKE if args.smoke else ()), *args.extra)
     todo = plan(args)
     if args.resume_from is not None and not args.list:
-        got = copy_results(args.resume_from, out, overwrite=False)
-        print(f"{len(got)} finished run(s) copied from {args.resume_from} into {out}", flush=True)
+        fingerprint = {f"{t[1]}/{t[2]}-s{t[3]}": t[0].fingerprint(extra, args.model) for t in todo}
+        got, other = copy_results(args.resume_from, out, overwrite=False, only=fingerprint)
+        print(f"{len(got)} finished run(s) copied from {args.resume_from} into {out}"
+              + (f"; {len(other)} left out, run with other settings: {', '.join(map(str, other))}" if other else ""),
+              flush=True)
     if args.list:
         for s in dict.fromkeys(t[0] for t in todo):
             print(f"{s.name}: {s.iterations} updates, about {s.minutes_per_run:.0f} min per run; config "

@@ -455,11 +455,12 @@ def training_curve(history: Sequence[Mapping[str, Any]]) -> list[tuple[float, fl
 
 
 def _behaviour_line(top: Sequence[Sequence[Any]], shown: int) -> str:
-    """``top``'s first ``shown`` sequences as ``\`a -> b\` xN (K solved)``; a backquote in an action
-    becomes ``'`` so the code span holds."""
+    """``top``'s first ``shown`` sequences as ``\`a -> b\` xN (K solved)`` (list items, not table
+    cells: a ``|`` stays as it is); a backquote in an action becomes ``'`` so the code span holds,
+    and whitespace runs become one space so it stays on one line."""
     parts = []
     for seq, n, ok in top[:shown]:
-        text = _cell(str(seq).replace("`", "'")) or "(no action)"
+        text = " ".join(str(seq).replace("`", "'").split()) or "(no action)"
         parts.append(f"`{text}` x{int(n)} ({int(ok)} solved)")
     return "; ".join(parts) or "-"
 

@@ -222,11 +222,14 @@ def test_report_publishes_the_tables_and_the_png(tmp_path):
     assert [str(p) for p in published] == ["results/s/gigpo-s0/result.json", "results/s/grpo-s0/result.json"]
 
 
-def test_resume_from_a_published_copy_skips_its_runs(tmp_path):
+def test_resume_from_a_published_copy_skips_its_runs(tmp_path, capsys):
     bench = _load("bench_credit")
+    shell = bench.suites_for(False)["shell"]
     pub = tmp_path / "docs" / "results"
-    _write(pub, _result("shell", "grpo", 0))
-    _write(pub, _result("shell", "gigpo", 0))
+    for est in ("grpo", "gigpo"):
+        _write(pub, {**_result("shell", est, 0), "fingerprint": shell.fingerprint((), None)})
+    _write(pub, _result("shell", "grpo", 1))  # fingerprint "f": another setting, never a finished run
+    _write(pub, {**_result("guess", "grpo", 0), "fingerprint": "x"})  # a suite not asked for: not copied
     broken = bench.result_path(pub, "shell", "turn_critic", 0)
     broken.parent.mkdir(parents=True)
     broken.write_text(json.dumps({"complete": False}))  # an unfinished file is never copied
@@ -234,15 +237,50 @@ def test_resume_from_a_published_copy_skips_its_runs(tmp_path):
     mine = bench.result_path(out, "shell", "gigpo", 0)
     mine.parent.mkdir(parents=True)
     mine.write_text(json.dumps({"complete": True, "mine": 1}))  # a local finished run is kept
-    got = bench.copy_results(pub, out, overwrite=False)
-    assert got == [bench.result_path(out, "shell", "grpo", 0)]
+    assert bench.main(["--out", str(out), "--resume-from", str(pub), "--suites", "shell", "--seeds", "0,1",
+                       "--max-runs", "0"]) == 0
+    said = capsys.readouterr().out
+    assert "1 finished run(s) copied" in said and "1 left out, run with other settings" in said
+    assert "2 of 6 runs already done; 0 to run now" in said  # grpo-s0 copied, gigpo-s0 local
+    assert bench.is_done(bench.result_path(out, "shell", "grpo", 0))
     assert json.loads(mine.read_text()) == {"complete": True, "mine": 1}
     assert not bench.result_path(out, "shell", "turn_critic", 0).exists()
-    # a sitting copies first, then skips what is done (--max-runs 0: trains nothing)
-    assert bench.main(["--out", str(out), "--resume-from", str(pub), "--suites", "shell", "--seeds", "0",
-                       "--max-runs", "0"]) == 0
+    assert not bench.result_path(out, "shell", "grpo", 1).exists() and not (out / "guess").exists()
+    written, other = bench.copy_results(pub, tmp_path / "all", overwrite=False)  # no filter: every complete file
+    assert len(written) == 4 and other == []
     with pytest.raises(SystemExit, match="no such folder of result files"):
         bench.copy_results(tmp_path / "nowhere", out, overwrite=False)
+    with pytest.raises(SystemExit, match=r"--publish puts them in .*docs/results"):
+        bench.copy_results(tmp_path / "docs", out, overwrite=False)  # the publish folder, not its results/
+    with pytest.raises(SystemExit):  # argparse: a report reads --out alone
+        bench.main(["--report", "--out", str(out), "--resume-from", str(pub)])
+
+
+def test_eval_outcomes_counts_scored_episodes_and_their_action_sequences(tmp_path):
+    from agentrl.replay import ReplayStore
+    from agentrl.types.episode import Episode, TerminationReason
+    from agentrl.types.turn import Turn
+
+    bench = _load("bench_credit")
+
+    def ep(eid, task, guesses, reward, error=False):
+        turns = [Turn([1, 2], [3, 4], [-0.1, -0.1], reward=0.0, action_text=f"{g}\nrest") for g in guesses]
+        turns[-1].reward = reward
+        return Episode(group_id="g", env_id="e", task_id=task, seed=0, turns=turns, terminated=not error,
+                       termination_reason=TerminationReason.INFRA_ERROR if error else TerminationReason.ENV_TERMINATED,
+                       error={"type": "x", "message": "y"} if error else None, episode_id=eid)
+
+    with ReplayStore(f"sqlite:///{tmp_path / 'replay.db'}") as store:
+        store.start_run("r", {})
+        store.add_episodes("r", 0, [ep("r/eval-before/a", "t1", [1], 0.0), ep("r/eval-before/b", "t2", [1], 1.0)],
+                           kind="eval")
+        store.add_episodes("r", 1, [ep("r/eval/it1/a", "t1", [9], 0.0)], kind="eval")  # not the last eval
+        store.add_episodes("r", 2, [ep("r/eval/it2/a", "t1", [1, 2], 0.0), ep("r/eval/it2/b", "t1", [1, 2], 1.0),
+                                    ep("r/eval/it2/c", "t2", [3], 1.0), ep("r/eval/it2/d", "t2", [5], 0.0, error=True)],
+                           kind="eval")
+    tasks, top = bench.eval_outcomes(tmp_path, "r")
+    assert tasks == {"before": {"t1": [0.0], "t2": [1.0]}, "after": {"t1": [0.0, 1.0], "t2": [1.0]}}
+    assert top == {"before": [["1", 2, 1]], "after": [["1 -> 2", 2, 1], ["3", 1, 1]]}  # the errored one left out
 
 
 def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
@@ -274,6 +312,8 @@ def test_turn_action_keeps_the_agents_commands_and_the_first_line():
     check = ExecResult(command=("bash", "-c", "test -d x"), exit_code=1, stdout="", stderr="", duration_s=0.1)
     assert bench.turn_action(turn("<tool_call>...", [ran, check], calls=1)) == "cat note.txt"  # not the check
     assert bench.turn_action(turn("\n  7\nFFF")) == "7"
+    multi = ExecResult(command=("bash", "-c", "echo a\n\n# b"), exit_code=0, stdout="", stderr="", duration_s=0.1)
+    assert bench.turn_action(turn("", [multi], calls=1)) == "echo a # b"  # one line: the report's Markdown holds
     assert bench.turn_action(turn("")) == ""
     long = bench.turn_action(turn("x" * 100))
     assert len(long) == bench.ACTION_CHARS and long.endswith("...")
@@ -283,8 +323,8 @@ def test_turn_action_keeps_the_agents_commands_and_the_first_line():
 
 def test_behaviours_show_what_each_policy_does():
     by_suite = {"g": []}
-    for est, after in (("grpo", [["1 -> 2 -> 3", 6, 3], ["1", 2, 2]]), ("gigpo", [["2 -> 1", 5, 5], ["a`b|c", 1, 0]])):
-        r = _result("g", est, 0)
+    for est, after in (("grpo", [["1 -> 2 -> 3", 3, 1], ["1", 1, 1]]), ("gigpo", [["2 -> 1", 3, 2], ["a`b|c\n\n# d", 1, 0]])):
+        r = _result("g", est, 0)  # 4 episodes before and after, as its eval_tasks
         r["eval_behaviours"] = {"before": [["hello", 3, 0]], "after": after}
         by_suite["g"].append(r)
     by_suite["g"].append(_result("g", "turn_critic", 0))  # a file from before the field: left out
@@ -292,7 +332,8 @@ def test_behaviours_show_what_each_policy_does():
     lines = [x for x in text.splitlines() if x]
     assert lines[0] == "### g"
     assert lines[1] == "- seed 0, before training (4 episodes): `hello` x3 (0 solved)"
-    assert lines[2] == "- seed 0, **grpo** after (4 episodes): `1 -> 2 -> 3` x6 (3 solved); `1` x2 (2 solved)"
-    assert lines[3] == "- seed 0, **gigpo** after (4 episodes): `2 -> 1` x5 (5 solved); `a'b\\|c` x1 (0 solved)"
+    assert lines[2] == "- seed 0, **grpo** after (4 episodes): `1 -> 2 -> 3` x3 (1 solved); `1` x1 (1 solved)"
+    assert lines[3] == "- seed 0, **gigpo** after (4 episodes): `2 -> 1` x3 (2 solved); `a'b|c # d` x1 (0 solved)"
+    assert len(lines) == 4
     assert "turn_critic" not in text
     assert rep.format_behaviours({"g": [_result("g", "grpo", 0)]}) == ""
