@@ -8,7 +8,6 @@ import json
 import math
 import re
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -301,12 +300,12 @@ def test_bench_skips_finished_runs_and_orders_seed_by_seed(tmp_path):
 
 
 def test_turn_action_keeps_the_agents_commands_and_the_first_line():
-    from agentrl.types.turn import ExecResult
+    from agentrl.types.turn import ExecResult, Turn
 
     bench = _load("bench_credit")
 
     def turn(text, results=(), calls=0):
-        return types.SimpleNamespace(action_text=text, exec_results=list(results), tool_calls=calls)
+        return Turn([1], [2], [-0.1], action_text=text, exec_results=list(results), tool_calls=calls)
 
     ran = ExecResult(command=("bash", "-c", "cat note.txt"), exit_code=0, stdout="", stderr="", duration_s=0.1)
     check = ExecResult(command=("bash", "-c", "test -d x"), exit_code=1, stdout="", stderr="", duration_s=0.1)
