@@ -112,6 +112,9 @@ KNOWN_HARMLESS: tuple[KnownWarning, ...] = (
            "a deprecation inside vLLM; agentrl passes token ids, which this vLLM version supports."),
     _known("vllm-no-tokenizer-eos", r"Using None for EOS token id because tokenizer is not initialized",
            "agentrl starts vLLM without its tokenizer (skip_tokenizer_init) and passes the stop token ids itself."),
+    _known("vllm-ssm-cache-no-mamba", r"Reset SSM cache type to float32 for accelerated GDN mamba backend 'none'\.",
+           "on a CPU with AVX-512 BF16 vLLM's CPU platform sets the SSM (mamba) state cache to float32; backend "
+           "'none' means the model has no mamba layers, so there is no such cache (vllm/platforms/cpu.py)."),
     _known("vllm-numa-membind", r"Warning: NUMA binding: Using MEMBIND policy for memory allocation",
            "vLLM's CPU build binds memory to the NUMA node of its threads."),
     _known("torch-reduce-op-deprecated", r"FutureWarning: `torch\.distributed\.reduce_op` is deprecated",
