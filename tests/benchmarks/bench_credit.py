@@ -13,6 +13,7 @@ so every finished seed is a paired comparison.
     .venv/bin/python tests/benchmarks/bench_credit.py --report                    # table + PNG only
     .venv/bin/python tests/benchmarks/bench_credit.py --report --publish docs/credit --readme README.md  # the README's copies
     .venv/bin/python tests/benchmarks/bench_credit.py --resume-from docs/credit/results  # a fresh checkout goes on
+    .venv/bin/python tests/benchmarks/bench_credit.py --report --resume-from docs/credit/results  # its report
     .venv/bin/python tests/benchmarks/bench_credit.py --smoke                     # tiny model, minutes
     .venv/bin/python tests/benchmarks/bench_credit.py --gpu --out runs/bench-credit-gpu   # a GPU machine
 
@@ -307,21 +308,16 @@ def main(argv: list[str] | None = None) -> int:
                         "and every finished run's result file into DIR/results (replacing those there)")
     p.add_argument("--resume-from", type=Path, default=None, metavar="DIR",
                    help="first copy DIR's finished result files (a --publish DIR/results) into --out, "
-                        "so those runs are skipped")
+                        "so those runs are skipped (with --report: reported; only the runs of these "
+                        "--suites/--seeds/--estimators, run with these settings)")
     p.add_argument("--readme", type=Path, default=None, metavar="FILE",
                    help="with --report: put the summary table between FILE's <!-- credit-table --> markers")
     args = p.parse_args(argv)
     if (args.publish or args.readme) and not args.report:
         p.error("--publish and --readme go with --report (they copy a report; they train nothing)")
-    if args.resume_from and args.report:
-        p.error("--resume-from goes with a sitting that trains; for a report of published runs alone, "
-                "copy them into --out first (or give --out a copy of DIR/results)")
     args.out = args.out or ("runs/bench-credit" + ("-gpu" if args.gpu else "") + ("-smoke" if args.smoke else ""))
     args.seeds = args.seeds or ("0" if args.smoke else "0,1,2")
     out = Path(args.out)
-    if args.report:
-        report(out, args.publish, args.readme)
-        return 0
     extra = (*(SMOKE if args.smoke else ()), *args.extra)
     todo = plan(args)
     if args.resume_from is not None and not args.list:
@@ -330,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(got)} finished run(s) copied from {args.resume_from} into {out}"
               + (f"; {len(other)} left out, run with other settings: {', '.join(map(str, other))}" if other else ""),
               flush=True)
+    if args.report:
+        report(out, args.publish, args.readme)
+        return 0
     if args.list:
         for s in dict.fromkeys(t[0] for t in todo):
             print(f"{s.name}: {s.iterations} updates, about {s.minutes_per_run:.0f} min per run; config "

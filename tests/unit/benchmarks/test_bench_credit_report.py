@@ -251,8 +251,13 @@ def test_resume_from_a_published_copy_skips_its_runs(tmp_path, capsys):
         bench.copy_results(tmp_path / "nowhere", out, overwrite=False)
     with pytest.raises(SystemExit, match=r"--publish puts them in .*docs/results"):
         bench.copy_results(tmp_path / "docs", out, overwrite=False)  # the publish folder, not its results/
-    with pytest.raises(SystemExit):  # argparse: a report reads --out alone
-        bench.main(["--report", "--out", str(out), "--resume-from", str(pub)])
+    fresh = tmp_path / "fresh"  # a fresh checkout's report of the published runs: the same filter, then the report
+    assert bench.main(["--report", "--out", str(fresh), "--resume-from", str(pub), "--suites", "shell"]) == 0
+    said = capsys.readouterr().out
+    assert "2 finished run(s) copied" in said and "1 left out, run with other settings" in said
+    assert sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("result.json")) == [
+        "shell/gigpo-s0/result.json", "shell/grpo-s0/result.json"]
+    assert (fresh / "report.md").read_text().startswith("## Summary\n\n| suite | seed |")
 
 
 def test_eval_outcomes_counts_scored_episodes_and_their_action_sequences(tmp_path):
